@@ -1,0 +1,32 @@
+"""A perturbed draft, for teaching and tests: any draft plus a known bias. Samples stay exact."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Draft
+
+
+class BiasedDraft(Draft):
+    """m^p_n(y) = base m^p_n(y) + bias * s_n * e, e the fixed unit direction (1, ..., 1) / sqrt(d).
+
+    Shifting by bias * s_n adds about `bias` to every node's delta.
+    """
+
+    def __init__(self, base: Draft, bias: float):
+        self.base, self.bias = base, float(bias)
+        self.uses_frozen, self.calls_network, self.prefetch = base.uses_frozen, base.calls_network, base.prefetch
+
+    def check(self, kernel):
+        self.base.check(kernel)
+
+    def frozen_value(self, kernel, out, x, n):
+        return self.base.frozen_value(kernel, out, x, n)
+
+    def means(self, kernel, x, n, frozen, cond):
+        m = self.base.means(kernel, x, n, frozen, cond)
+        d = x[0, 0].numel()
+        return m + kernel.scale(n[:, None], x) * (self.bias / d**0.5)
+
+    def config(self):
+        return {**self.base.config(), "draft_bias": self.bias}

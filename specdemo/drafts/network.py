@@ -1,0 +1,24 @@
+"""An independent draft network of the same parameterisation as the target (algorithms.md section 2)."""
+
+from __future__ import annotations
+
+from .base import Draft
+
+
+class NetworkDraft(Draft):
+    """m^p_n(y) = formula(y, n, draft_network(y, n)); one draft call per level of a round."""
+
+    calls_network = True
+
+    def __init__(self, network, name: str = "network"):
+        self.network, self.name = network, name
+
+    def means(self, kernel, x, n, frozen, cond):
+        a, p = x.shape[:2]
+        rows = x.flatten(0, 1)
+        n_rows = n.repeat_interleave(p)
+        cond_rows = {k: v.repeat_interleave(p, dim=0) for k, v in cond.items()}
+        return kernel.mean(self.network(rows, n_rows, **cond_rows), rows, n_rows).view_as(x)
+
+    def config(self):
+        return {"draft": self.name}

@@ -1,0 +1,505 @@
+"""The one batched driver: plain target sampling, chains and trees (algorithms.md section 4).
+
+A batch of B trajectories moves in rounds. In a round each trajectory at step n with r stochastic
+steps ahead speculates to depth L_b = min(L, r) with its own tree (L = 0 is plain sampling, and a
+deterministic step is a round of depth 0):
+
+1. draft level by level: children of node u are m^p(X_u) + s xi, xi i.i.d. standard normal;
+2. one batched target call over every trajectory's internal nodes (optionally also its leaves),
+   each row with its own state and step;
+3. walk from the root: verify the node's children, commit the kept child and descend, or commit
+   the corrected draw and stop;
+4. keep the frozen target output that starts the next round (prefetch, section 2).
+
+Leaves that the target does not evaluate are drawn only when the walk reaches their parent: the K
+children of a node are i.i.d. given it, so drawing them when they are examined rather than before
+the target call changes no law, and saves drafting the (K - 1) / K of the tree that is never seen.
+
+A trajectory without a frozen output (its first speculative round, or prefetch "none") first gets
+a warm-up call at its root, as the draft-tree authors' code does: a deterministic step's output is
+not reused as a frozen output. Every random draw of trajectory i comes from its own generator
+(specdemo.rng), so a trajectory's samples do not depend on the batch it runs in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .drafts import Draft
+from .errors import SpecdemoError
+from .kernels import Kernel
+from .rng import TrajectoryRandom
+from .trace import ACCEPTED, CORRECTED, REJECTED, ROOT, Cost, RoundTrace
+from .trees import Topology
+from .verifiers import Verifier
+
+MEMORY_LIMIT_BYTES = 8 * 2**30
+
+
+@dataclass
+class SampleResult:
+    """samples (B, *shape) on the run's device; states: {step: (B, *shape)} for the steps asked for
+    in keep_steps; trace: one RoundTrace a round when asked for."""
+
+    samples: torch.Tensor
+    cost: Cost
+    states: dict[int, torch.Tensor] = field(default_factory=dict)
+    trace: list[RoundTrace] | None = None
+
+
+def method_name(tree: Topology) -> str:
+    return "target" if not tree.widths else "chain" if tree.is_chain else "tree"
+
+
+def check_run(kernel: Kernel, tree: Topology, draft: Draft | None, verifier: Verifier | None,
+              shape: Sequence[int], num_samples: int) -> None:
+    """Refuse a run that cannot work, with the reason and what is accepted."""
+    if num_samples < 1:
+        raise SpecdemoError(f"the number of samples must be >= 1, got {num_samples}")
+    if tree.widths:
+        if draft is None or verifier is None:
+            raise SpecdemoError("speculative sampling needs a draft and a verifier")
+        draft.check(kernel)
+        if verifier.max_children is not None and max(tree.widths) > verifier.max_children:
+            raise SpecdemoError(
+                f"the {verifier.name} verifier takes one child per node (chains only); tree {tree} has up to "
+                f"{max(tree.widths)}: use a chain such as 1x{tree.depth}, or the dgrs or rank verifier"
+            )
+    size = int(np.prod(shape))
+    need = 4 * 4 * size * num_samples * tree.num_nodes  # a few float32 buffers of every node
+    if need > MEMORY_LIMIT_BYTES:
+        raise SpecdemoError(
+            f"{num_samples} samples with tree {tree} ({tree.num_nodes} nodes of {size} values) need about "
+            f"{need / 2**30:.1f} GiB, over the {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB limit; use fewer samples or a smaller tree"
+        )
+
+
+def _rows(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Per-row values (rows,) viewed to broadcast against like (rows, ...)."""
+    return t.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _pick(t: torch.Tensor, idx: torch.Tensor, full: bool) -> torch.Tensor:
+    """t[idx], or t itself when idx is every row (a view instead of a copy)."""
+    return t if full else t[idx]
+
+
+class _Run:
+    """The state of B trajectories between rounds, and one round's four phases."""
+
+    def __init__(self, network, kernel: Kernel, shape, num_samples, tree: Topology, draft, verifier, seed, indices,
+                 cond, device, dtype, keep_steps, trace, trace_states):
+        self.network, self.kernel, self.shape, self.tree = network, kernel, tuple(shape), tree
+        self.draft, self.verifier = draft, verifier
+        self.device, self.dtype = torch.device(device), dtype
+        self.indices = list(range(num_samples)) if indices is None else list(indices)
+        if len(self.indices) != num_samples:
+            raise SpecdemoError(f"{len(self.indices)} trajectory indices for {num_samples} samples")
+        self.cond = {k: v.to(self.device) for k, v in (cond or {}).items()}
+        for k, v in self.cond.items():
+            if v.shape[0] != num_samples:
+                raise SpecdemoError(f"conditioning {k!r} has {v.shape[0]} rows for {num_samples} samples")
+        self.rng = TrajectoryRandom(seed, self.indices, self.device)
+        self.num_steps = kernel.num_steps
+        self.scales = kernel.scales.to(self.device)
+        self.run_len = kernel.stochastic_run_lengths().to(self.device)
+        self.uses_frozen = bool(tree.widths) and draft.uses_frozen
+        self.evaluate_leaves = self.uses_frozen and draft.prefetch == "leaves"
+        self.level_starts = torch.tensor(tree.level_starts, device=self.device)
+        self.first_child = tree.first_child.to(self.device)
+        self.parent = tree.parent.to(self.device)
+        self.node_depth = tree.node_depth.to(self.device)
+
+        b = num_samples
+        self.y = torch.empty((b, *self.shape), device=self.device, dtype=dtype)
+        for j, g in enumerate(self.rng.generators):
+            self.y[j] = kernel.prior(self.shape, g, self.device, dtype)
+        self.n = torch.zeros(b, dtype=torch.long, device=self.device)
+        self.frozen = torch.zeros_like(self.y)
+        self.has_frozen = torch.zeros(b, dtype=torch.bool, device=self.device)
+        self.root_out = torch.zeros_like(self.y)  # the exact target output at y, where root_known
+        self.root_known = torch.zeros(b, dtype=torch.bool, device=self.device)
+        self.calls = torch.zeros(b, dtype=torch.long)
+        self.counted = torch.zeros(b, dtype=torch.long)
+        self.rows_used = torch.zeros(b, dtype=torch.long)
+        self.cost = Cost(method=method_name(tree), steps=self.num_steps,
+                         stochastic_steps=int((kernel.scales > 0).sum()),
+                         calls_per_trajectory=self.calls.numpy(), counted_calls=self.counted.numpy(),
+                         rows_per_trajectory=self.rows_used.numpy(),
+                         examined_per_depth=[0] * tree.depth, accepted_per_depth=[0] * tree.depth)
+        self.keep = sorted(set(keep_steps))
+        self.states = {0: self.y.clone()} if 0 in self.keep else {}
+        self.trace = [] if trace else None
+        self.trace_states = trace_states
+
+    # ---------------------------------------------------------------- target calls and bookkeeping
+    def call_target(self, x, steps, traj, *, deterministic=None):
+        """One batched target call; rows of trajectory traj[i] at state x[i], step steps[i]."""
+        t0 = time.perf_counter()
+        out = self.network(x, steps, **{k: v[traj] for k, v in self.cond.items()})
+        if out.shape != x.shape:
+            raise SpecdemoError(f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(x.shape)}")
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.cost.target_s += time.perf_counter() - t0
+        self.cost.target_calls += 1
+        per_traj = torch.bincount(traj, minlength=len(self.indices)).cpu()
+        had = per_traj > 0
+        self.rows_used += per_traj
+        self.calls[had] += 1
+        self.counted[had] += 1
+        if deterministic is not None and deterministic.numel():
+            # calls spent on deterministic steps are on neither side of the speedup (section 5)
+            self.counted[deterministic.cpu()] -= 1
+        return out.to(self.dtype)
+
+    def freeze(self, rows, out, x, steps):
+        self.frozen[rows] = self.draft.frozen_value(self.kernel, out, x, steps)
+        self.has_frozen[rows] = True
+
+    def keep_state(self, traj, step, value):
+        if step in self.keep:
+            self.states.setdefault(step, torch.full_like(self.y, float("nan")))[traj] = value
+
+    # ---------------------------------------------------------------- one round
+    def round(self) -> bool:
+        active = (self.n < self.num_steps).nonzero().squeeze(1)
+        if not active.numel():
+            return False
+        depth = self.run_len[self.n[active]].clamp(max=self.tree.depth)
+        if self.uses_frozen:
+            self.warm_up(active[depth > 0])
+        spec, direct = active[depth > 0], active[depth == 0]
+        rnd = _Round(self, spec, depth[depth > 0]) if spec.numel() else None
+        if rnd is not None:
+            rnd.draft()
+        direct_rows = direct[~self.root_known[direct]]
+        if (rnd is not None and rnd.eval_count) or direct_rows.numel():
+            spec_x, spec_steps, spec_traj = rnd.target_rows() if rnd is not None else (None, None, None)
+            parts = [(spec_x, spec_steps, spec_traj)] if rnd is not None else []
+            parts.append((self.y[direct_rows], self.n[direct_rows], direct_rows))
+            out = self.call_target(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
+                                   torch.cat([p[2] for p in parts]),
+                                   deterministic=direct_rows[self.scales[self.n[direct_rows]] == 0])
+            self.root_out[direct_rows] = out[out.shape[0] - direct_rows.numel():]
+            if rnd is not None:
+                rnd.take_target_output(out[:rnd.eval_count])
+        elif rnd is not None:
+            rnd.take_target_output(None)
+        if direct.numel():
+            self.direct_step(direct)
+        if rnd is not None:
+            rnd.walk()
+            rnd.commit()
+        self.cost.rounds += 1
+        return True
+
+    def warm_up(self, spec):
+        """A trajectory about to speculate without a frozen output gets the exact one at its root."""
+        warm = spec[~self.has_frozen[spec] & ~self.root_known[spec]]
+        if warm.numel():
+            self.root_out[warm] = self.call_target(self.y[warm], self.n[warm], warm)
+            self.root_known[warm] = True
+        known = spec[self.root_known[spec]]
+        if known.numel():
+            self.freeze(known, self.root_out[known], self.y[known], self.n[known])
+
+    def direct_step(self, direct):
+        """Y_{n+1} = m_n(Y_n) + s_n xi with the target: plain sampling and deterministic steps."""
+        step = self.n[direct]
+        y_next = self.kernel.mean(self.root_out[direct], self.y[direct], step)
+        noisy = (self.scales[step] > 0).nonzero().squeeze(1)
+        if noisy.numel():
+            s = self.scales[step[noisy]].to(self.dtype)
+            y_next[noisy] += _rows(s, y_next[noisy]) * self.rng.normal(direct[noisy], self.shape, self.dtype)
+        self.y[direct] = y_next
+        self.n[direct] += 1
+        self.root_known[direct] = False
+        for m in self.keep:
+            hit = self.n[direct] == m
+            if hit.any():
+                self.keep_state(direct[hit], m, y_next[hit])
+
+
+class _Round:
+    """One round of the speculating trajectories `spec` (positions in the batch), tree depths `depth`.
+
+    Buffers hold the materialised nodes in breadth-first order: every internal node, and the
+    leaves too when they are evaluated (prefetch "leaves").
+    """
+
+    def __init__(self, run: _Run, spec: torch.Tensor, depth: torch.Tensor):
+        self.run, self.spec, self.depth = run, spec, depth
+        self.count = spec.numel()
+        self.all_full = bool((depth == run.tree.depth).all())
+        self.top = int(depth.max())
+        tree = run.tree
+        # levels materialised: internal ones, plus the last when leaves are evaluated
+        self.levels = self.top if run.evaluate_leaves else self.top - 1
+        self.m = tree.nodes_to_depth(self.levels)
+        self.n0 = run.n[spec].clone()
+
+    def draft(self):
+        """Phase 1: draft every materialised level, level by level."""
+        run, tree, spec = self.run, self.run.tree, self.spec
+        shape, dev, dtype = run.shape, run.device, run.dtype
+        self.x = torch.empty((self.count, self.m, *shape), device=dev, dtype=dtype)
+        self.x[:, 0] = run.y[spec]
+        self.mp = torch.empty((self.count, tree.nodes_to_depth(max(self.levels - 1, 0)), *shape), device=dev, dtype=dtype)
+        # how many levels each trajectory materialises
+        mat = self.depth if run.evaluate_leaves else self.depth - 1
+        self.mat_nodes = run.level_starts[mat + 1]  # nodes per trajectory, the root included
+        if self.m > 1:
+            noise = torch.empty((self.count, self.m - 1, *shape), device=dev, dtype=dtype)
+            for j, (t, c) in enumerate(zip(spec.tolist(), (self.mat_nodes - 1).tolist())):
+                torch.randn((c, *shape), generator=run.rng.generators[t], out=noise[j, :c])
+        for level in range(1, self.levels + 1):
+            rows = (mat >= level).nonzero().squeeze(1)
+            full = rows.numel() == self.count
+            lo, hi = tree.level_starts[level - 1], tree.level_starts[level]
+            step = _pick(self.n0, rows, full) + level - 1
+            means = self.draft_means(rows, full, _pick(self.x, rows, full)[:, lo:hi], step)
+            self.mp[rows, lo:hi] = means
+            c_lo, c_hi = tree.level_starts[level], tree.level_starts[level + 1]
+            kids = _pick(noise, rows, full)[:, c_lo - 1:c_hi - 1].unflatten(1, (hi - lo, tree.widths[level - 1]))
+            kids = kids * _rows(run.scales[step].to(dtype), kids) + means[:, :, None]
+            self.x[rows, c_lo:c_hi] = kids.flatten(1, 2)
+
+    def draft_means(self, rows, full, x, step):
+        """m^p at nodes x (A, P, *shape) of trajectories spec[rows], all at `step`."""
+        run = self.run
+        traj = _pick(self.spec, rows, full)
+        if run.draft.calls_network:
+            run.cost.draft_calls += 1
+        return run.draft.means(run.kernel, x, step, run.frozen[traj] if run.uses_frozen else None,
+                               {k: v[traj] for k, v in run.cond.items()})
+
+    def target_rows(self):
+        """Phase 2 input: every materialised node of each trajectory's tree, the root unless known."""
+        run = self.run
+        node = torch.arange(self.m, device=run.device)
+        root_known = run.root_known[self.spec]
+        self.evaluated = (node[None] < self.mat_nodes[:, None]) & ((node[None] > 0) | ~root_known[:, None])
+        if self.all_full and not root_known.any():
+            self.e_traj = self.e_node = None  # every node: a view, no gather
+            x = self.x.flatten(0, 1)
+            steps = (self.n0[:, None] + run.node_depth[:self.m]).flatten()
+            traj = self.spec.repeat_interleave(self.m)
+        else:
+            self.e_traj, self.e_node = self.evaluated.nonzero(as_tuple=True)
+            x = self.x[self.e_traj, self.e_node]
+            steps = self.n0[self.e_traj] + run.node_depth[self.e_node]
+            traj = self.spec[self.e_traj]
+        return x, steps, traj
+
+    @property
+    def eval_count(self) -> int:
+        run = self.run
+        known = run.root_known[self.spec]
+        return int((self.mat_nodes - known.long()).sum())
+
+    def take_target_output(self, out_rows):
+        run = self.run
+        if out_rows is None:
+            self.evaluated = torch.zeros((self.count, self.m), dtype=torch.bool, device=run.device)
+            self.out = torch.empty_like(self.x)
+        elif self.e_traj is None:
+            self.out = out_rows.view_as(self.x)
+        else:
+            self.out = torch.empty_like(self.x)
+            self.out[self.e_traj, self.e_node] = out_rows
+        known = run.root_known[self.spec]
+        if known.any():
+            self.out[known, 0] = run.root_out[self.spec[known]]
+
+    def walk(self):
+        """Phase 3: verify from the root down; commit the kept child or the corrected draw."""
+        run, tree = self.run, self.run.tree
+        dev, count = run.device, self.count
+        self.cur = torch.zeros(count, dtype=torch.long, device=dev)
+        self.end_depth = self.depth.clone()
+        self.corrected = torch.zeros(count, dtype=torch.bool, device=dev)
+        self.y_new = torch.empty((count, *run.shape), device=dev, dtype=run.dtype)
+        self.path = torch.zeros((count, self.top), dtype=torch.long, device=dev)  # accepted node per depth
+        self.lazy_kids = {}  # leaves drawn by the walk, for the trace
+        rec = self.start_trace() if run.trace is not None else None
+        for level in range(self.top):
+            a = ((self.depth > level) & ~self.corrected).nonzero().squeeze(1)
+            if not a.numel():
+                break
+            c = self.cur[a]
+            step = self.n0[a] + level
+            xc = self.x[a, c]
+            mq = run.kernel.mean(self.out[a, c], xc, step)
+            kid_idx = run.first_child[c][:, None] + torch.arange(tree.widths[level], device=dev)
+            if level < self.levels:
+                mp, kids = self.mp[a, c], self.x[a[:, None], kid_idx]
+            else:  # unevaluated leaves: drawn now, when their parent is examined
+                mp = self.draft_means(a, False, xc[:, None], step)[:, 0]
+                noise = run.rng.normal(self.spec[a], (tree.widths[level], *run.shape), run.dtype)
+                kids = mp[:, None] + _rows(run.scales[step].to(run.dtype), noise) * noise
+                self.lazy_kids[level] = (a, kids)
+            verdict = run.verifier.verify(mq, mp, run.scales[step], kids, run.rng, self.spec[a])
+            ok = verdict.kept >= 0
+            run.cost.examined_per_depth[level] += a.numel()
+            run.cost.accepted_per_depth[level] += int(ok.sum())
+            self.cur[a[ok]] = kid_idx[ok, verdict.kept[ok]]
+            self.path[a[ok], level] = self.cur[a[ok]]
+            bad = a[~ok]
+            self.corrected[bad] = True
+            self.end_depth[bad] = level + 1
+            self.y_new[bad] = verdict.sample[~ok]
+            done_here = a[ok & (self.depth[a] == level + 1)]  # reached its last level by acceptance
+            self.y_new[done_here] = verdict.sample[ok & (self.depth[a] == level + 1)]
+            if rec is not None:
+                self.record(rec, level, a, c, kid_idx, verdict)
+        if rec is not None:
+            self.finish_trace(rec)
+
+    def commit(self):
+        """Phase 4: new states and steps; the frozen output that starts the next round."""
+        run, tree, spec = self.run, self.run.tree, self.spec
+        dev = run.device
+        run.y[spec] = self.y_new
+        run.n[spec] = self.n0 + self.end_depth
+        run.root_known[spec] = False
+        for m in run.keep:
+            j = m - self.n0
+            sel = ((j >= 1) & (j <= self.end_depth)).nonzero().squeeze(1)
+            if sel.numel():
+                # an inner step of the path is an accepted (materialised) node; the last is y_new
+                js = j[sel]
+                inner = js < self.end_depth[sel]
+                vals = self.y_new[sel].clone()
+                if inner.any():
+                    vals[inner] = self.x[sel[inner], self.path[sel[inner], js[inner] - 1]]
+                run.keep_state(spec[sel], m, vals)
+        if not run.uses_frozen:
+            return
+        if run.draft.prefetch == "none":
+            run.has_frozen[spec] = False
+            return
+        ar = torch.arange(self.count, device=dev)
+        done = ~self.corrected
+        # the node whose verification ended the round: the parent of the committed state
+        above = self.path.gather(1, (self.end_depth - 2).clamp(min=0)[:, None])[:, 0]
+        last_parent = torch.where(self.end_depth == 1, 0, torch.where(self.corrected, above, run.parent[self.cur]))
+        source = last_parent.clone()
+        if run.evaluate_leaves:
+            # a committed leaf was evaluated: its exact output starts the next round
+            leaf = done & (self.cur < self.m)
+            rows = spec[leaf]
+            run.root_out[rows] = self.out[leaf, self.cur[leaf]]
+            run.root_known[rows] = True
+            source[leaf] = self.cur[leaf]
+        if run.draft.prefetch in ("nearest", "leaves"):
+            for level in range(1, self.top + 1):
+                sel = (self.corrected & (self.end_depth == level)).nonzero().squeeze(1)
+                if not sel.numel() or level > self.levels:
+                    continue
+                sib = run.first_child[last_parent[sel]][:, None] + torch.arange(tree.widths[level - 1], device=dev)
+                sib_eval = self.evaluated[sel[:, None], sib]
+                dist = (self.x[sel[:, None], sib] - self.y_new[sel, None]).flatten(2).norm(dim=2)
+                best = torch.where(sib_eval, dist, float("inf")).argmin(1)
+                use = sib_eval.any(1)
+                source[sel[use]] = sib[use, best[use]]
+        run.freeze(spec, self.out[ar, source], self.x[ar, source], self.n0 + run.node_depth[source])
+
+    # ---------------------------------------------------------------- trace
+    def start_trace(self):
+        full = self.run.tree.nodes_to_depth(self.top)
+        nan = lambda: torch.full((self.count, full + 1), float("nan"), dtype=torch.float64)
+        status = torch.zeros((self.count, full + 1), dtype=torch.int8)
+        status[:, 0] = ROOT
+        return {"full": full, "status": status, "delta": nan(), "node_acc": nan(), "child_acc": nan(),
+                "corr_parent": torch.full((self.count,), -1, dtype=torch.long)}
+
+    def record(self, rec, level, a, c, kid_idx, verdict):
+        a_c, c_c, kid_c = a.cpu(), c.cpu(), kid_idx.cpu()
+        rec["delta"][a_c, c_c] = verdict.delta.cpu()
+        rec["node_acc"][a_c, c_c] = verdict.accept_prob.cpu()
+        examined = ~verdict.child_accept_prob.isnan().cpu()
+        rows = a_c[:, None].expand_as(kid_c)[examined]
+        rec["child_acc"][rows, kid_c[examined]] = verdict.child_accept_prob.cpu()[examined]
+        rec["status"][rows, kid_c[examined]] = REJECTED
+        ok = (verdict.kept >= 0).cpu()
+        rec["status"][a_c[ok], self.cur[a[ok.to(a.device)]].cpu()] = ACCEPTED
+        rec["status"][a_c[~ok], rec["full"]] = CORRECTED
+        rec["corr_parent"][a_c[~ok]] = c_c[~ok]
+
+    def finish_trace(self, rec):
+        run, tree, full = self.run, self.run.tree, rec["full"]
+        states = None
+        if run.trace_states:
+            # leaves the walk never reached were never drawn: NaN
+            states = torch.full((self.count, full + 1, *run.shape), float("nan"), dtype=torch.float32)
+            states[:, :self.m] = self.x.float().cpu()
+            for level, (a, kids) in self.lazy_kids.items():
+                c = self.cur_before(level, a)
+                kid_idx = run.first_child[c][:, None] + torch.arange(tree.widths[level], device=run.device)
+                states[a.cpu()[:, None], kid_idx.cpu()] = kids.float().cpu()
+            states[:, full] = self.y_new.float().cpu()
+            states[~self.corrected.cpu(), full] = float("nan")
+        evaluated = torch.zeros((self.count, full + 1), dtype=torch.bool)
+        evaluated[:, :self.m] = self.evaluated.cpu()
+        run.trace.append(RoundTrace(
+            trajectories=np.asarray(run.indices)[self.spec.cpu().numpy()], step=self.n0.cpu().numpy(),
+            depth=self.depth.cpu().numpy(), parent=np.append(tree.parent[:full].numpy(), -1),
+            node_depth=np.append(tree.node_depth[:full].numpy(), -1), corrected_parent=rec["corr_parent"].numpy(),
+            status=rec["status"].numpy(), evaluated=evaluated.numpy(), delta=rec["delta"].numpy(),
+            node_accept_prob=rec["node_acc"].numpy(), child_accept_prob=rec["child_acc"].numpy(),
+            committed_steps=self.end_depth.cpu().numpy(), states=None if states is None else states.numpy(),
+        ))
+
+    def cur_before(self, level, a):
+        """The node verified at `level` by rows a: the root, or the node accepted at level - 1."""
+        return torch.zeros_like(a) if level == 0 else self.path[a, level - 1]
+
+
+def sample(
+    network: Callable[..., torch.Tensor],
+    kernel: Kernel,
+    shape: Sequence[int],
+    num_samples: int,
+    *,
+    tree: Topology = Topology(()),
+    draft: Draft | None = None,
+    verifier: Verifier | None = None,
+    seed: int = 0,
+    indices: Sequence[int] | None = None,
+    cond: dict[str, torch.Tensor] | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    keep_steps: Sequence[int] = (),
+    trace: bool = False,
+    trace_states: bool = True,
+    callback: Callable[[dict], None] | None = None,
+) -> SampleResult:
+    """Draw num_samples exact samples of the target chain Y_0 -> ... -> Y_N.
+
+    network(x [R, *shape], n [R], **cond) returns the target output at each row's state and step.
+    tree () is plain target sampling; a chain or tree speculates with draft and verifier.
+    indices name the trajectories (their random streams); default range(num_samples). cond holds
+    per-trajectory conditioning (B, ...) passed row by row to the networks (class labels).
+    keep_steps: also return the states at these steps (the whole path is exact, not only Y_N).
+    trace: record every round (RoundTrace), with node states unless trace_states is False.
+    callback receives a dict after every round (for progress bars).
+    """
+    check_run(kernel, tree, draft, verifier, shape, num_samples)
+    t_start = time.perf_counter()
+    with torch.inference_mode():
+        run = _Run(network, kernel, shape, num_samples, tree, draft, verifier, seed, indices, cond, device, dtype,
+                   keep_steps, trace, trace_states)
+        while run.round():
+            if callback is not None:
+                callback({"round": run.cost.rounds, "steps_done": run.n.cpu(), "num_steps": run.num_steps,
+                          "active": int((run.n < run.num_steps).sum()), "target_calls": run.cost.target_calls})
+        if run.device.type == "cuda":
+            torch.cuda.synchronize(run.device)
+    run.cost.wall_s = time.perf_counter() - t_start
+    return SampleResult(samples=run.y, cost=run.cost, states=run.states, trace=run.trace)

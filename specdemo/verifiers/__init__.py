@@ -1,0 +1,20 @@
+"""Verifiers: couplings between the draft and target kernels at one node (algorithms.md section 3)."""
+
+from ..errors import SpecdemoError
+from .base import DELTA_FLOOR, RankOne, Verdict, Verifier
+from .dgrs import GreedyRejectionSampling
+from .rank import RankAwareSelection
+from .rmc import ReflectionMaximalCoupling
+
+VERIFIERS = {v.name: v for v in (ReflectionMaximalCoupling, GreedyRejectionSampling, RankAwareSelection)}
+
+
+def get_verifier(name: str) -> Verifier:
+    try:
+        return VERIFIERS[name]()
+    except KeyError:
+        raise SpecdemoError(f"unknown verifier {name!r}; accepted: {', '.join(VERIFIERS)}") from None
+
+
+__all__ = ["Verifier", "Verdict", "RankOne", "DELTA_FLOOR", "ReflectionMaximalCoupling", "GreedyRejectionSampling",
+           "RankAwareSelection", "VERIFIERS", "get_verifier"]

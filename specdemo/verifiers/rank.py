@@ -1,0 +1,140 @@
+"""Rank-aware selection with maximal coupling (algorithms.md section 3; after arXiv 2610.02251).
+
+Contract: the committed state is an exact draw from N(mq, s^2 I); an accepted child is returned bit
+for bit. The K children are sorted by their projection u; a rank r is drawn with weights
+w_r(delta, K) fixed before the children are looked at, so the selected u has density
+
+    g(u) = sum_r w_r f_(r)(u),  f_(r)(u) = K C(K-1, r-1) Phi(u)^(r-1) Phibar(u)^(K-r) phi(u),
+
+the r-th order statistic of K standard normals. The selected child is accepted with probability
+min(1, phi(u - delta) / g(u)); otherwise u is drawn from (phi(. - delta) - g)_+ normalised and the
+selected child's z_perp is kept. Acceptance is the integral of min(phi(. - delta), g), exact for any
+weights; the weights maximising it come from a linear programme on a grid, solved once per
+(delta bucket, K) and cached.
+
+The residual is drawn by rejection from N(delta, 1) with acceptance (1 - g / phi(. - delta))_+:
+exact with no root finding, and one proposal per verified node on average (a rejection has
+probability 1 - acceptance and costs 1 / (1 - acceptance) proposals).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import torch
+from scipy import optimize, sparse
+
+from .base import DELTA_FLOOR, RankOne, Verdict, Verifier, std_normal_log_pdf
+
+DELTA_BUCKET_RATIO = 1.04  # weights are solved at the geometric centre of [ratio^b, ratio^(b+1))
+DELTA_MIN, DELTA_MAX = 1e-3, 64.0
+GRID_POINTS = 1201
+PROPOSALS_PER_DRAW = 16
+
+
+def log_order_stat_mixture(u: torch.Tensor, log_w: torch.Tensor) -> torch.Tensor:
+    """log g(u) for u (A, M) and log-weights (A, K) (float64)."""
+    k = log_w.shape[-1]
+    r = torch.arange(1, k + 1, dtype=torch.float64, device=u.device)
+    log_binom = torch.lgamma(torch.tensor(k, dtype=torch.float64)) - torch.lgamma(r) - torch.lgamma(k - r + 1)
+    log_cdf, log_sf = torch.special.log_ndtr(u)[..., None], torch.special.log_ndtr(-u)[..., None]
+    log_f = math.log(k) + log_binom + (r - 1) * log_cdf + (k - r) * log_sf + std_normal_log_pdf(u)[..., None]
+    return (log_w[:, None, :] + log_f).logsumexp(-1)
+
+
+def delta_bucket(delta: float) -> int:
+    return math.floor(math.log(min(max(delta, DELTA_MIN), DELTA_MAX)) / math.log(DELTA_BUCKET_RATIO))
+
+
+@lru_cache(maxsize=None)
+def rank_weights(bucket: int, k: int) -> tuple[float, ...]:
+    """w(delta, K) maximising the integral of min(phi(. - delta), g) on a grid, at the bucket's centre.
+
+    Linear programme over (w, m): maximise h sum_i m_i subject to m_i <= phi(u_i - delta),
+    m_i <= sum_r w_r f_(r)(u_i), w >= 0, sum_r w_r = 1.
+    """
+    if k == 1:
+        return (1.0,)
+    delta = DELTA_BUCKET_RATIO ** (bucket + 0.5)
+    u = torch.linspace(-9.0, delta + 9.0, GRID_POINTS, dtype=torch.float64)
+    h = float(u[1] - u[0])
+    eye = torch.eye(k, dtype=torch.float64).clamp_min(1e-300).log()
+    f = log_order_stat_mixture(u.expand(k, -1), eye).exp().T.numpy()  # (M, K): f_(r)(u_i)
+    target = std_normal_log_pdf(u - delta).exp().numpy()
+    m = GRID_POINTS
+    ident = sparse.identity(m, format="csr")
+    a_ub = sparse.vstack([sparse.hstack([sparse.csr_matrix((m, k)), ident]), sparse.hstack([sparse.csr_matrix(-f), ident])])
+    res = optimize.linprog(
+        c=np.concatenate([np.zeros(k), -h * np.ones(m)]), A_ub=a_ub, b_ub=np.concatenate([target, np.zeros(m)]),
+        A_eq=np.concatenate([np.ones(k), np.zeros(m)])[None], b_eq=[1.0], bounds=(0, None), method="highs",
+    )
+    if not res.success:  # any weights are exact; fall back to the parent density's (uniform ranks)
+        return (1.0 / k,) * k
+    w = np.clip(res.x[:k], 0.0, None)
+    return tuple((w / w.sum()).tolist())
+
+
+def weights_for(delta: torch.Tensor, k: int) -> torch.Tensor:
+    """(A, K) weights for each row's delta (float64)."""
+    rows = [rank_weights(delta_bucket(d), k) for d in delta.tolist()]
+    return torch.tensor(rows, dtype=torch.float64, device=delta.device).reshape(-1, k)
+
+
+def integrated_acceptance(delta: torch.Tensor, w: torch.Tensor, points: int = 601) -> torch.Tensor:
+    """The integral of min(phi(. - delta), g) per row, by the trapezoidal rule on [-10, delta + 10]."""
+    t = torch.linspace(0.0, 1.0, points, dtype=torch.float64, device=delta.device)
+    u = -10.0 + t[None] * (delta[:, None] + 20.0)
+    log_g = log_order_stat_mixture(u, w.clamp_min(1e-300).log())
+    dens = torch.minimum(std_normal_log_pdf(u - delta[:, None]), log_g).exp()
+    return torch.trapezoid(dens, u, dim=1)
+
+
+class RankAwareSelection(Verifier):
+    name = "rank"
+
+    def _verify(self, red: RankOne, s, children, rng, rows) -> Verdict:
+        a, k = red.u.shape
+        delta, dev = red.delta, red.u.device
+        w = weights_for(delta, k)
+        log_w = w.clamp_min(1e-300).log()
+        sorted_u, order = red.u.sort(dim=1)
+        draws = rng.uniform(rows, 2)
+        rank = (w.cumsum(1) <= draws[:, :1]).sum(1).clamp(max=k - 1)
+        chosen = order[torch.arange(a, device=dev), rank]
+        u_sel = sorted_u[torch.arange(a, device=dev), rank]
+        log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]
+        p = log_ratio.clamp(max=0.0).exp()
+        accept = draws[:, 1] < p
+        sample = children[torch.arange(a, device=dev), chosen]  # a copy, bit for bit
+        rejected = (~accept).nonzero().squeeze(1)
+        if rejected.numel():
+            r = rejected
+            u_new = self._residual(delta[r], log_w[r], rng, rows[r])
+            sample[r] = red.select(r).move(sample[r], u_sel[r], u_new, s[r])
+        child_p = torch.full((a, k), float("nan"), dtype=torch.float64, device=dev)
+        child_p[torch.arange(a, device=dev), chosen] = p
+        return Verdict(kept=torch.where(accept, chosen, -1), sample=sample, delta=delta,
+                       child_accept_prob=child_p, accept_prob=integrated_acceptance(delta, w))
+
+    @staticmethod
+    def _residual(delta, log_w, rng, rows) -> torch.Tensor:
+        """Draw u from (phi(. - delta) - g)_+ normalised, by rejection from N(delta, 1)."""
+        out = torch.empty_like(delta)
+        todo = torch.arange(delta.numel(), device=delta.device)
+        while todo.numel():
+            draws = rng.uniform(rows[todo], 2 * PROPOSALS_PER_DRAW)
+            # half a grid step keeps the uniforms inside (0, 1), where ndtri is finite
+            v = delta[todo, None] + torch.special.ndtri(draws[:, :PROPOSALS_PER_DRAW] + 2.0**-54)
+            g_over_target = (log_order_stat_mixture(v, log_w[todo]) - std_normal_log_pdf(v - delta[todo, None])).exp()
+            ok = draws[:, PROPOSALS_PER_DRAW:] < 1 - g_over_target
+            found = ok.any(1)
+            first = ok.int().argmax(1)
+            out[todo[found]] = v[found, first[found]]
+            todo = todo[~found]
+        return out
+
+    def acceptance(self, delta, k):
+        delta = delta.double().clamp_min(DELTA_FLOOR)
+        return integrated_acceptance(delta, weights_for(delta, k), points=8001)
