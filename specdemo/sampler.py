@@ -337,13 +337,19 @@ class _Round:
             xc = self.x[a, c]
             mq = run.kernel.mean(self.out[a, c], xc, step)
             kid_idx = run.first_child[c][:, None] + torch.arange(tree.widths[level], device=dev)
-            if level < self.levels:
+            lazy = (self.depth[a] == level + 1) & (not run.evaluate_leaves)
+            if lazy.any():  # unevaluated leaves: drawn now, when their parent is examined
+                mp = torch.empty_like(xc)
+                kids = torch.empty((a.numel(), tree.widths[level], *run.shape), device=dev, dtype=run.dtype)
+                mat = (~lazy).nonzero().squeeze(1)
+                mp[mat], kids[mat] = self.mp[a[mat], c[mat]], self.x[a[mat, None], kid_idx[mat]]
+                lz = lazy.nonzero().squeeze(1)
+                mp[lz] = self.draft_means(a[lz], False, xc[lz, None], step[lz])[:, 0]
+                noise = run.rng.normal(self.spec[a[lz]], (tree.widths[level], *run.shape), run.dtype)
+                kids[lz] = mp[lz, None] + _rows(run.scales[step[lz]].to(run.dtype), noise) * noise
+                self.lazy_kids[level] = (a[lz], kids[lz])
+            else:
                 mp, kids = self.mp[a, c], self.x[a[:, None], kid_idx]
-            else:  # unevaluated leaves: drawn now, when their parent is examined
-                mp = self.draft_means(a, False, xc[:, None], step)[:, 0]
-                noise = run.rng.normal(self.spec[a], (tree.widths[level], *run.shape), run.dtype)
-                kids = mp[:, None] + _rows(run.scales[step].to(run.dtype), noise) * noise
-                self.lazy_kids[level] = (a, kids)
             verdict = run.verifier.verify(mq, mp, run.scales[step], kids, run.rng, self.spec[a])
             ok = verdict.kept >= 0
             run.cost.examined_per_depth[level] += a.numel()

@@ -19,7 +19,7 @@ import torch
 
 from .base import DELTA_FLOOR, RankOne, Verdict, Verifier, normal_sf
 
-BISECTION_STEPS = 100  # halves an interval of ~50 down past float64 resolution
+BISECTION_STEPS = 64  # halves an interval of ~50 down to float64 resolution
 
 
 def grs_levels(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

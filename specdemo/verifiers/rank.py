@@ -44,8 +44,9 @@ def log_order_stat_mixture(u: torch.Tensor, log_w: torch.Tensor) -> torch.Tensor
     return (log_w[:, None, :] + log_f).logsumexp(-1)
 
 
-def delta_bucket(delta: float) -> int:
-    return math.floor(math.log(min(max(delta, DELTA_MIN), DELTA_MAX)) / math.log(DELTA_BUCKET_RATIO))
+def delta_buckets(delta: torch.Tensor) -> torch.Tensor:
+    """Bucket b holds delta in [ratio^b, ratio^(b+1)), delta clamped to [DELTA_MIN, DELTA_MAX]."""
+    return (delta.clamp(DELTA_MIN, DELTA_MAX).log() / math.log(DELTA_BUCKET_RATIO)).floor().long()
 
 
 @lru_cache(maxsize=None)
@@ -76,13 +77,28 @@ def rank_weights(bucket: int, k: int) -> tuple[float, ...]:
     return tuple((w / w.sum()).tolist())
 
 
-def weights_for(delta: torch.Tensor, k: int) -> torch.Tensor:
-    """(A, K) weights for each row's delta (float64)."""
-    rows = [rank_weights(delta_bucket(d), k) for d in delta.tolist()]
-    return torch.tensor(rows, dtype=torch.float64, device=delta.device).reshape(-1, k)
+@lru_cache(maxsize=None)
+def bucket_acceptance(bucket: int, k: int) -> tuple[float, float]:
+    """Acceptance with the bucket's weights at the bucket's two ends (for interpolation)."""
+    w = torch.tensor([rank_weights(bucket, k)] * 2, dtype=torch.float64)
+    ends = torch.tensor([DELTA_BUCKET_RATIO**bucket, DELTA_BUCKET_RATIO ** (bucket + 1)], dtype=torch.float64)
+    return tuple(integrated_acceptance(ends, w, points=8001).tolist())
 
 
-def integrated_acceptance(delta: torch.Tensor, w: torch.Tensor, points: int = 601) -> torch.Tensor:
+def weights_for(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, K) weights for each row's delta (float64), and the acceptance they give: the integral
+    of min(phi(. - delta), g), interpolated in log delta between the bucket's ends."""
+    buckets = delta_buckets(delta)
+    uniq, inverse = buckets.unique(return_inverse=True)
+    table = torch.tensor([rank_weights(b, k) for b in uniq.tolist()], dtype=torch.float64, device=delta.device)
+    ends = torch.tensor([bucket_acceptance(b, k) for b in uniq.tolist()], dtype=torch.float64, device=delta.device)
+    lo = DELTA_BUCKET_RATIO ** buckets.double()
+    frac = ((delta.clamp_min(DELTA_MIN) / lo).log() / math.log(DELTA_BUCKET_RATIO)).clamp(0.0, 1.0)
+    acceptance = torch.lerp(ends[inverse, 0], ends[inverse, 1], frac)
+    return table[inverse].reshape(-1, k), acceptance
+
+
+def integrated_acceptance(delta: torch.Tensor, w: torch.Tensor, points: int = 8001) -> torch.Tensor:
     """The integral of min(phi(. - delta), g) per row, by the trapezoidal rule on [-10, delta + 10]."""
     t = torch.linspace(0.0, 1.0, points, dtype=torch.float64, device=delta.device)
     u = -10.0 + t[None] * (delta[:, None] + 20.0)
@@ -97,7 +113,7 @@ class RankAwareSelection(Verifier):
     def _verify(self, red: RankOne, s, children, rng, rows) -> Verdict:
         a, k = red.u.shape
         delta, dev = red.delta, red.u.device
-        w = weights_for(delta, k)
+        w, acceptance = weights_for(delta, k)
         log_w = w.clamp_min(1e-300).log()
         sorted_u, order = red.u.sort(dim=1)
         draws = rng.uniform(rows, 2)
@@ -116,7 +132,7 @@ class RankAwareSelection(Verifier):
         child_p = torch.full((a, k), float("nan"), dtype=torch.float64, device=dev)
         child_p[torch.arange(a, device=dev), chosen] = p
         return Verdict(kept=torch.where(accept, chosen, -1), sample=sample, delta=delta,
-                       child_accept_prob=child_p, accept_prob=integrated_acceptance(delta, w))
+                       child_accept_prob=child_p, accept_prob=acceptance)
 
     @staticmethod
     def _residual(delta, log_w, rng, rows) -> torch.Tensor:
@@ -137,4 +153,4 @@ class RankAwareSelection(Verifier):
 
     def acceptance(self, delta, k):
         delta = delta.double().clamp_min(DELTA_FLOOR)
-        return integrated_acceptance(delta, weights_for(delta, k), points=8001)
+        return integrated_acceptance(delta, weights_for(delta, k)[0])

@@ -1,0 +1,36 @@
+"""What the sampler needs from a model: a shape, kernels it supports, and its network per kernel.
+
+A network is any callable net(x [R, *shape], n [R] step indices, **cond) -> output [R, *shape] in
+kernel.prediction_type: every row carries its own state and step.
+"""
+
+from __future__ import annotations
+
+from ..errors import SpecdemoError
+from ..kernels import Kernel
+
+KERNEL_NAMES = ("ddpm", "ddim", "flow-churn", "langevin")
+
+
+class Target:
+    """A target model. `defaults` are the kernel settings it is meant for (CLI flag names)."""
+
+    name: str
+    shape: tuple[int, ...]
+    kernels: tuple[str, ...]
+    defaults: dict
+    num_classes: int | None = None
+
+    def kernel(self, name: str, steps: int, *, eta: float, churn: float, gamma: float, prediction: str) -> Kernel:
+        raise NotImplementedError
+
+    def network(self, kernel: Kernel):
+        raise NotImplementedError
+
+    def check_kernel(self, name: str) -> None:
+        if name not in self.kernels:
+            raise SpecdemoError(f"{self.name} runs with the {' or '.join(self.kernels)} kernel, not {name!r}")
+
+    def describe(self) -> dict:
+        return {"model": self.name, "shape": list(self.shape), "kernels": list(self.kernels),
+                "num_classes": self.num_classes, "defaults": self.defaults}

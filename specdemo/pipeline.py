@@ -1,0 +1,156 @@
+"""One serialisable configuration for a run, resolved into the sampler's objects.
+
+The CLI, the app and the benchmarks all go through `SamplerConfig` and `generate`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+import torch
+
+from .drafts import FREEZE, PREFETCH, BiasedDraft, Draft, FrozenDraft
+from .errors import SpecdemoError
+from .kernels import Kernel
+from .models import KERNEL_NAMES, Target, resolve_target
+from .sampler import SampleResult, sample
+from .trees import Topology
+from .verifiers import VERIFIERS, Verifier, get_verifier
+
+METHODS = ("target", "chain", "tree")
+DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
+DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
+MAX_SAMPLES = 100_000
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Everything that defines a run. None means "the model's default" (see Target.defaults)."""
+
+    model: str = "gm2d"
+    kernel: str | None = None
+    steps: int | None = None
+    eta: float = 1.0
+    churn: float | None = None
+    gamma: float | None = None
+    prediction: str = "epsilon"
+    method: str = "tree"
+    tree: str | None = None
+    verifier: str | None = None
+    draft: str = "frozen"
+    freeze: str = "out"
+    draft_bias: float = 0.0
+    prefetch: str = "nearest"
+    num_samples: int = 16
+    seed: int = 0
+    device: str = "auto"
+    class_label: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SamplerConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise SpecdemoError(f"unknown settings {sorted(unknown)}; accepted: {sorted(names)}")
+        return cls(**d)
+
+    def with_method(self, method: str, tree: str | None = None) -> "SamplerConfig":
+        """The same run with another method (for side-by-side comparisons)."""
+        return replace(self, method=method, tree=tree, verifier=None if method != self.method else self.verifier)
+
+
+@dataclass
+class Problem:
+    """A resolved configuration: what `sample` is called with."""
+
+    config: SamplerConfig
+    target: Target
+    kernel: Kernel
+    network: object
+    tree: Topology
+    draft: Draft | None
+    verifier: Verifier | None
+    device: torch.device
+    cond: dict
+
+    def run(self, **kwargs) -> SampleResult:
+        return sample(self.network, self.kernel, self.target.shape, self.config.num_samples, tree=self.tree,
+                      draft=self.draft, verifier=self.verifier, seed=self.config.seed, cond=self.cond,
+                      device=self.device, **kwargs)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SpecdemoError("device cuda was asked for but no CUDA GPU is available; use --device cpu or auto")
+    if name not in ("cpu", "cuda"):
+        raise SpecdemoError(f"unknown device {name!r}; accepted: auto, cpu, cuda")
+    return torch.device(name)
+
+
+def _choice(value, accepted, what):
+    if value not in accepted:
+        raise SpecdemoError(f"unknown {what} {value!r}; accepted: {', '.join(accepted)}")
+
+
+def build(config: SamplerConfig, target: Target | None = None) -> Problem:
+    """Resolve and check a configuration; every refusal names the problem and what is accepted."""
+    c = config
+    _choice(c.method, METHODS, "method")
+    _choice(c.freeze, FREEZE, "freeze")
+    _choice(c.prefetch, PREFETCH, "prefetch")
+    for name in ("eta", "draft_bias") + tuple(n for n in ("churn", "gamma") if getattr(c, n) is not None):
+        if not math.isfinite(getattr(c, name)):
+            raise SpecdemoError(f"{name} must be a finite number, got {getattr(c, name)}")
+    if not 1 <= c.num_samples <= MAX_SAMPLES:
+        raise SpecdemoError(f"the number of samples must be in 1..{MAX_SAMPLES}, got {c.num_samples}")
+    target = target or resolve_target(c.model)
+    defaults = target.defaults
+    kernel_name = c.kernel or defaults.get("kernel", target.kernels[0])
+    _choice(kernel_name, KERNEL_NAMES, "kernel")
+    steps = c.steps if c.steps is not None else defaults.get("steps", 100)
+    kernel = target.kernel(kernel_name, steps, eta=c.eta,
+                           churn=c.churn if c.churn is not None else defaults.get("churn", 0.06),
+                           gamma=c.gamma if c.gamma is not None else defaults.get("gamma", 0.01),
+                           prediction=c.prediction)
+    device = resolve_device(c.device)
+
+    if c.method == "target":
+        tree, draft, verifier = Topology(()), None, None
+    else:
+        tree = Topology.parse(c.tree or DEFAULT_TREES[c.method])
+        if c.method == "chain" and not tree.is_chain:
+            raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
+        verifier_name = c.verifier or DEFAULT_VERIFIERS[c.method]
+        _choice(verifier_name, tuple(VERIFIERS), "verifier")
+        verifier = get_verifier(verifier_name)
+        draft = build_draft(c, target)
+        if c.draft_bias:
+            draft = BiasedDraft(draft, c.draft_bias)
+
+    cond = {}
+    if target.num_classes:
+        label = c.class_label if c.class_label is not None else 0
+        if not 0 <= label < target.num_classes:
+            raise SpecdemoError(f"class label {label} is out of range for {target.name}: accepted 0..{target.num_classes - 1}")
+        cond["class_labels"] = torch.full((c.num_samples,), label, dtype=torch.long)
+    elif c.class_label is not None:
+        raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")
+    return Problem(c, target, kernel, target.network(kernel), tree, draft, verifier, device, cond)
+
+
+def build_draft(config: SamplerConfig, target: Target) -> Draft:
+    if config.draft == "frozen":
+        return FrozenDraft(config.freeze, config.prefetch)
+    raise SpecdemoError(f"unknown draft {config.draft!r} for {target.name}; accepted: frozen")
+
+
+def generate(config: SamplerConfig, **kwargs) -> tuple[SampleResult, Problem]:
+    """Build and run; kwargs go to `sample` (trace, keep_steps, callback)."""
+    problem = build(config)
+    return problem.run(**kwargs), problem

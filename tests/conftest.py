@@ -1,0 +1,23 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+class FastUniforms:
+    """The verifiers' random source for tests that check a verifier alone: one seeded generator
+    serves every row (the sampler gives each trajectory its own)."""
+
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def uniform(self, rows, count):
+        return torch.rand((len(rows), count), generator=self.generator, dtype=torch.float64)
+
+
+@pytest.fixture
+def fast_uniforms():
+    return FastUniforms

@@ -1,0 +1,140 @@
+"""Each verifier alone: exact draws from N(mq, s^2 I) at every delta and K, acceptance equal to the
+closed form, accepted children returned bit for bit; and broken verifiers caught by the same tests."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from specdemo.verifiers import GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling, Verdict
+from specdemo.verifiers.base import RankOne
+from specdemo.verifiers.dgrs import grs_levels
+
+DELTAS = [0.0, 1e-9, 0.1, 1.0, 3.0, 8.0]
+KS = [1, 2, 4, 8]
+ROWS = 20_000
+DIM = 6
+SCALE = 0.7
+ALPHA = 1e-3  # fixed seeds: each test either always passes or always fails
+
+
+def draw_node(delta, k, seed):
+    """ROWS nodes: draft mean mp, target mean mq at distance delta * SCALE along a fixed direction,
+    and K children drawn i.i.d. from N(mp, SCALE^2 I)."""
+    g = torch.Generator().manual_seed(seed)
+    direction = torch.randn(DIM, generator=g)
+    direction /= direction.norm()
+    mp = torch.randn(ROWS, DIM, generator=g)
+    mq = mp + delta * SCALE * direction
+    children = mp[:, None] + SCALE * torch.randn(ROWS, k, DIM, generator=g)
+    s = torch.full((ROWS,), SCALE, dtype=torch.float64)
+    return direction, mp, mq, s, children
+
+
+def projections(direction, mq, sample):
+    """(along, across): the committed state's coordinates (in units of s, centred at mq) along the
+    draft-to-target direction and along a fixed orthogonal one. Both are N(0, 1) iff exact."""
+    z = (sample - mq).double() / SCALE
+    d = direction.double()
+    other = torch.zeros_like(d)
+    other[0], other[1] = -d[1], d[0]
+    other /= other.norm()
+    return (z @ d).numpy(), (z @ other).numpy()
+
+
+def run(verifier, delta, k, seed, fast_uniforms) -> tuple[Verdict, tuple]:
+    direction, mp, mq, s, children = draw_node(delta, k, seed)
+    verdict = verifier.verify(mq, mp, s, children, fast_uniforms(seed + 1), torch.arange(ROWS))
+    return verdict, (direction, mp, mq, s, children)
+
+
+CASES = [("rmc", 1)] + [(name, k) for name in ("dgrs", "rank") for k in KS]
+VERIFIERS = {"rmc": ReflectionMaximalCoupling, "dgrs": GreedyRejectionSampling, "rank": RankAwareSelection}
+
+
+@pytest.mark.parametrize("delta", DELTAS)
+@pytest.mark.parametrize("name,k", CASES)
+def test_exact_draw_and_acceptance(name, k, delta, fast_uniforms):
+    verifier = VERIFIERS[name]()
+    seed = 1000 * KS.index(k) + 10 * DELTAS.index(delta) + list(VERIFIERS).index(name)
+    verdict, (direction, mp, mq, s, children) = run(verifier, delta, k, seed, fast_uniforms)
+    along, across = projections(direction, mq, verdict.sample)
+    assert stats.kstest(along, "norm").pvalue > ALPHA
+    assert stats.kstest(across, "norm").pvalue > ALPHA
+
+    kept = verdict.kept >= 0
+    expected = float(verifier.acceptance(torch.tensor([delta], dtype=torch.float64), k)[0])
+    se = math.sqrt(max(expected * (1 - expected), 1e-12) / ROWS)
+    assert abs(kept.double().mean().item() - expected) <= 3 * se + 1e-12
+
+    # an accepted child is returned bit for bit
+    rows = kept.nonzero().squeeze(1)
+    assert torch.equal(verdict.sample[rows], children[rows, verdict.kept[rows]])
+
+
+def test_rmc_refuses_more_than_one_child():
+    assert ReflectionMaximalCoupling.max_children == 1
+
+
+@pytest.mark.parametrize("delta,k,rmc,dgrs,rank,bound", [
+    (0.5, 2, 0.803, 0.868, 0.941, 0.970),
+    (0.5, 4, 0.803, 0.918, 0.977, 0.999),
+    (1.0, 2, 0.617, 0.714, 0.790, 0.792),
+    (1.0, 4, 0.617, 0.798, 0.896, 0.924),
+    (2.0, 4, 0.317, 0.497, 0.546, 0.546),
+])
+def test_acceptance_table_of_algorithms_md(delta, k, rmc, dgrs, rank, bound):
+    d = torch.tensor([delta], dtype=torch.float64)
+    assert ReflectionMaximalCoupling().acceptance(d)[0] == pytest.approx(rmc, abs=6e-4)
+    assert GreedyRejectionSampling().acceptance(d, 1)[0] == pytest.approx(rmc, abs=6e-4)
+    assert GreedyRejectionSampling().acceptance(d, k)[0] == pytest.approx(dgrs, abs=6e-4)
+    # rank-aware weights are solved per delta bucket: within a hair of the best
+    assert RankAwareSelection().acceptance(d, k)[0] == pytest.approx(rank, abs=2e-3)
+    assert RankAwareSelection().acceptance(d, k)[0] <= bound + 1e-3
+
+
+def test_grs_stairs_sum_to_one():
+    """lambda_K + G_{K+1} is the total mass split among K candidates and the residual."""
+    delta = torch.tensor([0.3, 1.0, 5.0], dtype=torch.float64)
+    lam, reach = grs_levels(delta, 8)
+    assert torch.all(reach[:, 1:] <= reach[:, :-1] + 1e-15)
+    assert torch.all(lam[:, 1:] >= 1)
+
+
+class AlwaysAccept(ReflectionMaximalCoupling):
+    """Broken: keeps the first child whatever it is (the draft's law, not the target's)."""
+
+    def _verify(self, red: RankOne, s, children, rng, rows):
+        v = super()._verify(red, s, children, rng, rows)
+        v.kept[:] = 0
+        v.sample = children[:, 0].clone()
+        return v
+
+
+class GreedyBestFirst(GreedyRejectionSampling):
+    """Broken subtly: runs D-GRS over the children sorted by projection (closest to the target
+    first) instead of drafting order. Algorithms.md: another order is no longer exact."""
+
+    def _verify(self, red: RankOne, s, children, rng, rows):
+        order = red.u.argsort(dim=1, descending=True)
+        red = RankOne(red.delta, red.e, red.u.gather(1, order))
+        children = children[torch.arange(children.shape[0])[:, None], order]
+        return super()._verify(red, s, children, rng, rows)
+
+
+class RankFreshResidual(RankAwareSelection):
+    """Broken subtly: on rejection draws u from N(delta, 1) itself instead of the residual."""
+
+    @staticmethod
+    def _residual(delta, log_w, rng, rows):
+        return delta + torch.special.ndtri(rng.uniform(rows, 1)[:, 0] + 2.0**-54)
+
+
+@pytest.mark.parametrize("broken,k,delta", [(AlwaysAccept, 1, 1.0), (GreedyBestFirst, 4, 1.0),
+                                            (RankFreshResidual, 4, 1.0)])
+def test_broken_verifiers_are_caught(broken, k, delta, fast_uniforms):
+    verdict, (direction, mp, mq, s, children) = run(broken(), delta, k, 7, fast_uniforms)
+    along, _ = projections(direction, mq, verdict.sample)
+    assert stats.kstest(along, "norm").pvalue < 1e-6
