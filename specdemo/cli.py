@@ -15,6 +15,7 @@ import numpy as np
 
 from .drafts import FREEZE, PREFETCH
 from .errors import SpecdemoError
+from .images import save_grid
 from .models import KERNEL_NAMES
 from .pipeline import METHODS, SamplerConfig, generate
 from .targets.presets import PRESETS
@@ -31,8 +32,9 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
     d = SamplerConfig()
     models = ", ".join(PRESETS)
     p.add_argument("--model", default=d.model, metavar="SPEC",
-                   help=f"a preset ({models}) or a mixture JSON file "
-                        '{"weights": [...], "means": [[...], ...], "stds": [...]} (default %(default)s)')
+                   help=f"a preset ({models}), a mixture JSON file "
+                        '{"weights": [...], "means": [[...], ...], "stds": [...]}, the embedded image model digits, '
+                        "a local diffusers folder or a Hub id such as google/ddpm-cifar10-32 (default %(default)s)")
     p.add_argument("--kernel", choices=KERNEL_NAMES, help="sampler kernel (default: the model's; gm512: flow-churn)")
     p.add_argument("--steps", type=int, help="number of sampler steps N (default: the model's)")
     p.add_argument("--eta", type=float, default=d.eta, help="DDIM eta in [0, 1]; 0 is deterministic (default %(default)s)")
@@ -45,7 +47,9 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tree", metavar="WIDTHS", help=f"topology: {TOPOLOGY_HELP} (default: 1x5 chain, 2x5 tree)")
     p.add_argument("--verifier", choices=tuple(VERIFIERS),
                    help="rmc (chains only), dgrs or rank (default: rmc for a chain, dgrs for a tree)")
-    p.add_argument("--draft", default=d.draft, help="draft: frozen (the training-free frozen target) (default %(default)s)")
+    p.add_argument("--draft", default=d.draft,
+                   help="frozen (the training-free frozen target), or a draft network for an image model: "
+                        "digits-draft, a folder or a Hub id (default %(default)s)")
     p.add_argument("--freeze", default=d.freeze, choices=FREEZE,
                    help="freeze the network output (out) or the denoised estimate x0-hat (x0) (default %(default)s)")
     p.add_argument("--draft-bias", type=float, default=d.draft_bias, metavar="B",
@@ -57,6 +61,8 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-samples", type=int, default=d.num_samples, metavar="M", help="(default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="same seed, same device: same samples (default %(default)s)")
     p.add_argument("--device", default=d.device, choices=("auto", "cpu", "cuda"), help="(default %(default)s)")
+    p.add_argument("--class-label", type=int, metavar="0..9",
+                   help="class to sample, for class-conditional models such as digits (default 0)")
 
 
 def _sample(args) -> int:
@@ -64,7 +70,7 @@ def _sample(args) -> int:
         model=args.model, kernel=args.kernel, steps=args.steps, eta=args.eta, churn=args.churn, gamma=args.gamma,
         prediction=args.prediction, method=args.method, tree=args.tree, verifier=args.verifier, draft=args.draft,
         freeze=args.freeze, draft_bias=args.draft_bias, prefetch=args.prefetch, num_samples=args.num_samples,
-        seed=args.seed, device=args.device,
+        seed=args.seed, device=args.device, class_label=args.class_label,
     )
     result, problem = generate(config, trace=args.trace is not None, trace_states=False)
     summary = {**result.cost.summary(), "model": config.model, "kernel": problem.kernel.name,
@@ -73,6 +79,10 @@ def _sample(args) -> int:
     if args.out:
         np.savez(args.out, samples=result.samples.cpu().numpy(), config=json.dumps(config.to_dict()),
                  cost=json.dumps(summary))
+    if args.grid:
+        if result.samples.dim() != 4:
+            raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {tuple(result.samples.shape[1:])}")
+        save_grid(result.samples, args.grid)
     if args.trace:
         Path(args.trace).write_text(json.dumps({"config": config.to_dict(), "cost": summary,
                                                 "rounds": [r.to_json() for r in result.trace]}))
@@ -87,6 +97,7 @@ def main(argv=None) -> int:
                        description="Draw exact samples of the target; print the cost as one JSON line.")
     _add_sample_args(p)
     p.add_argument("--out", metavar="FILE.npz", help="save `samples` (and the config and cost) here")
+    p.add_argument("--grid", metavar="FILE.png", help="for image models: save the samples as a PNG grid")
     p.add_argument("--trace", metavar="FILE.json", help="save every round's tree (no states) as JSON")
     p.set_defaults(func=_sample)
     b = sub.add_parser("bench", help="run the benchmarks and write docs/benchmarks.md",

@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
-from .drafts import FREEZE, PREFETCH, BiasedDraft, Draft, FrozenDraft
+from .drafts import FREEZE, PREFETCH, BiasedDraft, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .kernels import Kernel
-from .models import KERNEL_NAMES, Target, resolve_target
+from .models import KERNEL_NAMES, DiffusersTarget, Target, resolve_target
 from .sampler import SampleResult, sample
 from .trees import Topology
 from .verifiers import VERIFIERS, Verifier, get_verifier
@@ -129,7 +129,7 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
         verifier_name = c.verifier or DEFAULT_VERIFIERS[c.method]
         _choice(verifier_name, tuple(VERIFIERS), "verifier")
         verifier = get_verifier(verifier_name)
-        draft = build_draft(c, target)
+        draft = build_draft(c, target, kernel, device)
         if c.draft_bias:
             draft = BiasedDraft(draft, c.draft_bias)
 
@@ -141,13 +141,22 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
         cond["class_labels"] = torch.full((c.num_samples,), label, dtype=torch.long)
     elif c.class_label is not None:
         raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")
-    return Problem(c, target, kernel, target.network(kernel), tree, draft, verifier, device, cond)
+    return Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
 
 
-def build_draft(config: SamplerConfig, target: Target) -> Draft:
+def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> Draft:
+    """"frozen", or a draft model (an embedded name, a folder or a Hub id) for a diffusers target."""
     if config.draft == "frozen":
         return FrozenDraft(config.freeze, config.prefetch)
-    raise SpecdemoError(f"unknown draft {config.draft!r} for {target.name}; accepted: frozen")
+    if not isinstance(target, DiffusersTarget):
+        raise SpecdemoError(f"{target.name} takes only the frozen draft; got draft {config.draft!r}")
+    draft_target = resolve_target(config.draft)
+    if not isinstance(draft_target, DiffusersTarget) or not target.same_process(draft_target):
+        raise SpecdemoError(
+            f"draft {config.draft!r} cannot draft for {target.name}: a draft network needs the target's sample "
+            "shape, classes and noise schedule"
+        )
+    return NetworkDraft(draft_target.network(kernel, device), name=config.draft)
 
 
 def generate(config: SamplerConfig, **kwargs) -> tuple[SampleResult, Problem]:

@@ -1,17 +1,20 @@
-"""Model adapters: analytic targets, and (specdemo.models.diffusers_unet) diffusers UNets."""
+"""Model adapters: analytic targets, and diffusers UNets from a folder or the Hub."""
 
 from ..errors import SpecdemoError
 from ..targets.presets import PRESETS
 from .analytic import AnalyticTarget, analytic_target
 from .base import KERNEL_NAMES, Target
+from .diffusers_unet import EMBEDDED, DiffusersTarget, load_diffusers_target
+
+MODEL_HELP = f"a preset ({', '.join(PRESETS)}), a mixture .json file, {', '.join(EMBEDDED)}, a diffusers folder or a Hub id"
 
 
 def resolve_target(spec: str) -> Target:
-    """A preset name, a mixture JSON file, a local diffusers folder or a Hub id."""
-    target = analytic_target(spec)
-    if target is None:
-        raise SpecdemoError(f"unknown model {spec!r}; accepted: {', '.join(PRESETS)}, or a mixture .json file")
-    return target
+    """A preset name, a mixture JSON file, an embedded model, a local diffusers folder or a Hub id."""
+    spec = str(spec).strip()
+    if not spec:
+        raise SpecdemoError(f"no model given; accepted: {MODEL_HELP}")
+    return analytic_target(spec) or load_diffusers_target(spec)
 
 
-__all__ = ["Target", "AnalyticTarget", "resolve_target", "KERNEL_NAMES"]
+__all__ = ["Target", "AnalyticTarget", "DiffusersTarget", "resolve_target", "KERNEL_NAMES", "EMBEDDED", "MODEL_HELP"]

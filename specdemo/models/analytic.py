@@ -41,7 +41,7 @@ class AnalyticTarget(Target):
         check_steps(steps, 1, MAX_STEPS, name)
         return LangevinKernel(steps, gamma)
 
-    def network(self, kernel):
+    def network(self, kernel, device=None, dtype=None):
         return self.target.network(kernel)
 
 

@@ -24,7 +24,8 @@ class Target:
     def kernel(self, name: str, steps: int, *, eta: float, churn: float, gamma: float, prediction: str) -> Kernel:
         raise NotImplementedError
 
-    def network(self, kernel: Kernel):
+    def network(self, kernel: Kernel, device=None, dtype=None):
+        """The network for `kernel`, on `device` (analytic networks follow their inputs)."""
         raise NotImplementedError
 
     def check_kernel(self, name: str) -> None:

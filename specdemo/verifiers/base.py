@@ -71,6 +71,10 @@ def std_normal_log_pdf(u: torch.Tensor) -> torch.Tensor:
     return -0.5 * u * u - LOG_SQRT_2PI
 
 
+def std_normal_pdf(u: torch.Tensor) -> torch.Tensor:
+    return std_normal_log_pdf(u).exp()
+
+
 def normal_sf(x: torch.Tensor) -> torch.Tensor:
     """Phibar(x) = P(N(0, 1) > x), accurate in the upper tail."""
     return torch.special.ndtr(-x)

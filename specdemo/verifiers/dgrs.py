@@ -8,7 +8,7 @@ for bit. Levels lambda_0 = 0, reach-mass G_1 = 1; for k = 1..K in drafting order
     G_{k+1}  = Phibar(tau_k - delta/2) - lambda_k Phibar(tau_k + delta/2)
 
 After K rejections, u is drawn from the residual density (phi(u - delta) - lambda_K phi(u))_+ / G_{K+1},
-supported on u >= tau_K + delta/2, by bisection on its closed-form survival function, and the
+supported on u >= tau_K + delta/2, by inverting its closed-form survival function, and the
 corrected point keeps z_perp of child 1. Acceptance 1 - G_{K+1}; at K = 1 it equals RMC's. The
 children are examined in drafting order only: another order would not be exact.
 """
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from .base import DELTA_FLOOR, RankOne, Verdict, Verifier, normal_sf
+from .base import DELTA_FLOOR, RankOne, Verdict, Verifier, normal_sf, std_normal_pdf
 
-BISECTION_STEPS = 64  # halves an interval of ~50 down to float64 resolution
+MAX_ITERATIONS = 100  # safeguarded Newton needs under 20; the bracket alone halves every step
 
 
 def grs_levels(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,15 +39,29 @@ def residual_survival(x, delta, lam):
 
 
 def sample_residual(delta: torch.Tensor, lam: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Invert the residual's survival function at v * (total mass), v uniform, by bisection."""
+    """Invert the residual's survival function at v * (total mass), v uniform.
+
+    Newton steps on the closed-form survival function S, kept inside a bracket that shrinks every
+    iteration (a bisection step replaces any Newton step that leaves it), until S is within
+    float64 resolution of its target: about 10 iterations, against 60 for bisection alone.
+    """
     lo = lam.log() / delta + delta / 2
-    target = v * residual_survival(lo, delta, lam)
+    total = residual_survival(lo, delta, lam)
+    target = v * total
+    tolerance = 1e-14 * total + 1e-15  # S is a difference of two O(1) survival values
     hi = torch.maximum(lo, delta) + 40.0
-    for _ in range(BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        above = residual_survival(mid, delta, lam) > target
-        lo, hi = torch.where(above, mid, lo), torch.where(above, hi, mid)
-    return 0.5 * (lo + hi)
+    x = (delta + torch.special.ndtri((1 - v).clamp(1e-300, 1.0))).clamp(lo, hi)
+    for _ in range(MAX_ITERATIONS):
+        f = residual_survival(x, delta, lam) - target  # decreasing in x
+        done = f.abs() <= tolerance
+        if bool(done.all()):
+            break
+        right = f > 0
+        lo, hi = torch.where(right, x, lo), torch.where(right, hi, x)
+        newton = x + f / (std_normal_pdf(x - delta) - lam * std_normal_pdf(x))
+        step = torch.where((newton > lo) & (newton < hi), newton, 0.5 * (lo + hi))
+        x = torch.where(done, x, step)
+    return x
 
 
 class GreedyRejectionSampling(Verifier):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,6 +32,8 @@ from .base import DELTA_FLOOR, RankOne, Verdict, Verifier, std_normal_log_pdf
 DELTA_BUCKET_RATIO = 1.04  # weights are solved at the geometric centre of [ratio^b, ratio^(b+1))
 DELTA_MIN, DELTA_MAX = 1e-3, 64.0
 GRID_POINTS = 1201
+TABLE_MAX_K = 8
+WEIGHT_TABLE = Path(__file__).with_name("rank_weights.npz")
 PROPOSALS_PER_DRAW = 16
 
 
@@ -49,8 +52,7 @@ def delta_buckets(delta: torch.Tensor) -> torch.Tensor:
     return (delta.clamp(DELTA_MIN, DELTA_MAX).log() / math.log(DELTA_BUCKET_RATIO)).floor().long()
 
 
-@lru_cache(maxsize=None)
-def rank_weights(bucket: int, k: int) -> tuple[float, ...]:
+def solve_rank_weights(bucket: int, k: int) -> tuple[float, ...]:
     """w(delta, K) maximising the integral of min(phi(. - delta), g) on a grid, at the bucket's centre.
 
     Linear programme over (w, m): maximise h sum_i m_i subject to m_i <= phi(u_i - delta),
@@ -75,6 +77,33 @@ def rank_weights(bucket: int, k: int) -> tuple[float, ...]:
         return (1.0 / k,) * k
     w = np.clip(res.x[:k], 0.0, None)
     return tuple((w / w.sum()).tolist())
+
+
+@lru_cache(maxsize=None)
+def _shipped_table() -> dict:
+    """Weights solved ahead of time for K = 2..TABLE_MAX_K and every bucket (write_weight_table)."""
+    try:
+        with np.load(WEIGHT_TABLE) as z:
+            return {(int(b), int(k)): tuple(w[:k].tolist()) for b, k, w in zip(z["bucket"], z["k"], z["weights"])}
+    except OSError:
+        return {}
+
+
+@lru_cache(maxsize=None)
+def rank_weights(bucket: int, k: int) -> tuple[float, ...]:
+    """w(delta, K) for a bucket: from the shipped table, else solved now (and cached)."""
+    return _shipped_table().get((bucket, k)) or solve_rank_weights(bucket, k)
+
+
+def write_weight_table(path: Path = WEIGHT_TABLE) -> None:
+    """Solve every (bucket, K) of the shipped range and save it (under a minute). Rebuild with
+    python -c "from specdemo.verifiers.rank import write_weight_table; write_weight_table()"."""
+    lo, hi = delta_buckets(torch.tensor([DELTA_MIN, DELTA_MAX], dtype=torch.float64)).tolist()
+    rows = [(b, k, solve_rank_weights(b, k)) for k in range(2, TABLE_MAX_K + 1) for b in range(lo, hi + 1)]
+    weights = np.zeros((len(rows), TABLE_MAX_K))
+    for i, (_, k, w) in enumerate(rows):
+        weights[i, :k] = w
+    np.savez_compressed(path, bucket=np.array([r[0] for r in rows]), k=np.array([r[1] for r in rows]), weights=weights)
 
 
 @lru_cache(maxsize=None)
