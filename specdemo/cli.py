@@ -90,6 +90,12 @@ def _sample(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from . import bench  # imported on demand: the benchmarks are not needed to sample
+
+    return bench.main(args)
+
+
 def main(argv=None) -> int:
     parser = _Parser(prog="python -m specdemo", description="Exact speculative sampling for diffusion models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -104,8 +110,10 @@ def main(argv=None) -> int:
                        description="Run the benchmarks and write a markdown report.")
     b.add_argument("--out", default="docs/benchmarks.md", help="(default %(default)s)")
     b.add_argument("--trajectories", type=int, default=100, help="trajectories per gm512 cell (default %(default)s)")
-    b.add_argument("--quick", action="store_true", help="a small smoke run (few trajectories, few cells)")
-    b.set_defaults(func=lambda a: __import__("specdemo.bench", fromlist=["main"]).main(a))
+    b.add_argument("--quick", action="store_true", help="a small smoke run (few cells, shorter runs)")
+    b.add_argument("--sections", help="comma-separated sections to refresh (default: all): "
+                                      "gm512, prefetch, gm2d")
+    b.set_defaults(func=_bench)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -180,12 +180,11 @@ class _Run:
             rnd.draft()
         direct_rows = direct[~self.root_known[direct]]
         if (rnd is not None and rnd.eval_count) or direct_rows.numel():
-            spec_x, spec_steps, spec_traj = rnd.target_rows() if rnd is not None else (None, None, None)
-            parts = [(spec_x, spec_steps, spec_traj)] if rnd is not None else []
-            parts.append((self.y[direct_rows], self.n[direct_rows], direct_rows))
-            out = self.call_target(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
-                                   torch.cat([p[2] for p in parts]),
-                                   deterministic=direct_rows[self.scales[self.n[direct_rows]] == 0])
+            parts = [rnd.target_rows()] if rnd is not None else []
+            if direct_rows.numel():
+                parts.append((self.y[direct_rows], self.n[direct_rows], direct_rows))
+            x, steps, traj = (torch.cat(p) for p in zip(*parts)) if len(parts) > 1 else parts[0]
+            out = self.call_target(x, steps, traj, deterministic=direct_rows[self.scales[self.n[direct_rows]] == 0])
             self.root_out[direct_rows] = out[out.shape[0] - direct_rows.numel():]
             if rnd is not None:
                 rnd.take_target_output(out[:rnd.eval_count])
@@ -254,21 +253,25 @@ class _Round:
         # how many levels each trajectory materialises
         mat = self.depth if run.evaluate_leaves else self.depth - 1
         self.mat_nodes = run.level_starts[mat + 1]  # nodes per trajectory, the root included
-        if self.m > 1:
-            noise = torch.empty((self.count, self.m - 1, *shape), device=dev, dtype=dtype)
-            for j, (t, c) in enumerate(zip(spec.tolist(), (self.mat_nodes - 1).tolist())):
-                torch.randn((c, *shape), generator=run.rng.generators[t], out=noise[j, :c])
+        # the noise xi of every drafted node goes straight into its slot, one draw per trajectory
+        for j, (t, c) in enumerate(zip(spec.tolist(), self.mat_nodes.tolist())):
+            torch.randn((c - 1, *shape), generator=run.rng.generators[t], out=self.x[j, 1:c])
         for level in range(1, self.levels + 1):
             rows = (mat >= level).nonzero().squeeze(1)
             full = rows.numel() == self.count
             lo, hi = tree.level_starts[level - 1], tree.level_starts[level]
             step = _pick(self.n0, rows, full) + level - 1
-            means = self.draft_means(rows, full, _pick(self.x, rows, full)[:, lo:hi], step)
+            means = self.draft_means(rows, full, self._nodes(rows, full, lo, hi), step)
             self.mp[rows, lo:hi] = means
             c_lo, c_hi = tree.level_starts[level], tree.level_starts[level + 1]
-            kids = _pick(noise, rows, full)[:, c_lo - 1:c_hi - 1].unflatten(1, (hi - lo, tree.widths[level - 1]))
-            kids = kids * _rows(run.scales[step].to(dtype), kids) + means[:, :, None]
-            self.x[rows, c_lo:c_hi] = kids.flatten(1, 2)
+            kids = self._nodes(rows, full, c_lo, c_hi).unflatten(1, (hi - lo, tree.widths[level - 1]))
+            kids = kids.mul_(_rows(run.scales[step].to(dtype), kids)).add_(means[:, :, None])
+            if not full:  # kids is a copy: write it back
+                self.x[rows, c_lo:c_hi] = kids.flatten(1, 2)
+
+    def _nodes(self, rows, full, lo, hi):
+        """Nodes lo..hi-1 of trajectories rows: a view when rows is every trajectory, else a copy."""
+        return self.x[:, lo:hi] if full else self.x[rows, lo:hi]
 
     def draft_means(self, rows, full, x, step):
         """m^p at nodes x (A, P, *shape) of trajectories spec[rows], all at `step`."""

@@ -81,37 +81,51 @@ def solve_rank_weights(bucket: int, k: int) -> tuple[float, ...]:
 
 @lru_cache(maxsize=None)
 def _shipped_table() -> dict:
-    """Weights solved ahead of time for K = 2..TABLE_MAX_K and every bucket (write_weight_table)."""
+    """(weights, acceptance at the bucket's two ends) solved ahead of time for K = 2..TABLE_MAX_K
+    and every bucket (write_weight_table)."""
     try:
         with np.load(WEIGHT_TABLE) as z:
-            return {(int(b), int(k)): tuple(w[:k].tolist()) for b, k, w in zip(z["bucket"], z["k"], z["weights"])}
-    except OSError:
+            return {(int(b), int(k)): (tuple(w[:k].tolist()), tuple(a.tolist()))
+                    for b, k, w, a in zip(z["bucket"], z["k"], z["weights"], z["acceptance"])}
+    except (OSError, KeyError):
         return {}
 
 
-@lru_cache(maxsize=None)
+def _edges(bucket: int) -> torch.Tensor:
+    return torch.tensor([DELTA_BUCKET_RATIO**bucket, DELTA_BUCKET_RATIO ** (bucket + 1)], dtype=torch.float64)
+
+
+def _solve(bucket: int, k: int) -> tuple[tuple[float, ...], tuple[float, float]]:
+    w = solve_rank_weights(bucket, k)
+    return w, tuple(integrated_acceptance(_edges(bucket), torch.tensor([w, w], dtype=torch.float64)).tolist())
+
+
 def rank_weights(bucket: int, k: int) -> tuple[float, ...]:
     """w(delta, K) for a bucket: from the shipped table, else solved now (and cached)."""
-    return _shipped_table().get((bucket, k)) or solve_rank_weights(bucket, k)
+    return _bucket(bucket, k)[0]
+
+
+def bucket_acceptance(bucket: int, k: int) -> tuple[float, float]:
+    """Acceptance with the bucket's weights at the bucket's two ends (for interpolation)."""
+    return _bucket(bucket, k)[1]
+
+
+@lru_cache(maxsize=None)
+def _bucket(bucket: int, k: int):
+    return _shipped_table().get((bucket, k)) or _solve(bucket, k)
 
 
 def write_weight_table(path: Path = WEIGHT_TABLE) -> None:
-    """Solve every (bucket, K) of the shipped range and save it (under a minute). Rebuild with
+    """Solve every (bucket, K) of the shipped range and save it (about a minute). Rebuild with
     python -c "from specdemo.verifiers.rank import write_weight_table; write_weight_table()"."""
     lo, hi = delta_buckets(torch.tensor([DELTA_MIN, DELTA_MAX], dtype=torch.float64)).tolist()
-    rows = [(b, k, solve_rank_weights(b, k)) for k in range(2, TABLE_MAX_K + 1) for b in range(lo, hi + 1)]
-    weights = np.zeros((len(rows), TABLE_MAX_K))
-    for i, (_, k, w) in enumerate(rows):
+    keys = [(b, k) for k in range(2, TABLE_MAX_K + 1) for b in range(lo, hi + 1)]
+    solved = [_solve(b, k) for b, k in keys]
+    weights = np.zeros((len(keys), TABLE_MAX_K))
+    for i, ((_, k), (w, _)) in enumerate(zip(keys, solved)):
         weights[i, :k] = w
-    np.savez_compressed(path, bucket=np.array([r[0] for r in rows]), k=np.array([r[1] for r in rows]), weights=weights)
-
-
-@lru_cache(maxsize=None)
-def bucket_acceptance(bucket: int, k: int) -> tuple[float, float]:
-    """Acceptance with the bucket's weights at the bucket's two ends (for interpolation)."""
-    w = torch.tensor([rank_weights(bucket, k)] * 2, dtype=torch.float64)
-    ends = torch.tensor([DELTA_BUCKET_RATIO**bucket, DELTA_BUCKET_RATIO ** (bucket + 1)], dtype=torch.float64)
-    return tuple(integrated_acceptance(ends, w, points=8001).tolist())
+    np.savez_compressed(path, bucket=np.array([b for b, _ in keys]), k=np.array([k for _, k in keys]),
+                        weights=weights, acceptance=np.array([a for _, a in solved]))
 
 
 def weights_for(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
