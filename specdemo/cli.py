@@ -86,7 +86,7 @@ def _sample(args) -> int:
     if args.trace:
         Path(args.trace).write_text(json.dumps({"config": config.to_dict(), "cost": summary,
                                                 "rounds": [r.to_json() for r in result.trace]}))
-    print(json.dumps(summary))
+    print(json.dumps(summary, allow_nan=False))
     return 0
 
 

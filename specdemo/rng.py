@@ -3,7 +3,8 @@
 Trajectory i of a run with seed S draws everything (initial noise, drafts, uniforms) from its own
 torch.Generator seeded from (S, i). Its samples therefore do not depend on the batch it runs in:
 the same seed gives the same samples on the same device whether the run has one process or
-several, one batch or many.
+several, one batch or many (bit for bit when the network treats rows independently; batched
+matrix products may round by batch size, which moves samples by float rounding only).
 """
 
 from __future__ import annotations

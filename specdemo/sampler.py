@@ -57,7 +57,7 @@ def method_name(tree: Topology) -> str:
 
 
 def check_run(kernel: Kernel, tree: Topology, draft: Draft | None, verifier: Verifier | None,
-              shape: Sequence[int], num_samples: int) -> None:
+              shape: Sequence[int], num_samples: int, dtype: torch.dtype = torch.float32) -> None:
     """Refuse a run that cannot work, with the reason and what is accepted."""
     if num_samples < 1:
         raise SpecdemoError(f"the number of samples must be >= 1, got {num_samples}")
@@ -71,7 +71,7 @@ def check_run(kernel: Kernel, tree: Topology, draft: Draft | None, verifier: Ver
                 f"{max(tree.widths)}: use a chain such as 1x{tree.depth}, or the dgrs or rank verifier"
             )
     size = int(np.prod(shape))
-    need = 4 * 4 * size * num_samples * tree.num_nodes  # a few float32 buffers of every node
+    need = 4 * dtype.itemsize * size * num_samples * tree.num_nodes  # a few buffers of every node
     if need > MEMORY_LIMIT_BYTES:
         raise SpecdemoError(
             f"{num_samples} samples with tree {tree} ({tree.num_nodes} nodes of {size} values) need about "
@@ -147,6 +147,9 @@ class _Run:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.cost.target_s += time.perf_counter() - t0
+        if not bool(torch.isfinite(out).all()):
+            bad = sorted(set(steps[~torch.isfinite(out).flatten(1).all(1)].tolist()))
+            raise SpecdemoError(f"the network returned NaN or inf at step(s) {bad[:5]}; check the model and its inputs")
         self.cost.target_calls += 1
         per_traj = torch.bincount(traj, minlength=len(self.indices)).cpu()
         had = per_traj > 0
@@ -448,6 +451,8 @@ class _Round:
             # leaves the walk never reached were never drawn: NaN
             states = torch.full((self.count, full + 1, *run.shape), float("nan"), dtype=torch.float32)
             states[:, :self.m] = self.x.float().cpu()
+            beyond = torch.arange(full + 1)[None] >= self.mat_nodes.cpu()[:, None]  # slots never drafted
+            states[beyond] = float("nan")
             for level, (a, kids) in self.lazy_kids.items():
                 c = self.cur_before(level, a)
                 kid_idx = run.first_child[c][:, None] + torch.arange(tree.widths[level], device=run.device)
@@ -499,7 +504,7 @@ def sample(
     trace: record every round (RoundTrace), with node states unless trace_states is False.
     callback receives a dict after every round (for progress bars).
     """
-    check_run(kernel, tree, draft, verifier, shape, num_samples)
+    check_run(kernel, tree, draft, verifier, shape, num_samples, dtype)
     t_start = time.perf_counter()
     with torch.inference_mode():
         run = _Run(network, kernel, shape, num_samples, tree, draft, verifier, seed, indices, cond, device, dtype,

@@ -52,13 +52,14 @@ class Cost:
         return self.steps / float(np.mean(self.calls_per_trajectory))
 
     @property
-    def acceptance_per_depth(self) -> list[float]:
-        return [a / e if e else float("nan") for a, e in zip(self.accepted_per_depth, self.examined_per_depth)]
+    def acceptance_per_depth(self) -> list[float | None]:
+        """Fraction of verified nodes at each depth that kept a drafted child (None: never reached)."""
+        return [a / e if e else None for a, e in zip(self.accepted_per_depth, self.examined_per_depth)]
 
     @property
-    def acceptance(self) -> float:
+    def acceptance(self) -> float | None:
         examined = sum(self.examined_per_depth)
-        return sum(self.accepted_per_depth) / examined if examined else float("nan")
+        return sum(self.accepted_per_depth) / examined if examined else None
 
     @property
     def rows_per_call(self) -> float:
@@ -66,7 +67,7 @@ class Cost:
         return float(np.mean(self.rows_per_trajectory / np.maximum(self.calls_per_trajectory, 1)))
 
     def summary(self) -> dict:
-        """The figures the CLI prints and the benchmarks tabulate."""
+        """The figures the CLI prints and the benchmarks tabulate (strict JSON: None, never NaN)."""
         b = self.num_trajectories
         return {
             "method": self.method,
@@ -88,7 +89,7 @@ class Cost:
             "wall_s": self.wall_s,
             "wall_s_per_sample": self.wall_s / b,
             "target_s": self.target_s,
-            "non_target_fraction": 1 - self.target_s / self.wall_s if self.wall_s else float("nan"),
+            "non_target_fraction": 1 - self.target_s / self.wall_s if self.wall_s else None,
         }
 
 
@@ -97,8 +98,8 @@ class RoundTrace:
     """One round of every trajectory active in it, padded to the largest tree of the round.
 
     Node M (the last slot) holds the corrected sample, if the round drew one.
-    trajectories (A,): which trajectories; step (A,): n at the root; depth (A,): speculated depth
-    L_b (0: a direct target step); parent (M + 1,), node_depth (M + 1,): the shared topology, the
+    trajectories (A,): the trajectories that speculated in the round (direct target steps are not
+    recorded); step (A,): n at the root; depth (A,): speculated depth L_b; parent (M + 1,), node_depth (M + 1,): the shared topology, the
     corrected slot's parent per trajectory in corrected_parent (A,), -1 when none;
     states (A, M + 1, *shape) or None; status (A, M + 1) codes of STATUS_NAMES;
     evaluated (A, M + 1) bool: the target was called there; delta (A, M + 1) at verified nodes

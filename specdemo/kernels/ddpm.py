@@ -8,7 +8,7 @@ from diffusers import DDPMScheduler
 from ..errors import SpecdemoError
 from .vp import VPKernel
 
-VARIANCE_TYPES = ("fixed_small", "fixed_small_log", "fixed_large", "fixed_large_log")
+VARIANCE_TYPES = ("fixed_small", "fixed_small_log", "fixed_large")  # fixed_large_log: diffusers' own step gives NaN
 
 
 def default_ddpm_scheduler(**overrides) -> DDPMScheduler:
@@ -31,7 +31,7 @@ class DDPMKernel(VPKernel):
         if variance_type not in VARIANCE_TYPES:
             raise SpecdemoError(
                 f"DDPM variance type {variance_type!r} is not supported (a learned variance is not a fixed "
-                f"Gaussian scale); accepted: {', '.join(VARIANCE_TYPES)}"
+                f"Gaussian scale, and diffusers' fixed_large_log step gives NaN); accepted: {', '.join(VARIANCE_TYPES)}"
             )
         if scheduler.config.thresholding:
             raise SpecdemoError("dynamic thresholding is not supported; use clip_sample or no clipping")
@@ -50,7 +50,7 @@ class DDPMKernel(VPKernel):
             abar.append(abar_t)
             if t > 0:
                 v = torch.as_tensor(scheduler._get_variance(t), dtype=torch.float64)
-                scales.append(v if variance_type.endswith("_log") else v.sqrt())
+                scales.append(v if variance_type == "fixed_small_log" else v.sqrt())  # _log returns the std itself
             else:
                 scales.append(torch.zeros((), dtype=torch.float64))
         stack = torch.stack

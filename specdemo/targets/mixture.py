@@ -53,7 +53,10 @@ class GaussianMixture:
     @classmethod
     def from_arrays(cls, weights, means, stds) -> "GaussianMixture":
         as_floats = lambda a: tuple(float(v) for v in np.asarray(a, dtype=np.float64).ravel())
-        means = np.asarray(means, dtype=np.float64)
+        try:
+            means = np.asarray(means, dtype=np.float64)
+        except ValueError:  # ragged: numpy cannot make it an array
+            raise SpecdemoError("every mixture mean must be a list of numbers of the same dimension") from None
         if means.ndim != 2:
             raise SpecdemoError(f"mixture means must be a list of vectors (K x d); got an array of shape {means.shape}")
         return cls(as_floats(weights), tuple(tuple(float(v) for v in m) for m in means), as_floats(stds))

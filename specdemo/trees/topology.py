@@ -53,12 +53,16 @@ class Topology:
         """Parse "3,2,1", "4x4", "1x5" or "chain:5"; refuse anything else with a reason."""
         spec = str(text).strip().lower().replace(" ", "")
         if m := re.fullmatch(r"chain:(\d+)", spec):
-            return cls.chain(int(m.group(1)))
-        if m := re.fullmatch(r"(\d+)x(\d+)", spec):
-            return cls.uniform(int(m.group(1)), int(m.group(2)))
-        if re.fullmatch(r"\d+(,\d+)*", spec):
-            return cls(tuple(int(w) for w in spec.split(",")))
-        raise SpecdemoError(f"cannot read tree {text!r}; accepted: {TOPOLOGY_HELP}")
+            tree = cls.chain(int(m.group(1)))
+        elif m := re.fullmatch(r"(\d+)x(\d+)", spec):
+            tree = cls.uniform(int(m.group(1)), int(m.group(2)))
+        elif re.fullmatch(r"\d+(,\d+)*", spec):
+            tree = cls(tuple(int(w) for w in spec.split(",")))
+        else:
+            raise SpecdemoError(f"cannot read tree {text!r}; accepted: {TOPOLOGY_HELP}")
+        if not tree.widths:
+            raise SpecdemoError(f"tree {text!r} has depth 0: a draft needs depth >= 1 (plain sampling is method target)")
+        return tree
 
     def __str__(self) -> str:
         if not self.widths:

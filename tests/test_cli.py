@@ -1,0 +1,182 @@
+"""`python -m specdemo sample`: the CLI contract. Options are documented, a run prints its cost as a
+JSON object on the last line of stdout and can save the samples, bad arguments exit non-zero with
+exactly one line on stderr and no traceback.
+
+The cases of the contract are each a subprocess (the CLI's exit path is what is tested), two at a
+time; further bad arguments run in process through `specdemo.cli.main`, which is what the
+subprocess runs, to keep the module fast (each subprocess pays about 5 s of imports).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+OPTIONS = ["--model", "--kernel", "--steps", "--eta", "--churn", "--method", "--tree", "--verifier", "--draft",
+           "--freeze", "--draft-bias", "--prefetch", "--num-samples", "--seed", "--device", "--out"]
+SUMMARY_KEYS = ["target_calls", "target_rows", "draft_calls", "steps", "speedup", "speedup_total", "acceptance",
+                "wall_s"]
+
+BAD = {  # name: (arguments, a word the one-line error must contain)
+    "unknown-model": (["--model", "no-such-model"], "no-such-model"),
+    "malformed-tree": (["--method", "tree", "--tree", "4x"], "4x"),
+    "rmc-with-a-tree": (["--method", "tree", "--tree", "2x3", "--verifier", "rmc"], "rmc"),
+    "steps-zero": (["--steps", "0"], "--steps"),
+    "steps-abc": (["--steps", "abc"], "abc"),
+}
+BAD_IN_PROCESS = {
+    "missing-mixture-file": (["--model", "no/such/mixture.json"], "mixture.json"),
+    "tree-letters": (["--method", "tree", "--tree", "a,b"], "a,b"),
+    "chain-with-a-tree": (["--method", "chain", "--tree", "2x2"], "chain"),
+    "unknown-kernel": (["--kernel", "euler"], "euler"),
+    "unknown-verifier": (["--method", "tree", "--verifier", "magic"], "magic"),
+    "num-samples-zero": (["--num-samples", "0"], "samples"),
+    "langevin-freeze-x0": (["--model", "banana", "--method", "chain", "--freeze", "x0"], "x0"),
+    "eta-out-of-range": (["--kernel", "ddim", "--eta", "3"], "eta"),
+}
+CUDA = torch.cuda.is_available()
+
+
+def env():
+    e = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO), e.get("PYTHONPATH", "")])
+    return e
+
+
+def start(args):
+    return subprocess.Popen([sys.executable, "-m", "specdemo", *args], cwd=REPO, env=env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The module's subprocess invocations, two at a time; {name: (returncode, stdout, stderr)}."""
+    out = tmp_path_factory.mktemp("cli") / "samples.npz"
+    small = ["sample", "--model", "gm512", "--method", "chain", "--tree", "1x3", "--num-samples", "3",
+             "--seed", "1", "--device", "cpu", "--out", str(out)]
+    jobs = {
+        "help": ["sample", "--help"],
+        "small": small,
+        "device-cuda": ["sample", "--model", "gm2d", "--method", "target", "--steps", "5", "--num-samples", "2",
+                        "--device", "cuda"],
+        **{name: ["sample", "--device", "cpu", "--num-samples", "2", *args] for name, (args, _) in BAD.items()},
+    }
+    results, names = {}, list(jobs)
+    for i in range(0, len(names), 2):  # two at a time: two cores
+        procs = {name: start(jobs[name]) for name in names[i:i + 2]}
+        for name, p in procs.items():
+            stdout, stderr = p.communicate(timeout=300)
+            results[name] = (p.returncode, stdout, stderr)
+    results["out_path"] = out
+    return results
+
+
+def in_process(args, capsys):
+    """specdemo.cli.main(args) -> (exit status, stdout, stderr); argparse errors exit by SystemExit."""
+    from specdemo.cli import main
+    try:
+        code = main(args)
+    except SystemExit as exit:
+        code = exit.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_help_documents_every_option(runs):
+    code, stdout, stderr = runs["help"]
+    assert code == 0, stderr
+    for option in OPTIONS:  # the option itself, not a longer one it starts (--draft vs --draft-bias)
+        assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", stdout), f"{option} missing from --help"
+    # each option comes with some explanation, not only its name
+    assert len(stdout.splitlines()) > len(OPTIONS)
+
+
+def last_json(stdout):
+    """The last line of stdout, parsed as strict JSON (NaN and Infinity are not JSON)."""
+    line = stdout.strip().splitlines()[-1]
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not valid JSON")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def loose_json(stdout):
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_small_run_prints_its_cost_and_saves_samples(runs):
+    code, stdout, stderr = runs["small"]
+    assert code == 0, stderr
+    summary = loose_json(stdout)
+    assert isinstance(summary, dict)
+    for key in SUMMARY_KEYS:
+        assert key in summary, f"{key} missing from {sorted(summary)}"
+    assert summary["steps"] == 30
+    assert summary["target_calls"] > 0 and summary["target_rows"] >= summary["target_calls"]
+    assert summary["draft_calls"] == 0
+    assert 1.0 <= summary["speedup"] <= 3.0 and summary["speedup_total"] > 0.5
+    assert 0.0 <= summary["acceptance"] <= 1.0 and summary["wall_s"] > 0
+    with np.load(runs["out_path"]) as saved:
+        samples = saved["samples"]
+    assert samples.shape == (3, 512) and np.isfinite(samples).all()
+
+
+def test_the_last_line_is_strict_json(runs, capsys):
+    """A JSON object for any consumer (jq, JavaScript): NaN (e.g. the acceptance of plain sampling, or
+    of a depth never reached) must be written as null."""
+    code, stdout, stderr = runs["small"]
+    assert code == 0, stderr
+    assert isinstance(last_json(stdout), dict)
+    code, stdout, stderr = in_process(PLAIN, capsys)
+    assert code == 0, stderr
+    assert isinstance(last_json(stdout), dict)
+
+
+PLAIN = ["sample", "--model", "gm2d", "--method", "target", "--steps", "10", "--num-samples", "2", "--device", "cpu"]
+
+
+def test_plain_run_in_process(capsys):
+    code, stdout, stderr = in_process(PLAIN, capsys)
+    assert code == 0, stderr
+    summary = loose_json(stdout)
+    assert summary["target_calls"] == 10 and summary["speedup"] == 1.0 and summary["speedup_total"] == 1.0
+
+
+def one_line_error(result):
+    code, stdout, stderr = result
+    assert code != 0
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, f"stderr has {len(lines)} lines:\n{stderr}"
+    assert "Traceback" not in stderr and "error" in lines[0].lower()
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_arguments_fail_with_one_line(runs, name):
+    line = one_line_error(runs[name])
+    assert BAD[name][1] in line, line
+
+
+@pytest.mark.parametrize("name", list(BAD_IN_PROCESS))
+def test_more_bad_arguments_fail_with_one_line(capsys, name):
+    args, word = BAD_IN_PROCESS[name]
+    line = one_line_error(in_process(["sample", "--device", "cpu", "--num-samples", "2", *args], capsys))
+    assert word in line, line
+
+
+def test_device_cuda(runs):
+    """Without a GPU, --device cuda is refused in one line; with one, it runs."""
+    if CUDA:
+        code, stdout, stderr = runs["device-cuda"]
+        assert code == 0, stderr
+        assert loose_json(stdout)["device"].startswith("cuda")
+    else:
+        assert "cuda" in one_line_error(runs["device-cuda"]).lower()

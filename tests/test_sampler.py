@@ -1,0 +1,421 @@
+"""The batched driver `sample`: reproducibility, batch independence, cost accounting, the round
+trace, intermediate states and refusals. (The laws of the samples are tests/test_exactness.py's.)
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from specdemo.drafts import FrozenDraft
+from specdemo.errors import SpecdemoError
+from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
+from specdemo.pipeline import SamplerConfig, build
+from specdemo.sampler import sample
+from specdemo.targets import gm2d, gm16, gm512
+from specdemo.trace import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED
+from specdemo.trees import Topology
+from specdemo.verifiers import GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
+
+PLAIN = (Topology(()), None, None)
+
+
+def methods():
+    """(tree, verifier, draft) per method; fresh objects each time."""
+    return {
+        "plain": PLAIN,
+        "chain-rmc": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenDraft()),
+        "tree-dgrs": (Topology((3, 2, 2)), GreedyRejectionSampling(), FrozenDraft()),
+        "tree-rank-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0", "leaves")),
+    }
+
+
+def gm16_ddpm(steps=20):
+    target, kernel = gm16(), DDPMKernel(default_ddpm_scheduler(), steps)
+    return target, kernel, target.network(kernel)
+
+
+def gm512_flow():
+    target, kernel = gm512(), FlowChurnKernel(30, 0.06)
+    return target, kernel, target.network(kernel)
+
+
+def run(network, kernel, shape, num_samples, method, **kwargs):
+    tree, verifier, draft = methods()[method]
+    return sample(network, kernel, shape, num_samples, tree=tree, verifier=verifier, draft=draft, **kwargs)
+
+
+def row_by_row(network):
+    """The same network evaluated one row at a time: its output for a row cannot depend on the
+    other rows of the call (a batched matmul may round differently for different batch sizes)."""
+    def net(x, n, **cond):
+        return torch.cat([network(x[i:i + 1], n[i:i + 1]) for i in range(x.shape[0])])
+    return net
+
+
+# ---------------------------------------------------------------- reproducibility
+
+@pytest.mark.parametrize("method", list(methods()))
+def test_same_seed_same_samples(method):
+    target, kernel, net = gm16_ddpm()
+    a = run(net, kernel, target.shape, 6, method, seed=11)
+    b = run(net, kernel, target.shape, 6, method, seed=11)
+    assert torch.equal(a.samples, b.samples)
+    assert a.cost.target_calls == b.cost.target_calls
+    assert np.array_equal(a.cost.calls_per_trajectory, b.cost.calls_per_trajectory)
+    c = run(net, kernel, target.shape, 6, method, seed=12)
+    assert not torch.isclose(a.samples, c.samples).all(dim=1).any(), "another seed must give other samples"
+    assert torch.isfinite(a.samples).all()
+
+
+@pytest.mark.parametrize("method", list(methods()))
+def test_trajectory_does_not_depend_on_its_batch_bitwise(method):
+    """With a network whose rows are independent of each other, trajectory 7 alone and inside a batch
+    of 12 (and in another order) gives the same samples bit for bit: every draw of a trajectory
+    comes from its own stream."""
+    target, kernel, net = gm16_ddpm(12)
+    net = row_by_row(net)
+    batch = run(net, kernel, target.shape, 12, method, seed=3)
+    alone = run(net, kernel, target.shape, 1, method, seed=3, indices=[7])
+    assert torch.equal(alone.samples[0], batch.samples[7])
+    pair = run(net, kernel, target.shape, 2, method, seed=3, indices=[7, 2])
+    assert torch.equal(pair.samples, batch.samples[[7, 2]])
+    assert alone.cost.calls_per_trajectory[0] == batch.cost.calls_per_trajectory[7]
+
+
+@pytest.mark.parametrize("method", list(methods()))
+def test_trajectory_does_not_depend_on_its_batch_mixture_network(method):
+    """The same with the batched mixture network itself: equal up to float32 rounding (the network's
+    matmul over the batch is not bitwise batch-invariant)."""
+    target, kernel, net = gm16_ddpm(12)
+    batch = run(net, kernel, target.shape, 12, method, seed=3)
+    alone = run(net, kernel, target.shape, 1, method, seed=3, indices=[7])
+    torch.testing.assert_close(alone.samples[0], batch.samples[7], rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- cost accounting
+
+def test_plain_sampling_costs_one_call_per_step():
+    target, kernel, net = gm16_ddpm(20)
+    result = run(net, kernel, target.shape, 5, "plain", seed=0)
+    cost = result.cost
+    assert cost.method == "target"
+    assert cost.target_calls == 20 and cost.rounds == 20
+    assert (cost.calls_per_trajectory == 20).all() and (cost.rows_per_trajectory == 20).all()
+    # the final DDPM step (t = 0) is deterministic: on neither side of the speedup
+    assert cost.stochastic_steps == 19 and (cost.counted_calls == 19).all()
+    assert cost.speedup == 1.0 and cost.speedup_total == 1.0
+    assert cost.draft_calls == 0 and cost.acceptance is None
+
+
+def test_plain_sampling_gm512_flow():
+    target, kernel, net = gm512_flow()
+    cost = run(net, kernel, target.shape, 3, "plain", seed=0).cost
+    assert cost.target_calls == 30 and (cost.calls_per_trajectory == 30).all()
+    assert cost.stochastic_steps == 28 and (cost.counted_calls == 28).all()
+    assert cost.speedup == 1.0 and cost.speedup_total == 1.0
+    summary = cost.summary()
+    assert summary["target_calls"] == 30 and summary["target_rows"] == 90 and summary["speedup"] == 1.0
+
+
+def rounds_of(trace, trajectory):
+    """[(step, depth, committed_steps, evaluated row, status row)] of one trajectory, in order."""
+    out = []
+    for rt in trace:
+        hit = np.nonzero(rt.trajectories == trajectory)[0]
+        if hit.size:
+            a = int(hit[0])
+            out.append((int(rt.step[a]), int(rt.depth[a]), int(rt.committed_steps[a]), rt.evaluated[a], rt.status[a],
+                        rt.node_depth))
+    return out
+
+
+@pytest.mark.parametrize("length", [5, 3])
+def test_chain_accounting_on_gm512(length):
+    """gm512, flow churn c = 0.06, T = 30: steps 0 and 29 are deterministic direct steps, the 28 others
+    are covered by speculative rounds; per trajectory, calls = warm-up + rounds + 2 endpoint calls,
+    counted calls = warm-up + rounds, rows = what the rounds evaluated + warm-up + endpoints."""
+    target, kernel, net = gm512_flow()
+    tree = Topology.chain(length)
+    b = 6
+    result = sample(net, kernel, target.shape, b, tree=tree, draft=FrozenDraft(), verifier=ReflectionMaximalCoupling(),
+                    seed=5, trace=True, trace_states=False)
+    cost = result.cost
+    assert cost.method == "chain" and cost.steps == 30 and cost.stochastic_steps == 28
+    internal = tree.rows_per_round()
+    assert internal == length
+    for i in range(b):
+        rounds = rounds_of(result.trace, i)
+        # the committed steps tile 1..28 without gap or overlap
+        assert rounds[0][0] == 1
+        for (s0, _, c0, *_), (s1, *_) in zip(rounds, rounds[1:]):
+            assert s1 == s0 + c0
+        assert rounds[-1][0] + rounds[-1][2] == 29
+        assert sum(r[2] for r in rounds) == 28
+        rows = 0
+        for k, (step, depth, committed, evaluated, status, node_depth) in enumerate(rounds):
+            assert depth == min(length, 29 - step) and 1 <= committed <= depth
+            internal_nodes = np.nonzero(node_depth[:len(evaluated) - 1] < depth)[0]
+            # every internal node of the (truncated) chain is evaluated, the root possibly by the
+            # warm-up call just before the first round; no leaf is evaluated
+            assert set(np.nonzero(evaluated)[0]) | ({0} if k == 0 else set()) == set(internal_nodes)
+            if k > 0 and depth == length:
+                assert evaluated.sum() == internal  # a full tree: its internal nodes, one call
+            rows += int(evaluated.sum())
+        warm_up = 1
+        assert cost.calls_per_trajectory[i] == warm_up + len(rounds) + 2
+        assert cost.counted_calls[i] == warm_up + len(rounds)  # deterministic endpoints not counted
+        assert cost.rows_per_trajectory[i] == rows + warm_up + 2
+    assert cost.target_calls >= cost.calls_per_trajectory.max()
+    assert cost.speedup == pytest.approx(28 / cost.counted_calls.mean())
+    assert cost.speedup_total == pytest.approx(30 / cost.calls_per_trajectory.mean())
+    assert cost.draft_calls == 0  # the frozen draft calls no network
+    assert cost.rounds >= len(result.trace) + 2
+
+
+def test_single_trajectory_batch_calls_equal_its_calls():
+    target, kernel, net = gm512_flow()
+    cost = sample(net, kernel, target.shape, 1, tree=Topology((2, 2, 2)), draft=FrozenDraft(),
+                  verifier=GreedyRejectionSampling(), seed=1).cost
+    assert cost.target_calls == cost.calls_per_trajectory[0] == cost.counted_calls[0] + 2
+
+
+@pytest.mark.parametrize("tree,verifier,expected", [
+    (Topology.chain(5), ReflectionMaximalCoupling, 1.93),
+    (Topology((2, 2, 2)), GreedyRejectionSampling, 1.84),
+])
+def test_gm512_speedup_matches_the_authors_table(tree, verifier, expected):
+    """algorithms.md section 5 (500 trajectories, standard error about 0.006x); 200 here (about 0.01x)."""
+    target, kernel, net = gm512_flow()
+    cost = sample(net, kernel, target.shape, 200, tree=tree, draft=FrozenDraft(), verifier=verifier(), seed=2).cost
+    assert abs(cost.speedup - expected) < 0.06, cost.speedup
+
+
+# ---------------------------------------------------------------- the round trace
+
+def check_round(rt, a, tree, verifier_name, leaves):
+    """Invariants of one trajectory's row in one RoundTrace."""
+    m = rt.status.shape[1] - 1  # the corrected slot
+    status, depth, committed = rt.status[a], int(rt.depth[a]), int(rt.committed_steps[a])
+    parent, node_depth = rt.parent, rt.node_depth
+    assert status[0] == ROOT
+    assert 1 <= depth <= tree.depth and 1 <= committed <= depth
+    # accepted nodes: a path from the root, one per depth
+    accepted = [i for i in range(1, m) if status[i] == ACCEPTED]
+    assert [int(node_depth[i]) for i in accepted] == list(range(1, len(accepted) + 1))
+    for prev, node in zip([0] + accepted, accepted):
+        assert parent[node] == prev
+    corrected_slots = [i for i in range(m + 1) if status[i] == CORRECTED]
+    assert corrected_slots in ([], [m])  # at most one corrected node, in its slot
+    corrected = bool(corrected_slots)
+    assert (rt.corrected_parent[a] >= 0) == corrected
+    if corrected:
+        assert rt.corrected_parent[a] == (accepted[-1] if accepted else 0)
+        assert committed == len(accepted) + 1
+    else:
+        assert committed == len(accepted) == depth
+    # verified nodes: the root and the accepted nodes that have children in this round's tree
+    verified = [0] + [i for i in accepted if node_depth[i] < depth]
+    off = [i for i in range(m + 1) if i not in verified]
+    assert np.isfinite(rt.delta[a, verified]).all() and (rt.delta[a, verified] >= 0).all()
+    assert np.isnan(rt.delta[a, off]).all(), "delta must be NaN off the verified path"
+    acc = rt.node_accept_prob[a, verified]
+    assert ((acc >= 0) & (acc <= 1)).all() and np.isnan(rt.node_accept_prob[a, off]).all()
+    # examined children hang from verified nodes; nothing else is marked
+    examined = [i for i in range(1, m) if status[i] in (ACCEPTED, REJECTED)]
+    assert all(parent[i] in verified for i in examined)
+    assert np.isfinite(rt.child_accept_prob[a, examined]).all()
+    assert np.isnan(rt.child_accept_prob[a, [i for i in range(m + 1) if i not in examined]]).all()
+    assert all(status[i] == UNVISITED for i in range(1, m) if i not in examined)
+    if verifier_name in ("dgrs", "rmc"):
+        # sequence couplings examine children in drafting order: the rejected siblings of a kept
+        # child precede it, and a correction follows the rejection of every child
+        for u in verified:
+            kids = [i for i in range(1, m) if parent[i] == u]
+            kept = [i for i in kids if status[i] == ACCEPTED]
+            if kept:
+                assert all(status[i] == REJECTED for i in kids if i < kept[0])
+                assert all(status[i] == UNVISITED for i in kids if i > kept[0])
+            elif u == rt.corrected_parent[a]:
+                assert all(status[i] == REJECTED for i in kids)
+    # evaluated: within this row's tree; leaves only when leaves are evaluated
+    ev = rt.evaluated[a]
+    assert not ev[m]
+    assert all(node_depth[i] <= depth for i in np.nonzero(ev)[0])
+    if not leaves:
+        assert all(node_depth[i] < depth for i in np.nonzero(ev)[0])
+    return accepted, corrected, verified
+
+
+@pytest.mark.parametrize("method,verifier_name,leaves", [
+    ("tree-dgrs", "dgrs", False), ("chain-rmc", "rmc", False), ("tree-rank-leaves", "rank", True)])
+def test_trace_sanity(method, verifier_name, leaves):
+    target, kernel, net = gm16_ddpm(20)
+    b = 8
+    tree = methods()[method][0]
+    result = run(net, kernel, target.shape, b, method, seed=4, trace=True, keep_steps=range(21))
+    assert result.trace
+    examined = np.zeros(tree.depth, dtype=int)
+    accepted_at = np.zeros(tree.depth, dtype=int)
+    committed_total = np.zeros(b, dtype=int)
+    next_root = {}
+    for rt in result.trace:
+        assert rt.states is not None and rt.states.shape[:2] == rt.status.shape
+        for a, traj in enumerate(rt.trajectories.tolist()):
+            accepted, corrected, verified = check_round(rt, a, tree, verifier_name, leaves)
+            committed_total[traj] += rt.committed_steps[a]
+            step, committed = int(rt.step[a]), int(rt.committed_steps[a])
+            # the root is the state committed by this trajectory's previous round (when there was one)
+            if traj in next_root and next_root[traj][0] == step:
+                assert np.array_equal(rt.states[a, 0], next_root[traj][1])
+            assert np.array_equal(rt.states[a, 0], result.states[step][traj].numpy())
+            # the committed states are the accepted nodes, then the corrected draw
+            path = accepted + ([rt.status.shape[1] - 1] if corrected else [])
+            for j, node in enumerate(path, start=1):
+                assert np.array_equal(rt.states[a, node], result.states[step + j][traj].numpy())
+            next_root[traj] = (step + committed, rt.states[a, path[-1]])
+            # the verified node at depth d kept a child iff an accepted node sits at depth d + 1
+            for d in range(len(verified)):
+                examined[d] += 1
+                accepted_at[d] += d < len(accepted)
+    # every step accounted for: speculative rounds cover the 19 stochastic steps, the final
+    # deterministic step is a direct target step
+    assert (committed_total == 19).all()
+    assert result.cost.examined_per_depth == examined.tolist()
+    assert result.cost.accepted_per_depth == accepted_at.tolist()
+    assert torch.equal(result.states[20], result.samples)
+
+
+def test_trace_states_outside_a_truncated_tree_are_nan():
+    """Rows of a round whose tree is truncated (near the end) have no nodes past their depth: the
+    padded slots must say so (NaN), not hold leftover memory."""
+    target, kernel, net = gm16_ddpm(20)
+    result = run(net, kernel, target.shape, 6, "tree-dgrs", seed=0, trace=True)
+    checked = 0
+    for rt in result.trace:
+        for a in range(len(rt.trajectories)):
+            outside = [i for i in range(rt.status.shape[1] - 1) if rt.node_depth[i] > rt.depth[a]]
+            if outside:
+                checked += 1
+                assert np.isnan(rt.states[a, outside]).all(), (
+                    f"round at step {rt.step[a]}, depth {rt.depth[a]}: nodes {outside} hold non-NaN states")
+                assert not rt.evaluated[a, outside].any() and (rt.status[a, outside] == UNVISITED).all()
+    assert checked > 0
+
+
+# ---------------------------------------------------------------- intermediate states
+
+def test_keep_steps_of_plain_langevin_is_the_shorter_run():
+    """Langevin is time-homogeneous: the state at step 10 of a 20-step run is the 10-step run's sample
+    (same seed, same streams)."""
+    target = gm2d()
+    long_k, short_k = LangevinKernel(20, 0.01), LangevinKernel(10, 0.01)
+    long = run(target.network(long_k), long_k, target.shape, 5, "plain", seed=9, keep_steps=[0, 10, 20])
+    short = run(target.network(short_k), short_k, target.shape, 5, "plain", seed=9, keep_steps=[0])
+    assert torch.equal(long.states[10], short.samples)
+    assert torch.equal(long.states[0], short.states[0])
+    assert torch.equal(long.states[20], long.samples)
+    assert not torch.equal(long.states[10], long.samples)
+
+
+def test_keep_steps_in_a_tree_run():
+    target, kernel, net = gm16_ddpm(20)
+    result = run(net, kernel, target.shape, 5, "tree-dgrs", seed=6, keep_steps=[0, 7, 19, 20])
+    assert sorted(result.states) == [0, 7, 19, 20]
+    for step in (0, 7, 19):
+        assert result.states[step].shape == result.samples.shape and torch.isfinite(result.states[step]).all()
+    assert torch.equal(result.states[20], result.samples)
+    assert not torch.equal(result.states[7], result.samples)
+    # the samples do not depend on whether states are kept
+    assert torch.equal(run(net, kernel, target.shape, 5, "tree-dgrs", seed=6).samples, result.samples)
+
+
+# ---------------------------------------------------------------- refusals
+
+def test_rmc_with_a_tree_is_refused():
+    target, kernel, net = gm16_ddpm()
+    with pytest.raises(SpecdemoError, match="rmc") as err:
+        sample(net, kernel, target.shape, 2, tree=Topology((2, 2)), draft=FrozenDraft(),
+               verifier=ReflectionMaximalCoupling())
+    assert "chain" in str(err.value)
+
+
+def test_freeze_x0_with_langevin_is_refused():
+    target, kernel = gm2d(), LangevinKernel(10, 0.01)
+    with pytest.raises(SpecdemoError, match="x0") as err:
+        sample(target.network(kernel), kernel, target.shape, 2, tree=Topology.chain(3), draft=FrozenDraft("x0"),
+               verifier=ReflectionMaximalCoupling())
+    assert "langevin" in str(err.value)
+
+
+def test_too_many_samples_times_nodes_is_refused_before_allocating():
+    target, kernel, net = gm512_flow()
+    with pytest.raises(SpecdemoError, match="GiB") as err:
+        sample(net, kernel, target.shape, 2000, tree=Topology.uniform(4, 5), draft=FrozenDraft(),
+               verifier=GreedyRejectionSampling())
+    assert "samples" in str(err.value)
+
+
+def test_speculation_needs_a_draft_and_a_verifier():
+    target, kernel, net = gm16_ddpm()
+    with pytest.raises(SpecdemoError, match="draft"):
+        sample(net, kernel, target.shape, 2, tree=Topology.chain(3), verifier=ReflectionMaximalCoupling())
+    with pytest.raises(SpecdemoError):
+        sample(net, kernel, target.shape, 0)
+    with pytest.raises(SpecdemoError, match="indices"):
+        sample(net, kernel, target.shape, 2, indices=[0, 1, 2])
+
+
+@pytest.mark.parametrize("settings,words", [
+    (dict(model="gm2d", steps=0), ["--steps", "0"]),
+    (dict(model="gm2d", steps=1001), ["--steps", "1001"]),
+    (dict(model="gm512", steps=1), ["--steps", "1"]),
+    (dict(model="banana", steps=0), ["--steps", "0"]),
+    (dict(model="gm2d", kernel="euler"), ["kernel", "euler"]),
+    (dict(model="banana", kernel="ddpm"), ["langevin", "ddpm"]),
+    (dict(model="gm2d", method="tree", verifier="magic"), ["verifier", "magic"]),
+    (dict(model="no-such-model"), ["model", "no-such-model"]),
+    (dict(model="gm2d", class_label=3), ["class"]),
+    (dict(model="gm2d", method="tree", tree="2x2", verifier="rmc"), ["rmc"]),
+    (dict(model="gm2d", method="chain", tree="2x2"), ["chain"]),
+    (dict(model="gm2d", method="beam"), ["method", "beam"]),
+    (dict(model="gm2d", num_samples=0), ["samples"]),
+    (dict(model="gm2d", eta=float("nan")), ["eta"]),
+    (dict(model="gm2d", kernel="ddim", eta=2.0), ["eta"]),
+    (dict(model="gm2d", prefetch="soon"), ["prefetch", "soon"]),
+])
+def test_configuration_refusals(settings, words):
+    """Refusals name the problem (and, for choices, what is accepted)."""
+    config = SamplerConfig(num_samples=settings.pop("num_samples", 2), **settings)
+    with pytest.raises(SpecdemoError) as err:
+        problem = build(config)
+        problem.run()  # some refusals (the verifier against the tree) come from the sampler
+    message = str(err.value)
+    for word in words:
+        assert word in message, f"{word!r} not in {message!r}"
+
+
+def test_network_returning_the_wrong_shape_is_refused():
+    target, kernel, net = gm16_ddpm()
+    with pytest.raises(SpecdemoError, match="shape"):
+        sample(lambda x, n: net(x, n)[:, :3], kernel, target.shape, 2)
+    with pytest.raises(SpecdemoError, match="shape"):
+        sample(lambda x, n: net(x, n)[:1], kernel, target.shape, 2, tree=Topology((2, 2)), draft=FrozenDraft(),
+               verifier=GreedyRejectionSampling())
+
+
+@pytest.mark.parametrize("method", ["plain", "tree-dgrs"])
+def test_network_returning_nan_is_refused(method):
+    """A NaN from the network must stop the run with a clear message, not yield NaN samples (nor hang)."""
+    target, kernel, net = gm16_ddpm(10)
+    calls = []
+
+    def broken(x, n):
+        out = net(x, n)
+        calls.append(1)
+        if len(calls) == 3:
+            out[0, 0] = float("nan")
+        return out
+
+    with pytest.raises(SpecdemoError, match="(?i)nan|finite"):
+        run(broken, kernel, target.shape, 3, method, seed=0)
+    assert len(calls) <= 10 + 3  # stopped, not looping
