@@ -35,7 +35,7 @@ from .errors import SpecdemoError
 from .kernels import Kernel
 from .rng import TrajectoryRandom
 from .trace import ACCEPTED, CORRECTED, REJECTED, ROOT, Cost, RoundTrace
-from .trees import Topology
+from .trees import Topology, TopologyPlan
 from .verifiers import Verifier
 
 MEMORY_LIMIT_BYTES = 8 * 2**30
@@ -52,29 +52,33 @@ class SampleResult:
     trace: list[RoundTrace] | None = None
 
 
-def method_name(tree: Topology) -> str:
-    return "target" if not tree.widths else "chain" if tree.is_chain else "tree"
+def method_name(tree: Topology | TopologyPlan) -> str:
+    if not tree.max_depth:
+        return "target"
+    return "chain" if all(t.is_chain for t in tree.topologies) else "tree"
 
 
-def check_run(kernel: Kernel, tree: Topology, draft: Draft | None, verifier: Verifier | None,
+def check_run(kernel: Kernel, tree: Topology | TopologyPlan, draft: Draft | None, verifier: Verifier | None,
               shape: Sequence[int], num_samples: int, dtype: torch.dtype = torch.float32) -> None:
     """Refuse a run that cannot work, with the reason and what is accepted."""
     if num_samples < 1:
         raise SpecdemoError(f"the number of samples must be >= 1, got {num_samples}")
-    if tree.widths:
+    if tree.max_depth:
         if draft is None or verifier is None:
             raise SpecdemoError("speculative sampling needs a draft and a verifier")
         draft.check(kernel)
-        if verifier.max_children is not None and max(tree.widths) > verifier.max_children:
+        widest = max(max(t.widths, default=1) for t in tree.topologies)
+        if verifier.max_children is not None and widest > verifier.max_children:
             raise SpecdemoError(
                 f"the {verifier.name} verifier takes one child per node (chains only); tree {tree} has up to "
-                f"{max(tree.widths)}: use a chain such as 1x{tree.depth}, or the dgrs or rank verifier"
+                f"{widest}: use a chain such as 1x{tree.max_depth}, or the dgrs or rank verifier"
             )
     size = int(np.prod(shape))
-    need = 4 * dtype.itemsize * size * num_samples * tree.num_nodes  # a few buffers of every node
+    nodes = max(t.num_nodes for t in tree.topologies)
+    need = 4 * dtype.itemsize * size * num_samples * nodes  # a few buffers of every node
     if need > MEMORY_LIMIT_BYTES:
         raise SpecdemoError(
-            f"{num_samples} samples with tree {tree} ({tree.num_nodes} nodes of {size} values) need about "
+            f"{num_samples} samples with tree {tree} ({nodes} nodes of {size} values) need about "
             f"{need / 2**30:.1f} GiB, over the {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB limit; use fewer samples or a smaller tree"
         )
 
@@ -108,12 +112,9 @@ class _Run:
         self.num_steps = kernel.num_steps
         self.scales = kernel.scales.to(self.device)
         self.run_len = kernel.stochastic_run_lengths().to(self.device)
-        self.uses_frozen = bool(tree.widths) and draft.uses_frozen
+        self.uses_frozen = tree.max_depth > 0 and draft.uses_frozen
         self.evaluate_leaves = self.uses_frozen and draft.prefetch == "leaves"
-        self.level_starts = torch.tensor(tree.level_starts, device=self.device)
-        self.first_child = tree.first_child.to(self.device)
-        self.parent = tree.parent.to(self.device)
-        self.node_depth = tree.node_depth.to(self.device)
+        self._layouts: dict[Topology, _Layout] = {}
 
         b = num_samples
         self.y = torch.empty((b, *self.shape), device=self.device, dtype=dtype)
@@ -131,7 +132,7 @@ class _Run:
                          stochastic_steps=int((kernel.scales > 0).sum()),
                          calls_per_trajectory=self.calls.numpy(), counted_calls=self.counted.numpy(),
                          rows_per_trajectory=self.rows_used.numpy(),
-                         examined_per_depth=[0] * tree.depth, accepted_per_depth=[0] * tree.depth)
+                         examined_per_depth=[0] * tree.max_depth, accepted_per_depth=[0] * tree.max_depth)
         self.keep = sorted(set(keep_steps))
         self.states = {0: self.y.clone()} if 0 in self.keep else {}
         self.trace = [] if trace else None
@@ -165,6 +166,11 @@ class _Run:
         self.frozen[rows] = self.draft.frozen_value(self.kernel, out, x, steps)
         self.has_frozen[rows] = True
 
+    def layout(self, tree: Topology) -> "_Layout":
+        if tree not in self._layouts:
+            self._layouts[tree] = _Layout(tree, self.device)
+        return self._layouts[tree]
+
     def keep_state(self, traj, step, value):
         if step in self.keep:
             self.states.setdefault(step, torch.full_like(self.y, float("nan")))[traj] = value
@@ -174,28 +180,39 @@ class _Run:
         active = (self.n < self.num_steps).nonzero().squeeze(1)
         if not active.numel():
             return False
-        depth = self.run_len[self.n[active]].clamp(max=self.tree.depth)
+        # each trajectory's tree for this round (a plan may change it along the schedule)
+        trees = [self.tree.at(int(n)) for n in self.n[active].tolist()]
+        depth = torch.tensor([t.depth for t in trees], device=self.device).clamp(max=self.run_len[self.n[active]])
         if self.uses_frozen:
             self.warm_up(active[depth > 0])
-        spec, direct = active[depth > 0], active[depth == 0]
-        rnd = _Round(self, spec, depth[depth > 0]) if spec.numel() else None
-        if rnd is not None:
-            rnd.draft()
+        groups: dict[Topology, list[int]] = {}
+        for i, (t, d) in enumerate(zip(trees, depth.tolist())):
+            if d > 0:
+                groups.setdefault(t, []).append(i)
+        rounds = []
+        for t, members in groups.items():
+            idx = torch.tensor(members, device=self.device)
+            rounds.append(_Round(self, self.layout(t), active[idx], depth[idx]))
+            rounds[-1].draft()
+        direct = active[depth == 0]
         direct_rows = direct[~self.root_known[direct]]
-        if (rnd is not None and rnd.eval_count) or direct_rows.numel():
-            parts = [rnd.target_rows()] if rnd is not None else []
-            if direct_rows.numel():
-                parts.append((self.y[direct_rows], self.n[direct_rows], direct_rows))
+        parts = [rnd.target_rows() for rnd in rounds if rnd.eval_count]
+        if direct_rows.numel():
+            parts.append((self.y[direct_rows], self.n[direct_rows], direct_rows))
+        if parts:  # 2. one batched target call for every trajectory of the round
             x, steps, traj = (torch.cat(p) for p in zip(*parts)) if len(parts) > 1 else parts[0]
             out = self.call_target(x, steps, traj, deterministic=direct_rows[self.scales[self.n[direct_rows]] == 0])
             self.root_out[direct_rows] = out[out.shape[0] - direct_rows.numel():]
-            if rnd is not None:
-                rnd.take_target_output(out[:rnd.eval_count])
-        elif rnd is not None:
-            rnd.take_target_output(None)
+            start = 0
+            for rnd in rounds:
+                rnd.take_target_output(out[start:start + rnd.eval_count] if rnd.eval_count else None)
+                start += rnd.eval_count
+        else:
+            for rnd in rounds:
+                rnd.take_target_output(None)
         if direct.numel():
             self.direct_step(direct)
-        if rnd is not None:
+        for rnd in rounds:
             rnd.walk()
             rnd.commit()
         self.cost.rounds += 1
@@ -228,6 +245,17 @@ class _Run:
                 self.keep_state(direct[hit], m, y_next[hit])
 
 
+class _Layout:
+    """A topology's index tensors on the run's device."""
+
+    def __init__(self, tree: Topology, device):
+        self.tree = tree
+        self.level_starts = torch.tensor(tree.level_starts, device=device)
+        self.first_child = tree.first_child.to(device)
+        self.parent = tree.parent.to(device)
+        self.node_depth = tree.node_depth.to(device)
+
+
 class _Round:
     """One round of the speculating trajectories `spec` (positions in the batch), tree depths `depth`.
 
@@ -235,12 +263,12 @@ class _Round:
     leaves too when they are evaluated (prefetch "leaves").
     """
 
-    def __init__(self, run: _Run, spec: torch.Tensor, depth: torch.Tensor):
-        self.run, self.spec, self.depth = run, spec, depth
+    def __init__(self, run: _Run, layout: "_Layout", spec: torch.Tensor, depth: torch.Tensor):
+        self.run, self.lay, self.spec, self.depth = run, layout, spec, depth
         self.count = spec.numel()
-        self.all_full = bool((depth == run.tree.depth).all())
+        tree = self.tree = layout.tree
+        self.all_full = bool((depth == tree.depth).all())
         self.top = int(depth.max())
-        tree = run.tree
         # levels materialised: internal ones, plus the last when leaves are evaluated
         self.levels = self.top if run.evaluate_leaves else self.top - 1
         self.m = tree.nodes_to_depth(self.levels)
@@ -248,14 +276,14 @@ class _Round:
 
     def draft(self):
         """Phase 1: draft every materialised level, level by level."""
-        run, tree, spec = self.run, self.run.tree, self.spec
+        run, tree, spec = self.run, self.tree, self.spec
         shape, dev, dtype = run.shape, run.device, run.dtype
         self.x = torch.empty((self.count, self.m, *shape), device=dev, dtype=dtype)
         self.x[:, 0] = run.y[spec]
         self.mp = torch.empty((self.count, tree.nodes_to_depth(max(self.levels - 1, 0)), *shape), device=dev, dtype=dtype)
         # how many levels each trajectory materialises
         mat = self.depth if run.evaluate_leaves else self.depth - 1
-        self.mat_nodes = run.level_starts[mat + 1]  # nodes per trajectory, the root included
+        self.mat_nodes = self.lay.level_starts[mat + 1]  # nodes per trajectory, the root included
         # the noise xi of every drafted node goes straight into its slot, one draw per trajectory
         for j, (t, c) in enumerate(zip(spec.tolist(), self.mat_nodes.tolist())):
             torch.randn((c - 1, *shape), generator=run.rng.generators[t], out=self.x[j, 1:c])
@@ -294,12 +322,12 @@ class _Round:
         if self.all_full and not root_known.any():
             self.e_traj = self.e_node = None  # every node: a view, no gather
             x = self.x.flatten(0, 1)
-            steps = (self.n0[:, None] + run.node_depth[:self.m]).flatten()
+            steps = (self.n0[:, None] + self.lay.node_depth[:self.m]).flatten()
             traj = self.spec.repeat_interleave(self.m)
         else:
             self.e_traj, self.e_node = self.evaluated.nonzero(as_tuple=True)
             x = self.x[self.e_traj, self.e_node]
-            steps = self.n0[self.e_traj] + run.node_depth[self.e_node]
+            steps = self.n0[self.e_traj] + self.lay.node_depth[self.e_node]
             traj = self.spec[self.e_traj]
         return x, steps, traj
 
@@ -325,7 +353,7 @@ class _Round:
 
     def walk(self):
         """Phase 3: verify from the root down; commit the kept child or the corrected draw."""
-        run, tree = self.run, self.run.tree
+        run, tree = self.run, self.tree
         dev, count = run.device, self.count
         self.cur = torch.zeros(count, dtype=torch.long, device=dev)
         self.end_depth = self.depth.clone()
@@ -342,7 +370,7 @@ class _Round:
             step = self.n0[a] + level
             xc = self.x[a, c]
             mq = run.kernel.mean(self.out[a, c], xc, step)
-            kid_idx = run.first_child[c][:, None] + torch.arange(tree.widths[level], device=dev)
+            kid_idx = self.lay.first_child[c][:, None] + torch.arange(tree.widths[level], device=dev)
             lazy = (self.depth[a] == level + 1) & (not run.evaluate_leaves)
             if lazy.any():  # unevaluated leaves: drawn now, when their parent is examined
                 mp = torch.empty_like(xc)
@@ -375,7 +403,7 @@ class _Round:
 
     def commit(self):
         """Phase 4: new states and steps; the frozen output that starts the next round."""
-        run, tree, spec = self.run, self.run.tree, self.spec
+        run, tree, spec = self.run, self.tree, self.spec
         dev = run.device
         run.y[spec] = self.y_new
         run.n[spec] = self.n0 + self.end_depth
@@ -400,7 +428,7 @@ class _Round:
         done = ~self.corrected
         # the node whose verification ended the round: the parent of the committed state
         above = self.path.gather(1, (self.end_depth - 2).clamp(min=0)[:, None])[:, 0]
-        last_parent = torch.where(self.end_depth == 1, 0, torch.where(self.corrected, above, run.parent[self.cur]))
+        last_parent = torch.where(self.end_depth == 1, 0, torch.where(self.corrected, above, self.lay.parent[self.cur]))
         source = last_parent.clone()
         if run.evaluate_leaves:
             # a committed leaf was evaluated: its exact output starts the next round
@@ -414,17 +442,17 @@ class _Round:
                 sel = (self.corrected & (self.end_depth == level)).nonzero().squeeze(1)
                 if not sel.numel() or level > self.levels:
                     continue
-                sib = run.first_child[last_parent[sel]][:, None] + torch.arange(tree.widths[level - 1], device=dev)
+                sib = self.lay.first_child[last_parent[sel]][:, None] + torch.arange(tree.widths[level - 1], device=dev)
                 sib_eval = self.evaluated[sel[:, None], sib]
                 dist = (self.x[sel[:, None], sib] - self.y_new[sel, None]).flatten(2).norm(dim=2)
                 best = torch.where(sib_eval, dist, float("inf")).argmin(1)
                 use = sib_eval.any(1)
                 source[sel[use]] = sib[use, best[use]]
-        run.freeze(spec, self.out[ar, source], self.x[ar, source], self.n0 + run.node_depth[source])
+        run.freeze(spec, self.out[ar, source], self.x[ar, source], self.n0 + self.lay.node_depth[source])
 
     # ---------------------------------------------------------------- trace
     def start_trace(self):
-        full = self.run.tree.nodes_to_depth(self.top)
+        full = self.tree.nodes_to_depth(self.top)
         nan = lambda: torch.full((self.count, full + 1), float("nan"), dtype=torch.float64)
         status = torch.zeros((self.count, full + 1), dtype=torch.int8)
         status[:, 0] = ROOT
@@ -445,7 +473,7 @@ class _Round:
         rec["corr_parent"][a_c[~ok]] = c_c[~ok]
 
     def finish_trace(self, rec):
-        run, tree, full = self.run, self.run.tree, rec["full"]
+        run, tree, full = self.run, self.tree, rec["full"]
         states = None
         if run.trace_states:
             # leaves the walk never reached were never drawn: NaN
@@ -455,14 +483,14 @@ class _Round:
             states[beyond] = float("nan")
             for level, (a, kids) in self.lazy_kids.items():
                 c = self.cur_before(level, a)
-                kid_idx = run.first_child[c][:, None] + torch.arange(tree.widths[level], device=run.device)
+                kid_idx = self.lay.first_child[c][:, None] + torch.arange(tree.widths[level], device=run.device)
                 states[a.cpu()[:, None], kid_idx.cpu()] = kids.float().cpu()
             states[:, full] = self.y_new.float().cpu()
             states[~self.corrected.cpu(), full] = float("nan")
         evaluated = torch.zeros((self.count, full + 1), dtype=torch.bool)
         evaluated[:, :self.m] = self.evaluated.cpu()
         run.trace.append(RoundTrace(
-            trajectories=np.asarray(run.indices)[self.spec.cpu().numpy()], step=self.n0.cpu().numpy(),
+            round=run.cost.rounds, trajectories=np.asarray(run.indices)[self.spec.cpu().numpy()], step=self.n0.cpu().numpy(),
             depth=self.depth.cpu().numpy(), parent=np.append(tree.parent[:full].numpy(), -1),
             node_depth=np.append(tree.node_depth[:full].numpy(), -1), corrected_parent=rec["corr_parent"].numpy(),
             status=rec["status"].numpy(), evaluated=evaluated.numpy(), delta=rec["delta"].numpy(),
@@ -481,7 +509,7 @@ def sample(
     shape: Sequence[int],
     num_samples: int,
     *,
-    tree: Topology = Topology(()),
+    tree: Topology | TopologyPlan = Topology(()),
     draft: Draft | None = None,
     verifier: Verifier | None = None,
     seed: int = 0,
@@ -497,7 +525,8 @@ def sample(
     """Draw num_samples exact samples of the target chain Y_0 -> ... -> Y_N.
 
     network(x [R, *shape], n [R], **cond) returns the target output at each row's state and step.
-    tree () is plain target sampling; a chain or tree speculates with draft and verifier.
+    tree () is plain target sampling; a chain or tree speculates with draft and verifier; a
+    TopologyPlan gives each round the tree planned for its first step.
     indices name the trajectories (their random streams); default range(num_samples). cond holds
     per-trajectory conditioning (B, ...) passed row by row to the networks (class labels).
     keep_steps: also return the states at these steps (the whole path is exact, not only Y_N).

@@ -95,7 +95,8 @@ class Cost:
 
 @dataclass
 class RoundTrace:
-    """One round of every trajectory active in it, padded to the largest tree of the round.
+    """One round of the trajectories that shared a topology in it (round: the batch's round index;
+    a topology plan can give one round several records), padded to the largest tree among them.
 
     Node M (the last slot) holds the corrected sample, if the round drew one.
     trajectories (A,): the trajectories that speculated in the round (direct target steps are not
@@ -108,6 +109,7 @@ class RoundTrace:
     committed_steps (A,).
     """
 
+    round: int
     trajectories: np.ndarray
     step: np.ndarray
     depth: np.ndarray

@@ -75,6 +75,18 @@ class Topology:
     def depth(self) -> int:
         return len(self.widths)
 
+    # a fixed topology is the plan that uses it at every step (see TopologyPlan)
+    def at(self, step: int) -> "Topology":
+        return self
+
+    @property
+    def max_depth(self) -> int:
+        return self.depth
+
+    @property
+    def topologies(self) -> tuple["Topology", ...]:
+        return (self,)
+
     @property
     def is_chain(self) -> bool:
         return all(w == 1 for w in self.widths)
