@@ -44,7 +44,11 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
                    help="what an analytic mixture's network predicts under ddpm/ddim (default %(default)s)")
     p.add_argument("--method", default=d.method, choices=METHODS,
                    help="plain target sampling, a chain or a tree (default %(default)s)")
-    p.add_argument("--tree", metavar="WIDTHS", help=f"topology: {TOPOLOGY_HELP} (default: 1x5 chain, 2x5 tree)")
+    p.add_argument("--tree", metavar="WIDTHS", help=f"topology: {TOPOLOGY_HELP}; or auto, planned per step for "
+                                                    "--budget rows (default: 1x5 chain, 2x5 tree)")
+    p.add_argument("--budget", type=int, metavar="R",
+                   help="with --tree auto: target rows per round; a pilot run measures delta, then a dynamic "
+                        "programme picks the widths of every step")
     p.add_argument("--verifier", choices=tuple(VERIFIERS),
                    help="rmc (chains only), dgrs or rank (default: rmc for a chain, dgrs for a tree)")
     p.add_argument("--draft", default=d.draft,
@@ -69,13 +73,16 @@ def _sample(args) -> int:
     config = SamplerConfig(
         model=args.model, kernel=args.kernel, steps=args.steps, eta=args.eta, churn=args.churn, gamma=args.gamma,
         prediction=args.prediction, method=args.method, tree=args.tree, verifier=args.verifier, draft=args.draft,
-        freeze=args.freeze, draft_bias=args.draft_bias, prefetch=args.prefetch, num_samples=args.num_samples,
+        freeze=args.freeze, draft_bias=args.draft_bias, prefetch=args.prefetch, budget=args.budget,
+        num_samples=args.num_samples,
         seed=args.seed, device=args.device, class_label=args.class_label,
     )
     result, problem = generate(config, trace=args.trace is not None, trace_states=False)
     summary = {**result.cost.summary(), "model": config.model, "kernel": problem.kernel.name,
                "tree": str(problem.tree), "verifier": problem.verifier.name if problem.verifier else None,
                "device": str(problem.device), "seed": config.seed}
+    if problem.pilot is not None:
+        summary["pilot_target_calls"] = problem.pilot.target_calls
     if args.out:
         np.savez(args.out, samples=result.samples.cpu().numpy(), config=json.dumps(config.to_dict()),
                  cost=json.dumps(summary))

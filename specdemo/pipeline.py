@@ -15,13 +15,16 @@ from .errors import SpecdemoError
 from .kernels import Kernel
 from .models import KERNEL_NAMES, DiffusersTarget, Target, resolve_target
 from .sampler import SampleResult, sample
-from .trees import Topology
+from .trace import Cost
+from .trees import Topology, TopologyPlan
+from .trees.auto import DeltaStats, plan_topology
 from .verifiers import VERIFIERS, Verifier, get_verifier
 
 METHODS = ("target", "chain", "tree")
 DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
 DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
 MAX_SAMPLES = 100_000
+PILOT_SAMPLES, PILOT_DEPTH, PILOT_SEED_OFFSET = 32, 12, 7919
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class SamplerConfig:
     freeze: str = "out"
     draft_bias: float = 0.0
     prefetch: str = "nearest"
+    budget: int | None = None
     num_samples: int = 16
     seed: int = 0
     device: str = "auto"
@@ -76,6 +80,7 @@ class Problem:
     verifier: Verifier | None
     device: torch.device
     cond: dict
+    pilot: Cost | None = None  # the pilot run of an auto topology (calibration, not part of the run)
 
     def run(self, **kwargs) -> SampleResult:
         return sample(self.network, self.kernel, self.target.shape, self.config.num_samples, tree=self.tree,
@@ -123,8 +128,9 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
     if c.method == "target":
         tree, draft, verifier = Topology(()), None, None
     else:
-        tree = Topology.parse(c.tree or DEFAULT_TREES[c.method])
-        if c.method == "chain" and not tree.is_chain:
+        auto = (c.tree or "").strip().lower() == "auto"
+        tree = None if auto else Topology.parse(c.tree or DEFAULT_TREES[c.method])
+        if c.method == "chain" and tree is not None and not tree.is_chain:
             raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
         verifier_name = c.verifier or DEFAULT_VERIFIERS[c.method]
         _choice(verifier_name, tuple(VERIFIERS), "verifier")
@@ -141,7 +147,26 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
         cond["class_labels"] = torch.full((c.num_samples,), label, dtype=torch.long)
     elif c.class_label is not None:
         raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")
-    return Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
+    problem = Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
+    if tree is None:
+        problem.tree, problem.pilot = plan_auto(problem)
+    return problem
+
+
+def plan_auto(problem: Problem) -> tuple[TopologyPlan, Cost]:
+    """Measure deltas with a pilot chain, then plan the widths of every step (specdemo.trees.auto)."""
+    c = problem.config
+    if c.budget is None or c.budget < 1:
+        raise SpecdemoError("--tree auto needs --budget R: the target rows a round may use (R >= 1)")
+    depth = max(1, min(PILOT_DEPTH, int(problem.kernel.stochastic_run_lengths().max())))
+    pilot = sample(problem.network, problem.kernel, problem.target.shape, PILOT_SAMPLES, tree=Topology.chain(depth),
+                   draft=problem.draft, verifier=get_verifier("rmc"), seed=c.seed + PILOT_SEED_OFFSET,
+                   cond={k: v[:1].expand(PILOT_SAMPLES, *v.shape[1:]) for k, v in problem.cond.items()},
+                   device=problem.device, trace=True, trace_states=False)
+    stats = DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps)
+    plan = plan_topology(stats, problem.verifier, c.budget, problem.kernel.stochastic_run_lengths(),
+                         max_width=1 if c.method == "chain" else 8)
+    return plan, pilot.cost
 
 
 def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> Draft:

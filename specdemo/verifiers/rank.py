@@ -141,7 +141,7 @@ def weights_for(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     return table[inverse].reshape(-1, k), acceptance
 
 
-def integrated_acceptance(delta: torch.Tensor, w: torch.Tensor, points: int = 8001) -> torch.Tensor:
+def integrated_acceptance(delta: torch.Tensor, w: torch.Tensor, points: int = 4001) -> torch.Tensor:
     """The integral of min(phi(. - delta), g) per row, by the trapezoidal rule on [-10, delta + 10]."""
     t = torch.linspace(0.0, 1.0, points, dtype=torch.float64, device=delta.device)
     u = -10.0 + t[None] * (delta[:, None] + 20.0)
