@@ -55,7 +55,8 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
                    help="frozen (the training-free frozen target), or a draft network for an image model: "
                         "digits-draft, a folder or a Hub id (default %(default)s)")
     p.add_argument("--freeze", default=d.freeze, choices=FREEZE,
-                   help="freeze the network output (out) or the denoised estimate x0-hat (x0) (default %(default)s)")
+                   help="freeze the network output (out), the denoised estimate x0-hat (x0), or choose per step "
+                        "from pilot runs (auto) (default %(default)s)")
     p.add_argument("--draft-bias", type=float, default=d.draft_bias, metavar="B",
                    help="shift the draft mean by B times the step's scale along a fixed direction; "
                         "samples stay exact (default %(default)s)")

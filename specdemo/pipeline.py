@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
+import numpy as np
 import torch
+from scipy.special import ndtr
 
 from .drafts import FREEZE, PREFETCH, BiasedDraft, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
@@ -16,7 +18,7 @@ from .kernels import Kernel
 from .models import KERNEL_NAMES, DiffusersTarget, Target, resolve_target
 from .sampler import SampleResult, sample
 from .trace import Cost
-from .trees import Topology, TopologyPlan
+from .trees import Topology
 from .trees.auto import DeltaStats, plan_topology
 from .verifiers import VERIFIERS, Verifier, get_verifier
 
@@ -136,8 +138,6 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
         _choice(verifier_name, tuple(VERIFIERS), "verifier")
         verifier = get_verifier(verifier_name)
         draft = build_draft(c, target, kernel, device)
-        if c.draft_bias:
-            draft = BiasedDraft(draft, c.draft_bias)
 
     cond = {}
     if target.num_classes:
@@ -148,25 +148,63 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
     elif c.class_label is not None:
         raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")
     problem = Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
-    if tree is None:
-        problem.tree, problem.pilot = plan_auto(problem)
+    if c.method != "target":
+        calibrate(problem)
     return problem
 
 
-def plan_auto(problem: Problem) -> tuple[TopologyPlan, Cost]:
-    """Measure deltas with a pilot chain, then plan the widths of every step (specdemo.trees.auto)."""
+def calibrate(problem: Problem) -> None:
+    """What needs pilot runs: --freeze auto (a per-step choice between freezing the output and
+    x0-hat) and --tree auto (widths planned per step, specdemo.trees.auto). Pilots are chains
+    with their own seeds; their cost is kept in problem.pilot, apart from the run's."""
     c = problem.config
-    if c.budget is None or c.budget < 1:
+    auto_tree, auto_freeze = problem.tree is None, isinstance(problem.draft, FrozenDraft) and c.freeze == "auto"
+    if auto_tree and (c.budget is None or c.budget < 1):
         raise SpecdemoError("--tree auto needs --budget R: the target rows a round may use (R >= 1)")
+    if auto_freeze:
+        if not problem.kernel.has_denoised:
+            raise SpecdemoError(f"--freeze auto chooses between the output and x0-hat, which the {problem.kernel.name} "
+                                "kernel has not; use --freeze out")
+        out, x0 = (_pilot(problem, FrozenDraft(mode, c.prefetch)) for mode in ("out", "x0"))
+        x0_steps = tuple(_mean_acceptance(x0[0], m) > _mean_acceptance(out[0], m) for m in range(problem.kernel.num_steps))
+        problem.draft = FrozenDraft("auto", c.prefetch, x0_steps)
+        stats = DeltaStats({k: v for k, v in out[0].deltas.items() if not x0_steps[k[0]]}
+                           | {k: v for k, v in x0[0].deltas.items() if x0_steps[k[0]]}, problem.kernel.num_steps)
+        problem.pilot = _add_costs(out[1], x0[1])
+    elif auto_tree:
+        stats, problem.pilot = _pilot(problem, problem.draft)
+    if c.draft_bias:
+        problem.draft = BiasedDraft(problem.draft, c.draft_bias)
+    if auto_tree:
+        problem.tree = plan_topology(stats, problem.verifier, c.budget, problem.kernel.stochastic_run_lengths(),
+                                     max_width=1 if c.method == "chain" else 8)
+    problem.draft.check(problem.kernel)
+
+
+def _pilot(problem: Problem, draft: Draft) -> tuple[DeltaStats, Cost]:
+    """Deltas on the verified path of PILOT_SAMPLES trajectories drafted by a deep chain."""
+    c = problem.config
+    if c.draft_bias:
+        draft = BiasedDraft(draft, c.draft_bias)
     depth = max(1, min(PILOT_DEPTH, int(problem.kernel.stochastic_run_lengths().max())))
     pilot = sample(problem.network, problem.kernel, problem.target.shape, PILOT_SAMPLES, tree=Topology.chain(depth),
-                   draft=problem.draft, verifier=get_verifier("rmc"), seed=c.seed + PILOT_SEED_OFFSET,
+                   draft=draft, verifier=get_verifier("rmc"), seed=c.seed + PILOT_SEED_OFFSET,
                    cond={k: v[:1].expand(PILOT_SAMPLES, *v.shape[1:]) for k, v in problem.cond.items()},
                    device=problem.device, trace=True, trace_states=False)
-    stats = DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps)
-    plan = plan_topology(stats, problem.verifier, c.budget, problem.kernel.stochastic_run_lengths(),
-                         max_width=1 if c.method == "chain" else 8)
-    return plan, pilot.cost
+    return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
+
+
+def _mean_acceptance(stats: DeltaStats, step: int) -> float:
+    """Mean single-child acceptance 2 Phi(-delta/2) of the nodes verified at `step`, all depths."""
+    deltas = [v for (s, _), vals in stats.deltas.items() if s == step for v in vals]
+    return float(np.mean(2 * ndtr(-np.asarray(deltas) / 2))) if deltas else 0.0
+
+
+def _add_costs(a: Cost, b: Cost) -> Cost:
+    return Cost(method="pilot", steps=a.steps, stochastic_steps=a.stochastic_steps,
+                calls_per_trajectory=a.calls_per_trajectory + b.calls_per_trajectory,
+                counted_calls=a.counted_calls + b.counted_calls, rows_per_trajectory=a.rows_per_trajectory + b.rows_per_trajectory,
+                target_calls=a.target_calls + b.target_calls, wall_s=a.wall_s + b.wall_s, target_s=a.target_s + b.target_s)
 
 
 def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> Draft:

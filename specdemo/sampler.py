@@ -121,7 +121,8 @@ class _Run:
         for j, g in enumerate(self.rng.generators):
             self.y[j] = kernel.prior(self.shape, g, self.device, dtype)
         self.n = torch.zeros(b, dtype=torch.long, device=self.device)
-        self.frozen = torch.zeros_like(self.y)
+        self.frozen = torch.zeros((b, *draft.frozen_shape(self.shape)), device=self.device, dtype=dtype) \
+            if self.uses_frozen else None
         self.has_frozen = torch.zeros(b, dtype=torch.bool, device=self.device)
         self.root_out = torch.zeros_like(self.y)  # the exact target output at y, where root_known
         self.root_known = torch.zeros(b, dtype=torch.bool, device=self.device)

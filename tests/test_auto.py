@@ -62,7 +62,7 @@ def test_auto_needs_a_budget():
 def test_a_planned_run_is_exact():
     base = dict(model="gm2d", steps=40, num_samples=10_000, device="cpu")
     plain = build(SamplerConfig(**base, method="target", seed=1)).run(keep_steps=[20])
-    auto = build(SamplerConfig(**base, method="tree", tree="auto", budget=12, verifier="rank", draft_bias=1.0,
+    auto = build(SamplerConfig(**base, method="tree", tree="auto", budget=12, verifier="rank", freeze="auto", draft_bias=1.0,
                                seed=2)).run(keep_steps=[20])
     assert min_pvalue_bonferroni(auto.samples, plain.samples) > 1e-3
     assert min_pvalue_bonferroni(auto.states[20], plain.states[20]) > 1e-3

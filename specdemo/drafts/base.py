@@ -29,6 +29,10 @@ class Draft:
     def check(self, kernel: Kernel) -> None:
         """Refuse a kernel this draft cannot serve, with a reason."""
 
+    def frozen_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of one trajectory's frozen value."""
+        return tuple(shape)
+
     def frozen_value(self, kernel: Kernel, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         """What a draft that uses_frozen keeps from a target evaluation."""
         raise NotImplementedError

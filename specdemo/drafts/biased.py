@@ -20,6 +20,9 @@ class BiasedDraft(Draft):
     def check(self, kernel):
         self.base.check(kernel)
 
+    def frozen_shape(self, shape):
+        return self.base.frozen_shape(shape)
+
     def frozen_value(self, kernel, out, x, n):
         return self.base.frozen_value(kernel, out, x, n)
 

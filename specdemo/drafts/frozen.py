@@ -6,6 +6,10 @@ freeze="x0" the denoised estimate x0-hat implied by that output is frozen instea
 network-output equivalent is recomputed at each drafted state (for flow matching
 v = (y - x0-hat) / t, for DDPM eps = (y - sqrt(abar_t) x0-hat) / sqrt(1 - abar_t)).
 
+With freeze="auto" both are kept and a per-step table chooses which one drafts at each step
+(the pipeline fills it from pilot runs: x0-hat wins where the denoised estimate moves slowly,
+the raw output near the end of a flow-matching schedule, where x0-hat tracks the state).
+
 prefetch chooses which output starts the next round:
   nearest  the evaluated sibling nearest to the committed state (same step), else the parent's;
   parent   the parent's output (one step stale);
@@ -16,34 +20,52 @@ prefetch chooses which output starts the next round:
 
 from __future__ import annotations
 
+import torch
+
 from ..errors import SpecdemoError
 from .base import Draft
 
-FREEZE = ("out", "x0")
+FREEZE = ("out", "x0", "auto")
 PREFETCH = ("nearest", "parent", "none", "leaves")
 
 
 class FrozenDraft(Draft):
     uses_frozen = True
 
-    def __init__(self, freeze: str = "out", prefetch: str = "nearest"):
+    def __init__(self, freeze: str = "out", prefetch: str = "nearest", x0_steps: tuple[bool, ...] = ()):
         if freeze not in FREEZE:
             raise SpecdemoError(f"unknown freeze {freeze!r}; accepted: {', '.join(FREEZE)}")
         if prefetch not in PREFETCH:
             raise SpecdemoError(f"unknown prefetch {prefetch!r}; accepted: {', '.join(PREFETCH)}")
         self.freeze, self.prefetch = freeze, prefetch
+        self.x0_steps = torch.tensor(x0_steps, dtype=torch.bool)  # freeze="auto": x0-hat drafts step n
 
     def check(self, kernel) -> None:
-        if self.freeze == "x0" and not kernel.has_denoised:
-            raise SpecdemoError(f"--freeze x0 needs a denoised estimate, which the {kernel.name} kernel has not; use --freeze out")
+        if self.freeze != "out" and not kernel.has_denoised:
+            raise SpecdemoError(f"--freeze {self.freeze} needs a denoised estimate, which the {kernel.name} kernel "
+                                "has not; use --freeze out")
+        if self.freeze == "auto" and len(self.x0_steps) != kernel.num_steps:
+            raise SpecdemoError("--freeze auto needs its per-step table (built by the pipeline from pilot runs)")
+
+    def frozen_shape(self, shape):
+        return (2, *shape) if self.freeze == "auto" else tuple(shape)
 
     def frozen_value(self, kernel, out, x, n):
-        """What is kept from a target evaluation: the output itself, or x0-hat."""
-        return out if self.freeze == "out" else kernel.denoised(out, x, n)
+        """What is kept from a target evaluation: the output itself, x0-hat, or both (auto)."""
+        if self.freeze == "out":
+            return out
+        x0 = kernel.denoised(out, x, n)
+        return x0 if self.freeze == "x0" else torch.stack((out, x0), 1)
 
     def means(self, kernel, x, n, frozen, cond):
         n, frozen = n[:, None], frozen[:, None]  # one frozen value per trajectory, for all its nodes
-        out = frozen if self.freeze == "out" else kernel.output_from_denoised(frozen, x, n)
+        if self.freeze == "out":
+            out = frozen
+        elif self.freeze == "x0":
+            out = kernel.output_from_denoised(frozen, x, n)
+        else:
+            use_x0 = self.x0_steps.to(n.device)[n].view(*n.shape, *[1] * (x.dim() - n.dim()))
+            out = torch.where(use_x0, kernel.output_from_denoised(frozen[:, :, 1], x, n), frozen[:, :, 0])
         return kernel.mean(out, x, n)
 
     def config(self):
