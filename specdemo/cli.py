@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from .drafts import FREEZE, PREFETCH
 from .errors import SpecdemoError
 from .images import save_grid
 from .models import KERNEL_NAMES
-from .pipeline import METHODS, SamplerConfig, generate
+from .parallel import gather, launched_by_torchrun, my_indices, process_state
+from .pipeline import METHODS, SamplerConfig, build
 from .targets.presets import PRESETS
 from .trees import TOPOLOGY_HELP
 from .verifiers import VERIFIERS
@@ -65,6 +67,9 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
                         "or leaves (evaluate leaves too) (default %(default)s)")
     p.add_argument("--num-samples", type=int, default=d.num_samples, metavar="M", help="(default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="same seed, same device: same samples (default %(default)s)")
+    p.add_argument("--max-batch", type=int, metavar="B",
+                   help="at most B trajectories in flight; a finished one frees its slot for the next "
+                        "(continuous batching; default: all at once)")
     p.add_argument("--device", default=d.device, choices=("auto", "cpu", "cuda"), help="(default %(default)s)")
     p.add_argument("--class-label", type=int, metavar="0..9",
                    help="class to sample, for class-conditional models such as digits (default 0)")
@@ -75,22 +80,34 @@ def _sample(args) -> int:
         model=args.model, kernel=args.kernel, steps=args.steps, eta=args.eta, churn=args.churn, gamma=args.gamma,
         prediction=args.prediction, method=args.method, tree=args.tree, verifier=args.verifier, draft=args.draft,
         freeze=args.freeze, draft_bias=args.draft_bias, prefetch=args.prefetch, budget=args.budget,
-        num_samples=args.num_samples,
+        num_samples=args.num_samples, max_batch=args.max_batch,
         seed=args.seed, device=args.device, class_label=args.class_label,
     )
-    result, problem = generate(config, trace=args.trace is not None, trace_states=False)
-    summary = {**result.cost.summary(), "model": config.model, "kernel": problem.kernel.name,
+    if args.trace and launched_by_torchrun():
+        raise SpecdemoError("--trace is for single-process runs; leave it out under accelerate launch")
+    problem = build(config)
+    state = process_state()
+    if state is None:
+        result = problem.run(trace=args.trace is not None, trace_states=False)
+        samples, cost = result.samples.cpu().numpy(), result.cost
+    else:
+        indices = my_indices(state, config.num_samples)
+        result = problem.run(indices=indices)
+        gathered = gather(state, indices, result.samples, result.cost)
+        if gathered is None:
+            return 0  # the main process writes the outputs
+        samples, cost = gathered
+    summary = {**cost.summary(), "model": config.model, "kernel": problem.kernel.name,
                "tree": str(problem.tree), "verifier": problem.verifier.name if problem.verifier else None,
-               "device": str(problem.device), "seed": config.seed}
+               "device": str(problem.device), "seed": config.seed, "processes": state.num_processes if state else 1}
     if problem.pilot is not None:
         summary["pilot_target_calls"] = problem.pilot.target_calls
     if args.out:
-        np.savez(args.out, samples=result.samples.cpu().numpy(), config=json.dumps(config.to_dict()),
-                 cost=json.dumps(summary))
+        np.savez(args.out, samples=samples, config=json.dumps(config.to_dict()), cost=json.dumps(summary))
     if args.grid:
-        if result.samples.dim() != 4:
-            raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {tuple(result.samples.shape[1:])}")
-        save_grid(result.samples, args.grid)
+        if samples.ndim != 4:
+            raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {samples.shape[1:]}")
+        save_grid(torch.from_numpy(samples), args.grid)
     if args.trace:
         Path(args.trace).write_text(json.dumps({"config": config.to_dict(), "cost": summary,
                                                 "rounds": [r.to_json() for r in result.trace]}))

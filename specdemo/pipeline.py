@@ -16,6 +16,7 @@ from .drafts import FREEZE, PREFETCH, BiasedDraft, Draft, FrozenDraft, NetworkDr
 from .errors import SpecdemoError
 from .kernels import Kernel
 from .models import KERNEL_NAMES, DiffusersTarget, Target, resolve_target
+from .parallel import process_state
 from .sampler import SampleResult, sample
 from .trace import Cost
 from .trees import Topology
@@ -49,6 +50,7 @@ class SamplerConfig:
     prefetch: str = "nearest"
     budget: int | None = None
     num_samples: int = 16
+    max_batch: int | None = None
     seed: int = 0
     device: str = "auto"
     class_label: int | None = None
@@ -84,13 +86,19 @@ class Problem:
     cond: dict
     pilot: Cost | None = None  # the pilot run of an auto topology (calibration, not part of the run)
 
-    def run(self, **kwargs) -> SampleResult:
-        return sample(self.network, self.kernel, self.target.shape, self.config.num_samples, tree=self.tree,
-                      draft=self.draft, verifier=self.verifier, seed=self.config.seed, cond=self.cond,
-                      device=self.device, **kwargs)
+    def run(self, indices=None, **kwargs) -> SampleResult:
+        """Sample every trajectory, or only trajectories `indices` (a process's share)."""
+        num = self.config.num_samples if indices is None else len(indices)
+        cond = self.cond if indices is None else {k: v[list(indices)] for k, v in self.cond.items()}
+        return sample(self.network, self.kernel, self.target.shape, num, tree=self.tree, draft=self.draft,
+                      verifier=self.verifier, seed=self.config.seed, indices=indices, cond=cond, device=self.device,
+                      max_batch=self.config.max_batch, **kwargs)
 
 
 def resolve_device(name: str) -> torch.device:
+    state = process_state()
+    if state is not None and name in ("auto", state.device.type):
+        return state.device  # one device per process under accelerate launch
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():

@@ -22,14 +22,20 @@ def trajectory_seed(seed: int, index: int) -> int:
 
 
 class TrajectoryRandom:
-    """One generator per trajectory; `rows` in the draws are positions in `indices`."""
+    """One generator per batch slot, holding the stream of the trajectory in that slot; `rows` in
+    the draws are slots. A slot gets a new trajectory (and its stream) with `assign`."""
 
-    def __init__(self, seed: int, indices, device: torch.device | str):
-        self.device = torch.device(device)
-        self.generators = [torch.Generator(device=self.device).manual_seed(trajectory_seed(seed, int(i))) for i in indices]
-        n = len(self.generators)
-        self._uniforms = torch.empty((n, UNIFORM_BUFFER), dtype=torch.float64, device=self.device)
-        self._used = torch.full((n,), UNIFORM_BUFFER, dtype=torch.long, device=self.device)
+    def __init__(self, seed: int, slots: int, device: torch.device | str):
+        self.seed, self.device = seed, torch.device(device)
+        self.generators = [torch.Generator(device=self.device) for _ in range(slots)]
+        self._uniforms = torch.empty((slots, UNIFORM_BUFFER), dtype=torch.float64, device=self.device)
+        self._used = torch.full((slots,), UNIFORM_BUFFER, dtype=torch.long, device=self.device)
+
+    def assign(self, slot: int, index: int) -> torch.Generator:
+        """Start trajectory `index`'s stream in `slot`."""
+        self.generators[slot].manual_seed(trajectory_seed(self.seed, index))
+        self._used[slot] = UNIFORM_BUFFER
+        return self.generators[slot]
 
     def normal(self, rows: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """Standard normals, shape (len(rows), *shape); row j from trajectory rows[j]'s stream."""

@@ -94,10 +94,16 @@ def _pick(t: torch.Tensor, idx: torch.Tensor, full: bool) -> torch.Tensor:
 
 
 class _Run:
-    """The state of B trajectories between rounds, and one round's four phases."""
+    """The state of the batch between rounds, and one round's phases.
+
+    The batch has `slots` rows; each holds one trajectory at a time. When a trajectory reaches
+    step N its sample is stored and the slot takes the next trajectory (continuous batching), so
+    the batch stays full until the queue runs dry. Per-slot tensors are indexed by slot; costs,
+    samples and kept states by trajectory position (0..B-1).
+    """
 
     def __init__(self, network, kernel: Kernel, shape, num_samples, tree: Topology, draft, verifier, seed, indices,
-                 cond, device, dtype, keep_steps, trace, trace_states):
+                 cond, device, dtype, keep_steps, trace, trace_states, max_batch):
         self.network, self.kernel, self.shape, self.tree = network, kernel, tuple(shape), tree
         self.draft, self.verifier = draft, verifier
         self.device, self.dtype = torch.device(device), dtype
@@ -108,7 +114,6 @@ class _Run:
         for k, v in self.cond.items():
             if v.shape[0] != num_samples:
                 raise SpecdemoError(f"conditioning {k!r} has {v.shape[0]} rows for {num_samples} samples")
-        self.rng = TrajectoryRandom(seed, self.indices, self.device)
         self.num_steps = kernel.num_steps
         self.scales = kernel.scales.to(self.device)
         self.run_len = kernel.stochastic_run_lengths().to(self.device)
@@ -117,15 +122,18 @@ class _Run:
         self._layouts: dict[Topology, _Layout] = {}
 
         b = num_samples
-        self.y = torch.empty((b, *self.shape), device=self.device, dtype=dtype)
-        for j, g in enumerate(self.rng.generators):
-            self.y[j] = kernel.prior(self.shape, g, self.device, dtype)
-        self.n = torch.zeros(b, dtype=torch.long, device=self.device)
-        self.frozen = torch.zeros((b, *draft.frozen_shape(self.shape)), device=self.device, dtype=dtype) \
+        slots = min(max_batch or b, b)
+        self.rng = TrajectoryRandom(seed, slots, self.device)
+        self.samples = torch.empty((b, *self.shape), device=self.device, dtype=dtype)
+        self.slot_traj = torch.full((slots,), -1, dtype=torch.long, device=self.device)  # -1: empty
+        self.next_traj = 0
+        self.y = torch.empty((slots, *self.shape), device=self.device, dtype=dtype)
+        self.n = torch.full((slots,), self.num_steps, dtype=torch.long, device=self.device)
+        self.frozen = torch.zeros((slots, *draft.frozen_shape(self.shape)), device=self.device, dtype=dtype) \
             if self.uses_frozen else None
-        self.has_frozen = torch.zeros(b, dtype=torch.bool, device=self.device)
+        self.has_frozen = torch.zeros(slots, dtype=torch.bool, device=self.device)
         self.root_out = torch.zeros_like(self.y)  # the exact target output at y, where root_known
-        self.root_known = torch.zeros(b, dtype=torch.bool, device=self.device)
+        self.root_known = torch.zeros(slots, dtype=torch.bool, device=self.device)
         self.calls = torch.zeros(b, dtype=torch.long)
         self.counted = torch.zeros(b, dtype=torch.long)
         self.rows_used = torch.zeros(b, dtype=torch.long)
@@ -135,14 +143,31 @@ class _Run:
                          rows_per_trajectory=self.rows_used.numpy(),
                          examined_per_depth=[0] * tree.max_depth, accepted_per_depth=[0] * tree.max_depth)
         self.keep = sorted(set(keep_steps))
-        self.states = {0: self.y.clone()} if 0 in self.keep else {}
+        self.states: dict[int, torch.Tensor] = {}
         self.trace = [] if trace else None
         self.trace_states = trace_states
+        self.refill(torch.arange(slots, device=self.device))
+
+    def refill(self, slots: torch.Tensor) -> None:
+        """Finished slots hand their sample over and take the next trajectories of the queue."""
+        done = slots[self.slot_traj[slots] >= 0]
+        self.samples[self.slot_traj[done]] = self.y[done]
+        self.slot_traj[slots] = -1
+        for slot in slots.tolist():
+            if self.next_traj == len(self.indices):
+                break
+            g = self.rng.assign(slot, self.indices[self.next_traj])
+            self.y[slot] = self.kernel.prior(self.shape, g, self.device, self.dtype)
+            self.slot_traj[slot] = self.next_traj
+            self.next_traj += 1
+            self.n[slot], self.has_frozen[slot], self.root_known[slot] = 0, False, False
+            self.keep_state(torch.tensor([slot], device=self.device), 0, self.y[slot:slot + 1])
 
     # ---------------------------------------------------------------- target calls and bookkeeping
-    def call_target(self, x, steps, traj, *, deterministic=None):
-        """One batched target call; rows of trajectory traj[i] at state x[i], step steps[i]."""
+    def call_target(self, x, steps, slots, *, deterministic=None):
+        """One batched target call; row i is the trajectory in slot slots[i], at state x[i], step steps[i]."""
         t0 = time.perf_counter()
+        traj = self.slot_traj[slots]
         out = self.network(x, steps, **{k: v[traj] for k, v in self.cond.items()})
         if out.shape != x.shape:
             raise SpecdemoError(f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(x.shape)}")
@@ -160,7 +185,7 @@ class _Run:
         self.counted[had] += 1
         if deterministic is not None and deterministic.numel():
             # calls spent on deterministic steps are on neither side of the speedup (section 5)
-            self.counted[deterministic.cpu()] -= 1
+            self.counted[self.slot_traj[deterministic].cpu()] -= 1
         return out.to(self.dtype)
 
     def freeze(self, rows, out, x, steps):
@@ -172,13 +197,13 @@ class _Run:
             self._layouts[tree] = _Layout(tree, self.device)
         return self._layouts[tree]
 
-    def keep_state(self, traj, step, value):
+    def keep_state(self, slots, step, value):
         if step in self.keep:
-            self.states.setdefault(step, torch.full_like(self.y, float("nan")))[traj] = value
+            self.states.setdefault(step, torch.full_like(self.samples, float("nan")))[self.slot_traj[slots]] = value
 
     # ---------------------------------------------------------------- one round
     def round(self) -> bool:
-        active = (self.n < self.num_steps).nonzero().squeeze(1)
+        active = ((self.n < self.num_steps) & (self.slot_traj >= 0)).nonzero().squeeze(1)
         if not active.numel():
             return False
         # each trajectory's tree for this round (a plan may change it along the schedule)
@@ -217,6 +242,9 @@ class _Run:
             rnd.walk()
             rnd.commit()
         self.cost.rounds += 1
+        finished = active[self.n[active] == self.num_steps]
+        if finished.numel():
+            self.refill(finished)
         return True
 
     def warm_up(self, spec):
@@ -312,7 +340,7 @@ class _Round:
         if run.draft.calls_network:
             run.cost.draft_calls += 1
         return run.draft.means(run.kernel, x, step, run.frozen[traj] if run.uses_frozen else None,
-                               {k: v[traj] for k, v in run.cond.items()})
+                               {k: v[run.slot_traj[traj]] for k, v in run.cond.items()})
 
     def target_rows(self):
         """Phase 2 input: every materialised node of each trajectory's tree, the root unless known."""
@@ -491,7 +519,8 @@ class _Round:
         evaluated = torch.zeros((self.count, full + 1), dtype=torch.bool)
         evaluated[:, :self.m] = self.evaluated.cpu()
         run.trace.append(RoundTrace(
-            round=run.cost.rounds, trajectories=np.asarray(run.indices)[self.spec.cpu().numpy()], step=self.n0.cpu().numpy(),
+            round=run.cost.rounds, trajectories=np.asarray(run.indices)[run.slot_traj[self.spec].cpu().numpy()],
+            step=self.n0.cpu().numpy(),
             depth=self.depth.cpu().numpy(), parent=np.append(tree.parent[:full].numpy(), -1),
             node_depth=np.append(tree.node_depth[:full].numpy(), -1), corrected_parent=rec["corr_parent"].numpy(),
             status=rec["status"].numpy(), evaluated=evaluated.numpy(), delta=rec["delta"].numpy(),
@@ -522,6 +551,7 @@ def sample(
     trace: bool = False,
     trace_states: bool = True,
     callback: Callable[[dict], None] | None = None,
+    max_batch: int | None = None,
 ) -> SampleResult:
     """Draw num_samples exact samples of the target chain Y_0 -> ... -> Y_N.
 
@@ -532,18 +562,25 @@ def sample(
     per-trajectory conditioning (B, ...) passed row by row to the networks (class labels).
     keep_steps: also return the states at these steps (the whole path is exact, not only Y_N).
     trace: record every round (RoundTrace), with node states unless trace_states is False.
-    callback receives a dict after every round (for progress bars).
+    callback receives a dict after every round (for progress bars: "progress" in [0, 1]).
+    max_batch: at most this many trajectories in flight; a finished one frees its slot for the
+    next (continuous batching). Default: all at once.
     """
-    check_run(kernel, tree, draft, verifier, shape, num_samples, dtype)
+    if max_batch is not None and max_batch < 1:
+        raise SpecdemoError(f"max_batch must be >= 1, got {max_batch}")
+    check_run(kernel, tree, draft, verifier, shape, min(num_samples, max_batch or num_samples), dtype)
     t_start = time.perf_counter()
     with torch.inference_mode():
         run = _Run(network, kernel, shape, num_samples, tree, draft, verifier, seed, indices, cond, device, dtype,
-                   keep_steps, trace, trace_states)
+                   keep_steps, trace, trace_states, max_batch)
         while run.round():
             if callback is not None:
-                callback({"round": run.cost.rounds, "steps_done": run.n.cpu(), "num_steps": run.num_steps,
-                          "active": int((run.n < run.num_steps).sum()), "target_calls": run.cost.target_calls})
+                live = run.slot_traj >= 0
+                done = run.next_traj - int(live.sum()) + int((run.n[live] == run.num_steps).sum())
+                progress = (run.next_traj - int(live.sum())) * run.num_steps + int(run.n[live].sum())
+                callback({"round": run.cost.rounds, "finished": done, "num_samples": num_samples,
+                          "progress": progress / (num_samples * run.num_steps), "target_calls": run.cost.target_calls})
         if run.device.type == "cuda":
             torch.cuda.synchronize(run.device)
     run.cost.wall_s = time.perf_counter() - t_start
-    return SampleResult(samples=run.y, cost=run.cost, states=run.states, trace=run.trace)
+    return SampleResult(samples=run.samples, cost=run.cost, states=run.states, trace=run.trace)

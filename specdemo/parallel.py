@@ -1,0 +1,57 @@
+"""Several processes (and devices): `accelerate launch --multi_gpu --num_processes P -m specdemo sample ...`.
+
+Process p of P draws trajectories p, p + P, p + 2P, ...; every trajectory has its own random
+stream (specdemo.rng), so the gathered samples are those one process would draw with the same
+seed. The main process gathers samples and costs and writes the outputs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from .trace import Cost
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def process_state():
+    """accelerate's PartialState (gloo on CPUs), or None for a plain single-process run."""
+    if not launched_by_torchrun():
+        return None
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def my_indices(state, num_samples: int) -> list[int]:
+    return list(range(state.process_index, num_samples, state.num_processes))
+
+
+def gather(state, indices: list[int], samples: torch.Tensor, cost: Cost) -> tuple[np.ndarray, Cost] | None:
+    """On the main process: all samples in trajectory order and the merged cost; None elsewhere."""
+    from accelerate.utils import gather_object
+
+    parts = gather_object([(indices, samples.cpu().numpy(), cost)])
+    if not state.is_main_process:
+        return None
+    order = np.argsort(np.concatenate([p[0] for p in parts]))
+    merged = np.concatenate([p[1] for p in parts])[order]
+    costs = [p[2] for p in parts]
+    per = lambda name: np.concatenate([getattr(c, name) for c in costs])[order]
+    first = costs[0]
+    total = Cost(
+        method=first.method, steps=first.steps, stochastic_steps=first.stochastic_steps,
+        calls_per_trajectory=per("calls_per_trajectory"), counted_calls=per("counted_calls"),
+        rows_per_trajectory=per("rows_per_trajectory"),
+        target_calls=max(c.target_calls for c in costs),  # the processes call their targets side by side
+        draft_calls=max(c.draft_calls for c in costs), rounds=max(c.rounds for c in costs),
+        wall_s=max(c.wall_s for c in costs), target_s=max(c.target_s for c in costs),
+        examined_per_depth=list(np.sum([c.examined_per_depth for c in costs], axis=0)),
+        accepted_per_depth=list(np.sum([c.accepted_per_depth for c in costs], axis=0)),
+    )
+    return merged, total
