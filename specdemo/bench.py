@@ -13,6 +13,7 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .pipeline import SamplerConfig, build
@@ -144,10 +145,105 @@ def section_gm2d(trajectories: int, quick: bool) -> str:
     return "\n".join(lines)
 
 
+def _delta_by_step(problem, samples: int = 8) -> list[tuple[int, float]]:
+    """Median delta of the frozen draft at the root's children (depth 1), by step, from a chain run."""
+    result = build(SamplerConfig(**{**problem.config.to_dict(), "num_samples": samples, "method": "chain",
+                                    "tree": "1x4", "verifier": "rmc", "draft": "frozen"})).run(trace=True,
+                                                                                             trace_states=False)
+    by_step: dict[int, list[float]] = {}
+    for rnd in result.trace:
+        for r in range(len(rnd.step)):
+            for node in np.nonzero(~np.isnan(rnd.delta[r]))[0]:
+                by_step.setdefault(int(rnd.step[r] + rnd.node_depth[node]), []).append(float(rnd.delta[r, node]))
+    return sorted((s, float(np.median(v))) for s, v in by_step.items())
+
+
+def image_rows(model: str, steps: int, samples: int, device: str, configs, class_label: int | None = 3,
+               repeats: int = 1) -> list[str]:
+    """Markdown cells (from the method on) per configuration, each against the plain sampler run
+    first, all in one process."""
+    rows, plain = [], None
+    for name, extra in configs:
+        cfg = SamplerConfig(model=model, steps=steps, num_samples=samples, device=device, seed=0,
+                            class_label=class_label, **extra)
+        s = run_cell(cfg, repeats)
+        plain = plain or s
+        acceptance = "" if s["acceptance"] is None else f"{s['acceptance']:.3f}"
+        rows.append(f"{name} | {s['speedup']:.2f} | {s['target_calls']} | {s['rows_per_call']:.1f} | {acceptance} | "
+                    f"{s['wall_s']:.2f} | {plain['wall_s'] / s['wall_s']:.2f}x |")
+    return rows
+
+
+DIGITS_CONFIGS = [
+    ("plain target", {"method": "target"}),
+    ("chain 1x5, frozen draft", {"method": "chain", "tree": "1x5", "verifier": "rmc"}),
+    ("chain 1x5, digits-draft network", {"method": "chain", "tree": "1x5", "verifier": "rmc", "draft": "digits-draft"}),
+    ("chain 1x8, frozen, x0-hat", {"method": "chain", "tree": "1x8", "verifier": "rmc", "freeze": "x0"}),
+    ("tree 2,2,1 rank, frozen", {"method": "tree", "tree": "2,2,1", "verifier": "rank"}),
+    ("tree 3,2,2 dgrs, frozen", {"method": "tree", "tree": "3,2,2", "verifier": "dgrs"}),
+]
+
+
+def section_digits(trajectories: int, quick: bool) -> str:
+    samples = 8 if quick else 16
+    lines = [f"The embedded class-conditional digits UNet (1x16x16, class 3), {samples} samples in one batch on "
+             "this CPU, each step count measured in one process, every row against the plain sampler of the same "
+             "run. Speedup counts target calls (the deterministic last DDPM step on neither side); rows/call is "
+             "the mean number of states per target call.", "",
+             "| steps | samples | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for steps in ((100,) if quick else (100, 1000)):
+        lines += [f"| {steps} | {samples} | {row}" for row in image_rows("digits", steps, samples, "cpu", DIGITS_CONFIGS)]
+    problem = build(SamplerConfig(model="digits", steps=100, class_label=3, device="cpu"))
+    deltas = _delta_by_step(problem)
+    lines += ["", "Delta of the frozen draft at the root's children, by step (100 DDPM steps, median of 8 "
+              "trajectories): " + ", ".join(f"{s}: {d:.2f}" for s, d in deltas[:: max(1, len(deltas) // 12)]) + "."]
+    return "\n".join(lines)
+
+
+def cifar_sized_unet(folder: Path) -> str:
+    """A random UNet2DModel of google/ddpm-cifar10-32's size, saved as a pipeline folder."""
+    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    torch.manual_seed(0)
+    unet = UNet2DModel(sample_size=32, in_channels=3, out_channels=3, layers_per_block=2,
+                       block_out_channels=(128, 256, 256, 256),
+                       down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
+                       up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"))
+    DDPMPipeline(unet=unet, scheduler=DDPMScheduler(variance_type="fixed_large")).save_pretrained(
+        folder, safe_serialization=True)
+    return str(folder)
+
+
+def section_gpu(trajectories: int, quick: bool) -> str:
+    if not torch.cuda.is_available():
+        return "GPU figures: pending (no CUDA device on the machine that wrote this file; run scripts/gpu_check.sh)."
+    import tempfile
+
+    lines = [f"{torch.cuda.get_device_name()}: fp16 UNets, 100 DDPM steps; every row against the plain sampler of "
+             "the same batch size, in one process (median of 3 runs).", "",
+             "| model | batch | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    configs = [("plain target", {"method": "target"}),
+               ("chain 1x5 rmc", {"method": "chain", "tree": "1x5", "verifier": "rmc"}),
+               ("tree 2,2,1 rank", {"method": "tree", "tree": "2,2,1", "verifier": "rank"}),
+               ("auto (16 rows), freeze auto", {"method": "tree", "tree": "auto", "budget": 16, "verifier": "rank",
+                                                "freeze": "auto"})]
+    with tempfile.TemporaryDirectory() as tmp:
+        cifar = cifar_sized_unet(Path(tmp) / "cifar-sized")
+        for name, model, label in (("digits", "digits", 3), ("CIFAR-10-sized random UNet", cifar, None)):
+            for batch in (1, 16):
+                rows = image_rows(model, 100, batch, "cuda", configs, class_label=label, repeats=3)
+                lines += [f"| {name} | {batch} | {row}" for row in rows]
+    return "\n".join(lines)
+
+
 SECTIONS = {
     "gm512": ("The draft-tree authors' benchmark: gm512", section_gm512),
     "prefetch": ("Prefetch policies", section_prefetch),
     "gm2d": ("Wall-clock on a 2-D mixture at 1,000 DDPM steps", section_gm2d),
+    "digits": ("The embedded digits model on CPU", section_digits),
+    "gpu": ("GPU", section_gpu),
 }
 
 

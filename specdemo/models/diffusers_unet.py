@@ -30,9 +30,10 @@ class UNetNetwork:
     def __init__(self, unet: UNet2DModel, kernel: Kernel):
         self.unet, self.kernel = unet, kernel
         self.dtype = unet.dtype
+        self.timesteps = kernel.timesteps.to(unet.device)
 
     def __call__(self, x: torch.Tensor, n: torch.Tensor, class_labels: torch.Tensor | None = None) -> torch.Tensor:
-        t = self.kernel.table("timesteps", self.kernel.timesteps, n)[n]
+        t = self.timesteps[n]
         out = self.unet(x.to(self.dtype), t, class_labels=class_labels).sample
         return out[:, : x.shape[1]].to(x.dtype)  # learned-variance models append C variance channels
 
