@@ -1,0 +1,128 @@
+"""diffusers models: loading through the Hub code path from local folders, the adapter against the
+scheduler's own step, exactness on a tiny UNet, and clear refusals."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from diffusers import DDIMScheduler, DDPMPipeline, DDPMScheduler, UNet2DModel
+from scipy import stats
+
+from specdemo import SamplerConfig, build
+from specdemo.errors import SpecdemoError
+from specdemo.models import resolve_target
+
+
+def tiny_unet(prediction="epsilon", classes=None, channels=1, seed=0):
+    torch.manual_seed(seed)
+    return UNet2DModel(sample_size=8, in_channels=channels, out_channels=channels, block_out_channels=(8, 16),
+                       layers_per_block=1, down_block_types=("DownBlock2D", "DownBlock2D"),
+                       up_block_types=("UpBlock2D", "UpBlock2D"), norm_num_groups=4, num_class_embeds=classes)
+
+
+@pytest.fixture(scope="module")
+def pipeline_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-pipeline")
+    DDPMPipeline(unet=tiny_unet(classes=3), scheduler=DDPMScheduler(clip_sample=True)).save_pretrained(
+        folder, safe_serialization=True)
+    return str(folder)
+
+
+def test_pipeline_folder_loads_like_a_hub_model(pipeline_folder):
+    target = resolve_target(pipeline_folder)
+    assert target.shape == (1, 8, 8) and target.num_classes == 3
+    assert set(os.listdir(pipeline_folder)) >= {"model_index.json", "unet", "scheduler"}
+    result = build(SamplerConfig(model=pipeline_folder, steps=20, method="tree", tree="2,2", num_samples=3,
+                                 class_label=2, device="cpu")).run()
+    assert result.samples.shape == (3, 1, 8, 8) and torch.isfinite(result.samples).all()
+
+
+def test_bare_model_folder_loads(tmp_path):
+    tiny_unet().save_pretrained(tmp_path, safe_serialization=True)
+    DDPMScheduler().save_config(tmp_path)
+    assert resolve_target(str(tmp_path)).shape == (1, 8, 8)
+
+
+@pytest.mark.parametrize("prediction", ["epsilon", "v_prediction", "sample"])
+@pytest.mark.parametrize("kernel", ["ddpm", "ddim"])
+def test_adapter_mean_and_scale_equal_the_scheduler_step(tmp_path, prediction, kernel):
+    """The adapter's m_n and s_n against scheduler.step at the same timestep, noise removed."""
+    DDPMPipeline(unet=tiny_unet(), scheduler=DDPMScheduler(prediction_type=prediction, clip_sample=True)).save_pretrained(
+        tmp_path, safe_serialization=True)
+    problem = build(SamplerConfig(model=str(tmp_path), kernel=kernel, steps=25, eta=0.7, device="cpu"))
+    k, net = problem.kernel, problem.network
+    sched = (DDPMScheduler if kernel == "ddpm" else DDIMScheduler).from_pretrained(tmp_path, subfolder="scheduler")
+    sched.set_timesteps(25)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 1, 8, 8, generator=g)
+    for n in (0, 7, 23):
+        steps = torch.full((5,), n)
+        out = net(x, steps)
+        t = int(sched.timesteps[n])
+        assert torch.allclose(out, problem.target.unet(x, t).sample, atol=1e-6)
+        if kernel == "ddpm":  # step draws its noise from the generator: draw the same noise again
+            noisy = sched.step(out, t, x, generator=torch.Generator().manual_seed(3)).prev_sample
+            noise = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+            expected = noisy - (k.scales[n].float() * noise if t > 0 else 0)
+        else:
+            expected = sched.step(out, t, x, eta=0.7, variance_noise=torch.zeros_like(x)).prev_sample
+            with_noise = sched.step(out, t, x, eta=0.7, variance_noise=torch.ones_like(x)).prev_sample
+            assert float((with_noise - expected).mean()) == pytest.approx(float(k.scales[n]), rel=1e-4)
+        assert torch.allclose(k.mean(out, x, steps), expected, atol=2e-5)
+
+
+def test_speculative_samples_of_a_tiny_unet_match_plain(tmp_path):
+    """A low-dimensional summary (per-sample mean and two pixels) of 4,000 samples each."""
+    DDPMPipeline(unet=tiny_unet(seed=3), scheduler=DDPMScheduler()).save_pretrained(tmp_path, safe_serialization=True)
+    base = dict(model=str(tmp_path), steps=30, num_samples=4000, device="cpu")
+    plain = build(SamplerConfig(**base, method="target", seed=1)).run().samples.flatten(1)
+    spec = build(SamplerConfig(**base, method="tree", tree="2,2", verifier="rank", draft_bias=1.0, seed=2)).run()
+    tree = spec.samples.flatten(1)
+    for column in (lambda s: s.mean(1), lambda s: s[:, 0], lambda s: s[:, 27]):
+        assert stats.ks_2samp(column(plain).numpy(), column(tree).numpy()).pvalue > 1e-3 / 3
+    assert spec.cost.speedup > 1.0
+
+
+def test_independent_draft_network(pipeline_folder, tmp_path):
+    DDPMPipeline(unet=tiny_unet(classes=3, seed=9), scheduler=DDPMScheduler(clip_sample=True)).save_pretrained(
+        tmp_path, safe_serialization=True)
+    result = build(SamplerConfig(model=pipeline_folder, draft=str(tmp_path), steps=20, method="chain", tree="1x3",
+                                 num_samples=2, class_label=1, device="cpu")).run()
+    assert result.cost.draft_calls > 0 and torch.isfinite(result.samples).all()
+
+
+def test_a_draft_of_another_shape_is_refused(pipeline_folder, tmp_path):
+    DDPMPipeline(unet=tiny_unet(channels=3), scheduler=DDPMScheduler()).save_pretrained(tmp_path, safe_serialization=True)
+    with pytest.raises(SpecdemoError, match="cannot draft"):
+        build(SamplerConfig(model=pipeline_folder, draft=str(tmp_path), method="chain", class_label=0, device="cpu"))
+
+
+def test_pickle_weights_are_never_loaded(tmp_path):
+    tiny_unet().save_pretrained(tmp_path, safe_serialization=False)  # diffusion_pytorch_model.bin only
+    DDPMScheduler().save_config(tmp_path)
+    with pytest.raises(SpecdemoError, match="cannot load model"):
+        resolve_target(str(tmp_path))
+
+
+def test_missing_weights_name_the_model(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"_class_name": "UNet2DModel"}))
+    with pytest.raises(SpecdemoError, match=str(tmp_path)):
+        resolve_target(str(tmp_path))
+
+
+def test_offline_hub_id_is_refused_fast_with_a_way_out():
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "specdemo", "sample", "--model", "google/ddpm-cifar10-32"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "google/ddpm-cifar10-32" in done.stderr and "hf download" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("spec", ["not a model", "./no/such/folder", ""])
+def test_unknown_models_are_refused(spec):
+    with pytest.raises(SpecdemoError):
+        resolve_target(spec)
