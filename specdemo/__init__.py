@@ -12,7 +12,7 @@ with any network callable net(x, n, **cond) and any kernel of specdemo.kernels.
 
 from .drafts import BiasedDraft, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
-from .models import MODEL_HELP, Target, resolve_target
+from .models import KERNEL_NAMES, MODEL_HELP, Target, resolve_target
 from .pipeline import METHODS, Problem, SamplerConfig, build, generate
 from .sampler import SampleResult, sample
 from .targets import PRESETS, GaussianMixture
@@ -26,5 +26,5 @@ __all__ = [
     "SamplerConfig", "generate", "build", "Problem", "sample", "SampleResult", "Cost", "RoundTrace", "STATUS_NAMES",
     "Topology", "TOPOLOGY_HELP", "FrozenDraft", "NetworkDraft", "BiasedDraft", "Draft", "VERIFIERS", "get_verifier",
     "ReflectionMaximalCoupling", "GreedyRejectionSampling", "RankAwareSelection", "GaussianMixture", "PRESETS",
-    "Target", "resolve_target", "MODEL_HELP", "METHODS", "SpecdemoError",
+    "Target", "resolve_target", "MODEL_HELP", "METHODS", "KERNEL_NAMES", "SpecdemoError",
 ]

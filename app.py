@@ -1,0 +1,497 @@
+"""specdemo's web app: pick a model and a draft tree, run, and see the tree, the comparison and exactness.
+
+`python app.py` serves it (a Hugging Face Space runs the same file). It uses the library only through
+its public API (specdemo.SamplerConfig and specdemo.figures); every bad input becomes a readable
+error in the page and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+import time
+
+import gradio as gr
+import torch
+from gradio.components.plot import PlotData
+
+from specdemo import KERNEL_NAMES, PRESETS, SamplerConfig, SpecdemoError, Topology, __version__
+from specdemo import compare as C
+from specdemo import figures as F
+
+try:  # ZeroGPU on Hugging Face: the GPU is attached only inside functions decorated with spaces.GPU
+    import spaces
+
+    gpu = spaces.GPU(duration=120)
+except ImportError:  # anywhere else the decorator is skipped
+
+    def gpu(fn):
+        return fn
+
+
+log = logging.getLogger("specdemo.app")
+
+# ---------------------------------------------------------------------------------------------- settings
+DEFAULT_MODEL = "gm2d"  # SWITCH: "digits" once assets/models/digits (the embedded model) is trained
+CONCURRENCY_LIMIT = 2  # runs at once; the queue holds the others
+QUEUE_SIZE = 64
+MAX_SAMPLES = {"image": 64, "other": 4096}  # what one click may ask for on the Space's hardware
+MAX_WORK = {"image": 4096, "other": 1_500_000}  # samples x tree nodes per round, ditto (x16 on a GPU)
+EXACTNESS_SAMPLES = 1000
+
+
+def cpu_budget() -> int:
+    """CPUs this process may use: the cgroup quota where one is set, else the affinity mask."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            return max(1, int(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# Each run gets its share of the CPUs: on a 2-core machine two concurrent runs of two threads each fight
+# over the cores, and small tensors gain nothing from intra-op threads (measured: 1.05 s against 7-9 s
+# for the default click with another process busy).
+torch.set_num_threads(max(1, cpu_budget() // CONCURRENCY_LIMIT))
+
+MODEL_CHOICES = [
+    ("digits · embedded UNet, 16×16, classes", "digits"),
+    ("gm2d · 2-D Gaussian mixture", "gm2d"),
+    ("banana · 2-D density, Langevin", "banana"),
+    ("ring · 2-D density, Langevin", "ring"),
+    ("gm16 · 16-D Gaussian mixture", "gm16"),
+    ("gm512 · 512-D benchmark (flow)", "gm512"),
+    ("Hub id or local folder…", "custom"),
+]
+if not C.embedded_available("digits"):  # not trained yet: offer it once it is
+    MODEL_CHOICES = [c for c in MODEL_CHOICES if c[1] != "digits"]
+MODEL_VALUES = [v for _, v in MODEL_CHOICES]
+
+# what the controls switch to when a model is picked: the first click must be quick and telling
+UI_DEFAULTS = {
+    "digits": dict(steps=50, samples=9, tree="2,2,1", draft="frozen"),  # about 4 s on 2 busy CPU cores
+    "gm2d": dict(steps=100, samples=256, tree="3,2,1", draft="frozen"),
+    "banana": dict(steps=200, samples=256, tree="3,2,1", draft="frozen"),
+    "ring": dict(steps=200, samples=256, tree="3,2,1", draft="frozen"),
+    "gm16": dict(steps=100, samples=256, tree="3,2,1", draft="frozen"),
+    "gm512": dict(steps=30, samples=64, tree="2x5", draft="frozen"),
+    "custom": dict(steps=50, samples=8, tree="2,2,1", draft="frozen"),
+}
+
+TREE_CHOICES = [
+    ("3,2,1 · tree, 10 rows per round", "3,2,1"),
+    ("2,2,1 · small tree", "2,2,1"),
+    ("2x3 · binary tree, depth 3", "2x3"),
+    ("2x5 · binary tree, depth 5", "2x5"),
+    ("4x3 · wide tree", "4x3"),
+    ("4x4 · wide tree, depth 4", "4x4"),
+    ("2,2,2,1,1 · branches, then a chain", "2,2,2,1,1"),
+    ("1x5 · chain of 5", "1x5"),
+    ("1x10 · chain of 10", "1x10"),
+]
+VERIFIER_CHOICES = [("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc")]
+KERNEL_CHOICES = [("the model's default", "default"), *[(k, k) for k in KERNEL_NAMES]]
+DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: digits-draft", "digits-draft")]
+
+
+def model_kernel(model: str, kernel: str) -> str:
+    if kernel and kernel != "default":
+        return kernel
+    return PRESETS[model].defaults.get("kernel", "ddpm") if model in PRESETS else "ddpm"
+
+
+# ---------------------------------------------------------------------------------------------- errors
+def readable_errors(fn):
+    """Every failure becomes a gr.Error the page shows; the server never goes down with it."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except SpecdemoError as err:
+            raise gr.Error(str(err), title="Cannot run this") from None
+        except (MemoryError, torch.OutOfMemoryError):
+            raise gr.Error("out of memory: use fewer samples or a smaller tree", title="Too large") from None
+        except Exception as err:  # a bug: say what, keep serving
+            log.exception("unexpected error in %s", fn.__name__)
+            raise gr.Error(f"unexpected error ({type(err).__name__}): {err}", title="Something went wrong") from None
+
+    return wrapper
+
+
+def _int(value, what: str, default: int | None = None) -> int | None:
+    if value is None or value == "":
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise SpecdemoError(f"{what} must be a whole number, got {value!r}") from None
+    if not math.isfinite(number) or number != int(number):
+        raise SpecdemoError(f"{what} must be a whole number, got {value!r}")
+    return int(number)
+
+
+def _float(value, what: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise SpecdemoError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise SpecdemoError(f"{what} must be a finite number, got {value!r}")
+    return number
+
+
+# ---------------------------------------------------------------------------------------------- config
+def make_config(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn, num_samples,
+                class_label, seed, device) -> tuple[SamplerConfig, object]:
+    """The controls as a SamplerConfig (and the resolved target), checked against the app's limits."""
+    if model not in MODEL_VALUES:
+        raise SpecdemoError(f"unknown model choice {model!r}; accepted: {', '.join(MODEL_VALUES)}")
+    spec = (custom_model or "").strip() if model == "custom" else model
+    if not spec:
+        raise SpecdemoError("type a Hub id (org/name) or a local diffusers folder in the custom model field")
+    tree = str(tree or "").strip()
+    if not tree:
+        raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
+    topology = Topology.parse(tree)  # malformed widths: a readable refusal before any model loads
+    if not topology.widths:
+        raise SpecdemoError("the topology needs at least one level, such as 1x5 or 3,2,1")
+    samples = _int(num_samples, "the number of samples")
+    device = str(device or "auto")
+    target = C.cached_target(spec)
+    kind = "image" if C.target_kind(target) == "image" else "other"
+    scale = 16 if device != "cpu" and torch.cuda.is_available() else 1
+    if samples is None or not 1 <= samples <= MAX_SAMPLES[kind] * scale:
+        raise SpecdemoError(f"the number of samples must be in 1..{MAX_SAMPLES[kind] * scale} here, got {samples}")
+    work = samples * topology.num_nodes
+    if work > MAX_WORK[kind] * scale:
+        raise SpecdemoError(
+            f"{samples} samples with tree {topology} ({topology.num_nodes} nodes per round) is more than this app "
+            f"runs at once (samples × nodes ≤ {MAX_WORK[kind] * scale}); use fewer samples or a smaller tree"
+        )
+    kernel_name = None if not kernel or kernel == "default" else kernel
+    label = _int(class_label, "the class label", 0) if target.num_classes else None
+    config = SamplerConfig(
+        model=spec, kernel=kernel_name, steps=_int(steps, "steps"), eta=_float(eta, "eta"),
+        churn=_float(churn, "churn") if model_kernel(model, kernel) == "flow-churn" else None,
+        method=C.speculative_method(tree), tree=tree, verifier=verifier or None, draft=(draft or "frozen").strip(),
+        draft_bias=_float(draft_bias, "the draft bias"), num_samples=samples, seed=_int(seed, "the seed", 0),
+        device=device, class_label=label,
+    )
+    return config, target
+
+
+# ---------------------------------------------------------------------------------------------- views
+def plot(fig, name: str) -> PlotData:
+    """A plotly figure for gr.Plot, with its toolbar's PNG export named and at twice the resolution."""
+    return PlotData(type="plotly", plot=F.figure_json(fig, name))
+
+
+def data_view(comp: C.Comparison, trajectory: int, k: int) -> PlotData:
+    """The round in data space: the 2-D plane, an image model's committed path, or why neither."""
+    if comp.kind == "plane":
+        fig = F.plane_figure(comp.trace, trajectory, k, comp.log_density, path=comp.paths[trajectory],
+                             samples=comp.chosen.samples.numpy())
+        return plot(fig, "specdemo-data-plane")
+    if comp.kind == "image":
+        return plot(F.path_images_figure(comp.trace, trajectory, k), "specdemo-path-images")
+    dims = "×".join(map(str, comp.shape))
+    return plot(F.message_figure(f"{comp.model_name} lives in {dims} dimensions: the data-plane view is drawn for "
+                                 "2-D targets and image models.<br>The Comparison tab plots its first two "
+                                 "coordinates.", height=160), "specdemo-data")
+
+
+def round_views(comp: C.Comparison | None, trajectory, k):
+    """Tree, data view and all-rounds figure for one trajectory's k-th round."""
+    if comp is None:
+        raise gr.Error("run the sampler first", title="Nothing to show yet")
+    t = min(max(_int(trajectory, "the trajectory", 0), 0), comp.config.num_samples - 1)
+    k = max(_int(k, "the round", 1), 1)
+    return (plot(F.tree_figure(comp.trace, t, k), "specdemo-tree"), data_view(comp, t, k),
+            plot(F.rounds_figure(comp.trace, t, comp.num_steps, k=k), "specdemo-rounds"))
+
+
+def headline(comp: C.Comparison) -> str:
+    h = comp.headline()
+    chosen = comp.chosen
+    acceptance = chosen.cost.acceptance
+    text = (f"### {chosen.label}: **{h['speedup']:.2f}×** fewer target calls than plain sampling\n"
+            f"{h['calls_chosen']:.1f} calls per sample instead of {h['calls_plain']:.0f}"
+            + ("." if acceptance is None else f", {acceptance:.0%} of the verified nodes kept a drafted child."))
+    if "chain" in h:
+        rows = chosen.rows_per_round
+        text += f" The {h['chain']} at the same {rows} target rows per round: **{h['speedup_chain']:.2f}×**."
+        if h["speedup_chain"] > h["speedup"]:
+            text += (" *Width pays when single drafts are often rejected: raise the draft bias to see the tree "
+                     "overtake the chain.*")
+    text += (f"  \nAll samples are exact draws of the target sampler, whatever the draft. Three runs, seed "
+             f"{comp.config.seed}, {h['wall_s']:.2f} s of sampling.")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- handlers
+def throttled(progress, every: float = 0.1):
+    """gr.Progress at most every `every` seconds (a round can take a millisecond), the end always."""
+    last = [0.0]
+
+    def update(fraction: float, desc: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every or fraction >= 1:
+            last[0] = now
+            progress(fraction, desc=desc)
+    return update
+
+
+@gpu
+def _compute(config: SamplerConfig, target, progress) -> C.Comparison:
+    return C.run_comparison(config, target=target, progress=throttled(progress))
+
+
+@readable_errors
+def run(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn, num_samples, class_label,
+        seed, device, progress=gr.Progress()):
+    """Run the chosen chain or tree, the plain target sampler and the budget-matched chain."""
+    progress(0, desc="loading the model")
+    t0 = time.perf_counter()
+    config, target = make_config(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn,
+                                 num_samples, class_label, seed, device)
+    comp = _compute(config, target, progress)
+    t, k = F.pick_round(comp.trace)
+    n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
+    tree_fig, data_fig, rounds_fig = round_views(comp, t, k)
+    out = (
+        headline(comp),
+        tree_fig, data_fig, rounds_fig,
+        plot(F.cost_figure(comp.runs), "specdemo-costs"),
+        plot(F.acceptance_figure(comp.runs), "specdemo-acceptance"),
+        F.comparison_table(comp.runs),
+        plot(F.samples_figure(comp.runs, log_density=comp.log_density), "specdemo-samples"),
+        comp,
+        gr.Slider(minimum=0, maximum=max(config.num_samples - 1, 1), value=t, step=1,
+                  interactive=config.num_samples > 1),
+        gr.Slider(minimum=1, maximum=max(n_rounds, 2), value=k, step=1, interactive=n_rounds > 1),
+    )
+    log.info("run %s took %.2f s", config.to_dict(), time.perf_counter() - t0)
+    return out
+
+
+@readable_errors
+def show_round(comp, trajectory, k):
+    """Redraw the tree views for a trajectory and round of the last run."""
+    return round_views(comp, trajectory, k)
+
+
+@readable_errors
+def show_trajectory(comp, trajectory):
+    """Pick a trajectory: its first round, and the round slider's range."""
+    if comp is None:
+        raise gr.Error("run the sampler first", title="Nothing to show yet")
+    t = min(max(_int(trajectory, "the trajectory", 0), 0), comp.config.num_samples - 1)
+    n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
+    return (*round_views(comp, t, 1), gr.Slider(minimum=1, maximum=max(n_rounds, 2), value=1, step=1,
+                                                interactive=n_rounds > 1))
+
+
+@gpu
+def _exactness(config, num, target, progress):
+    return C.exactness_check(config, num, target=target, progress=throttled(progress))
+
+
+@readable_errors
+def exactness(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn, num_samples,
+              class_label, seed, device, test_samples, progress=gr.Progress()):
+    """Two-sample test of the chosen chain or tree against plain target sampling (analytic targets)."""
+    progress(0, desc="loading the model")
+    config, target = make_config(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn,
+                                 1, class_label, seed, device)
+    num = _int(test_samples, "the number of test samples")
+    work = num * Topology.parse(config.tree).num_nodes
+    if work > MAX_WORK["other"] * 2:
+        raise SpecdemoError(f"{num} test samples with tree {config.tree} is more than this app runs at once; "
+                            "use fewer samples or a smaller tree")
+    report = _exactness(config, num, target, progress)
+    fig = F.exactness_figure(report.plain, report.speculative, report.p_value, spec_label=report.label,
+                             mixture=report.mixture)
+    text = (f"### p = {report.p_value:.3f}: {report.verdict}\n"
+            f"Energy-distance permutation test of {num} samples from **{report.label}** against {num} from the "
+            f"plain target sampler (independent seeds; statistic {report.statistic:.4f}). Under exactness p is "
+            f"uniform on [0, 1]: it falls under 0.05 in one run out of twenty, whatever the draft or its bias.")
+    return text, plot(fig, "specdemo-exactness")
+
+
+@readable_errors
+def export(comp):
+    """The last run as JSON: settings, every method's costs, the chosen run's samples and its trace."""
+    if comp is None:
+        raise gr.Error("run the sampler first", title="Nothing to export yet")
+    c = comp.config
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"specdemo-run-{c.model}-{c.tree}-seed{c.seed}")[:120] + ".json"
+    path = os.path.join(tempfile.mkdtemp(prefix="specdemo-"), name)
+    with open(path, "w") as f:
+        json.dump(comp.to_json(max_trajectories=64), f)
+    return path
+
+
+def model_changed(model, kernel):
+    """Switch the controls to what suits the picked model."""
+    d = UI_DEFAULTS.get(model, UI_DEFAULTS["custom"])
+    image = model in ("digits", "custom")
+    return (
+        gr.Textbox(visible=model == "custom"),
+        gr.Number(value=d["steps"]),
+        gr.Slider(value=d["samples"], maximum=MAX_SAMPLES["image" if image else "other"]),
+        gr.Dropdown(value=d["tree"]),
+        gr.Number(visible=image),
+        gr.Dropdown(value=d["draft"]),
+        *kernel_changed(model, kernel),
+    )
+
+
+def kernel_changed(model, kernel):
+    k = model_kernel(model, kernel)
+    return gr.Slider(visible=k == "ddim"), gr.Slider(visible=k == "flow-churn")
+
+
+# ---------------------------------------------------------------------------------------------- page
+LEGEND = "".join(
+    f'<span class="sd-chip"><span class="sd-dot" style="background:{F.STATUS_COLORS[s]}"></span>{label}</span>'
+    for s, label in (("accepted", "accepted"), ("rejected", "rejected"), ("corrected", "corrected sample"),
+                     ("unvisited", "never examined"), ("root", "round start"))
+)
+HEADER = f"""
+<div class="sd-header">
+  <h1>Exact speculative sampling for diffusion models</h1>
+  <p>A cheap draft guesses the next few denoising steps as a chain or a tree; the expensive target model
+  checks all of them in one batched call, keeps the longest accepted path and replaces the first rejected
+  step by a corrected draw. The coupling makes every sample an exact draw of the plain target sampler,
+  whatever the draft: only the number of target calls changes.</p>
+  <div class="sd-legend">{LEGEND}</div>
+</div>
+"""
+CSS = """
+.sd-header h1 { font-size: 1.6rem; font-weight: 700; margin: 0.2rem 0 0.4rem 0; letter-spacing: -0.01em; }
+.sd-header p { font-size: 0.98rem; line-height: 1.45; color: var(--body-text-color-subdued); max-width: 70rem; margin: 0; }
+.sd-legend { display: flex; flex-wrap: wrap; gap: 0.5rem 1.1rem; margin-top: 0.7rem; font-size: 0.9rem; }
+.sd-chip { display: inline-flex; align-items: center; gap: 0.4rem; }
+.sd-dot { width: 0.8rem; height: 0.8rem; border-radius: 50%; display: inline-block; box-shadow: 0 0 0 1px #fff, 0 0 0 2px #e2e8f0; }
+.sd-headline h3 { margin-bottom: 0.2rem; font-size: 1.15rem; }
+#compare-table table, #compare-table th, #compare-table td, #compare-table span { font-family: var(--font) !important; }
+footer { display: none !important; }
+"""
+THEME = gr.themes.Soft(
+    primary_hue="violet", neutral_hue="slate", radius_size="md",
+    font=["Inter", "ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "DejaVu Sans", "sans-serif"],
+    font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "DejaVu Sans Mono", "monospace"],
+)
+
+with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as demo:
+    gr.HTML(HEADER)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=320):
+            with gr.Group():
+                model = gr.Dropdown(MODEL_CHOICES, value=DEFAULT_MODEL, label="target model")
+                custom_model = gr.Textbox(label="Hub id or local diffusers folder", placeholder="google/ddpm-cifar10-32",
+                                          visible=DEFAULT_MODEL == "custom")
+            with gr.Group():
+                draft = gr.Dropdown(DRAFT_CHOICES, value="frozen", label="draft", allow_custom_value=True,
+                                    info="or a draft network's folder or Hub id (same noise schedule)")
+                draft_bias = gr.Slider(0, 3, value=0, step=0.1, label="draft bias",
+                                       info="pushes the draft away from the target: slower, still exact")
+            with gr.Group():
+                tree = gr.Dropdown(TREE_CHOICES, value=UI_DEFAULTS[DEFAULT_MODEL]["tree"], allow_custom_value=True,
+                                   label="topology", info="a preset, or widths per depth such as 3,2,1, 4x4, 1x5",
+                                   elem_id="topology")
+                verifier = gr.Radio(VERIFIER_CHOICES, value="dgrs", label="verifier")
+            with gr.Accordion("sampler", open=True):
+                kernel = gr.Dropdown(KERNEL_CHOICES, value="default", label="kernel")
+                steps = gr.Number(value=UI_DEFAULTS[DEFAULT_MODEL]["steps"], precision=0, label="steps")
+                eta = gr.Slider(0, 1, value=1, step=0.05, label="eta (DDIM)", visible=False)
+                churn = gr.Slider(0, 1, value=0.06, step=0.01, label="churn (flow matching)",
+                                  visible=model_kernel(DEFAULT_MODEL, "default") == "flow-churn")
+                num_samples = gr.Slider(1, MAX_SAMPLES["other"], value=UI_DEFAULTS[DEFAULT_MODEL]["samples"], step=1,
+                                        label="samples")
+                class_label = gr.Number(value=0, precision=0, label="class label (0-9 for digits)",
+                                        visible=DEFAULT_MODEL in ("digits", "custom"))
+                seed = gr.Number(value=0, precision=0, label="seed")
+                device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device")
+            run_button = gr.Button("Run", variant="primary", size="lg", elem_id="run-button")
+            gr.Markdown(f"<small>specdemo {__version__} · same seed, same samples · runs queue "
+                        f"{CONCURRENCY_LIMIT} at a time</small>")
+        with gr.Column(scale=3):
+            summary = gr.Markdown("Press **Run**: the chosen tree, the plain target sampler and the chain at the same "
+                                  "target rows per round draw samples with one seed.", elem_classes="sd-headline", elem_id="headline")
+            with gr.Tabs():
+                with gr.Tab("Draft tree", id="tree-tab"):
+                    with gr.Row():
+                        trajectory = gr.Slider(0, 1, value=0, step=1, label="trajectory", interactive=False)
+                        round_k = gr.Slider(1, 2, value=1, step=1, label="round of this trajectory", interactive=False)
+                    tree_plot = gr.Plot(label="draft tree", show_label=False, elem_id="tree-plot")
+                    data_plot = gr.Plot(label="the round in the data plane", show_label=False, elem_id="data-plot")
+                    rounds_plot = gr.Plot(label="all rounds", show_label=False, elem_id="rounds-plot")
+                with gr.Tab("Comparison", id="compare-tab"):
+                    cost_plot = gr.Plot(label="costs", show_label=False, elem_id="cost-plot")
+                    table = gr.Dataframe(headers=F.TABLE_HEADERS, label="the same seed, three samplers",
+                                         interactive=False, wrap=True, elem_id="compare-table")
+                    with gr.Row():
+                        accept_plot = gr.Plot(label="acceptance by depth", show_label=False, elem_id="accept-plot",
+                                              scale=2)
+                    samples_plot = gr.Plot(label="samples", show_label=False, elem_id="samples-plot")
+                with gr.Tab("Exactness", id="exact-tab", elem_id="exact-tab-content"):
+                    gr.Markdown("Draws fresh samples with the chosen chain or tree and with the plain target sampler "
+                                "(independent seeds) and tests whether they come from the same distribution. For the "
+                                "analytic targets. Try a large draft bias: the speedup drops, the p-value does not.")
+                    with gr.Row():
+                        test_samples = gr.Slider(100, 2000, value=EXACTNESS_SAMPLES, step=100,
+                                                 label="samples per group")
+                        test_button = gr.Button("Run the two-sample test", variant="secondary")
+                    test_summary = gr.Markdown(elem_id="exact-summary")
+                    test_plot = gr.Plot(label="histograms", show_label=False, elem_id="exact-plot")
+                with gr.Tab("Export", id="export-tab"):
+                    gr.Markdown("Every figure downloads as a PNG from its toolbar (camera icon, top right of the "
+                                "figure). The run downloads as JSON: settings, every method's costs, the chosen "
+                                "run's samples and its trace (rounds of the first 64 trajectories; node states for "
+                                "2-D targets).")
+                    export_button = gr.Button("Export the run as JSON")
+                    export_file = gr.File(label="run JSON", interactive=False)
+    state = gr.State(None, time_to_live=3600)
+
+    controls = [model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn, num_samples,
+                class_label, seed, device]
+    run_button.click(
+        run, controls,
+        [summary, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state, trajectory,
+         round_k],
+        api_name="run", concurrency_id="sampler",
+    )
+    round_k.input(show_round, [state, trajectory, round_k], [tree_plot, data_plot, rounds_plot], api_name="tree_view",
+                  trigger_mode="always_last", show_progress="hidden")
+    trajectory.input(show_trajectory, [state, trajectory], [tree_plot, data_plot, rounds_plot, round_k],
+                     api_name="trajectory_view", trigger_mode="always_last", show_progress="hidden")
+    test_button.click(exactness, [*controls, test_samples], [test_summary, test_plot], api_name="exactness",
+                      concurrency_id="sampler")
+    export_button.click(export, [state], [export_file], api_name="export")
+    model.change(model_changed, [model, kernel], [custom_model, steps, num_samples, tree, class_label, draft, eta, churn],
+                 api_name="model_defaults", show_progress="hidden")
+    kernel.change(kernel_changed, [model, kernel], [eta, churn], api_name="kernel_options", show_progress="hidden")
+
+demo.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=QUEUE_SIZE)
+
+
+def launch(**kwargs):
+    """Serve the app with its theme and styles (what `python app.py` and the Space do)."""
+    return demo.launch(theme=THEME, css=CSS, **kwargs)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    launch()

@@ -1,0 +1,308 @@
+"""Side by side, with one seed: the chosen chain or tree with its trace, the plain target sampler
+and the chain at the same target rows per round; and the exactness check (an energy two-sample test
+of speculative against plain samples).
+
+Everything goes through the public pipeline (SamplerConfig, build, Problem.run); the figures
+(specdemo.figures) and the app draw from these records.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from .errors import SpecdemoError
+from .models import EMBEDDED, Target, resolve_target
+from .pipeline import Problem, SamplerConfig, build
+from .sampler import SampleResult
+from .targets import GaussianMixture
+from .targets.presets import PRESETS
+from .trace import Cost, RoundTrace
+from .trees import Topology
+from .trees.topology import MAX_DEPTH
+
+VERIFIER_LABELS = {"rmc": "RMC", "dgrs": "D-GRS", "rank": "rank-aware", None: ""}
+
+
+@dataclass
+class MethodRun:
+    """One run of the comparison: what it was, what it cost, what it drew (samples on the CPU)."""
+
+    key: str  # target, chain or tree: picks the colour
+    label: str
+    config: SamplerConfig
+    cost: Cost
+    samples: torch.Tensor
+    tree: str  # the topology as Topology prints it; "none" for plain sampling
+    verifier: str | None
+    rows_per_round: int
+
+    def summary(self) -> dict:
+        return {"label": self.label, "tree": self.tree, "verifier": self.verifier,
+                "rows_per_round": self.rows_per_round, **self.cost.summary()}
+
+
+def energy_test(x: torch.Tensor, y: torch.Tensor, permutations: int = 500, seed: int = 0) -> tuple[float, float]:
+    """Energy-distance two-sample test (Szekely and Rizzo) with a permutation p-value.
+
+    x (n, d), y (m, d). Returns (statistic, p-value); the statistic is the V-statistic
+    2 E|X - Y| - E|X - X'| - E|Y - Y'|. Every permutation is one column of a single matrix product.
+    """
+    x, y = x.reshape(len(x), -1).double(), y.reshape(len(y), -1).double()
+    n, m = len(x), len(y)
+    z = torch.cat([x, y])
+    d = torch.cdist(z, z)
+    r = d.sum(1)
+    total = r.sum()
+
+    def stat(a: torch.Tensor) -> torch.Tensor:  # a: (N, P) indicators of the x group
+        sxx = (a * (d @ a)).sum(0)
+        ra = r @ a
+        sxy = ra - sxx
+        syy = total - 2 * ra + sxx
+        return 2 * sxy / (n * m) - sxx / n**2 - syy / m**2
+
+    g = torch.Generator().manual_seed(seed)
+    observed = stat(torch.cat([torch.ones(n), torch.zeros(m)]).double()[:, None])[0]
+    perms = torch.argsort(torch.rand(permutations, n + m, generator=g), dim=1)
+    a = torch.zeros(n + m, permutations, dtype=torch.float64)
+    a[perms[:, :n].T, torch.arange(permutations)] = 1.0
+    null = stat(a)
+    p = (1 + int((null >= observed).sum())) / (1 + permutations)
+    return float(observed), float(p)
+
+
+Progress = Callable[[float, str], None]
+MAX_TEST_SAMPLES = 2000  # per group: the test's pooled distance matrix grows as the square
+
+_cache: OrderedDict[str, Target] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def cached_target(spec: str, size: int = 4) -> Target:
+    """resolve_target, remembering the presets and embedded models (loaded once per process)."""
+    spec = str(spec).strip()
+    if spec not in PRESETS and spec not in EMBEDDED:
+        return resolve_target(spec)
+    with _cache_lock:
+        if spec in _cache:
+            _cache.move_to_end(spec)
+            return _cache[spec]
+    target = resolve_target(spec)
+    with _cache_lock:
+        _cache[spec] = target
+        while len(_cache) > size:
+            _cache.popitem(last=False)
+    return target
+
+
+def embedded_available(name: str) -> bool:
+    """Whether an embedded model (digits, digits-draft) is installed in this checkout."""
+    return name in EMBEDDED and EMBEDDED[name].is_dir()
+
+
+def speculative_method(tree: str) -> str:
+    """chain if every width is 1, else tree (refuses malformed widths with the reason)."""
+    return "chain" if Topology.parse(tree).is_chain else "tree"
+
+
+def matched_chain(tree: str, stochastic_steps: int, evaluate_leaves: bool = False) -> str:
+    """The chain with the tree's target rows per round (a chain of length L evaluates L rows),
+    capped at the stochastic steps and the deepest topology allowed."""
+    rows = Topology.parse(tree).rows_per_round(evaluate_leaves)
+    return f"1x{max(1, min(rows, stochastic_steps, MAX_DEPTH))}"
+
+
+def describe(problem: Problem) -> str:
+    c = problem.config
+    if c.method == "target":
+        return "plain target"
+    return f"{c.method} {problem.tree} · {VERIFIER_LABELS.get(problem.verifier.name, problem.verifier.name)}"
+
+
+def target_kind(target: Target) -> str:
+    """plane (2-D vectors), image (C, H, W), or vector."""
+    if len(target.shape) == 3:
+        return "image"
+    return "plane" if tuple(target.shape) == (2,) else "vector"
+
+
+def log_density_of(target: Target):
+    """The analytic target's log density (a callable on (n, d) tensors), or None."""
+    inner = getattr(target, "target", None)
+    return getattr(inner, "log_density", None)
+
+
+@dataclass
+class Comparison:
+    """The chosen run (with its trace) and the baselines, the plain target sampler first and the
+    chosen run last. Holds plain data only (no networks), so that it can be kept per session."""
+
+    config: SamplerConfig
+    runs: list[MethodRun]
+    trace: list[RoundTrace]
+    kind: str  # plane, image or vector
+    num_steps: int
+    model_name: str
+    kernel_name: str
+    shape: tuple[int, ...]
+    log_density: Callable | None  # the analytic target's, for 2-D views
+    paths: np.ndarray | None  # (B, N + 1, 2) every trajectory's states, for 2-D targets
+
+    @property
+    def chosen(self) -> MethodRun:
+        return self.runs[-1]
+
+    def headline(self) -> dict:
+        base, chosen = self.runs[0], self.chosen
+        out = {"chosen": chosen.label, "speedup": float(np.mean(base.cost.calls_per_trajectory)
+                                                        / np.mean(chosen.cost.calls_per_trajectory)),
+               "calls_plain": float(np.mean(base.cost.calls_per_trajectory)),
+               "calls_chosen": float(np.mean(chosen.cost.calls_per_trajectory)),
+               "wall_s": sum(r.cost.wall_s for r in self.runs)}
+        if len(self.runs) == 3:
+            chain = self.runs[1]
+            out.update(chain=chain.label, speedup_chain=float(np.mean(base.cost.calls_per_trajectory)
+                                                              / np.mean(chain.cost.calls_per_trajectory)))
+        return out
+
+    def to_json(self, max_trajectories: int | None = None) -> dict:
+        """The run as JSON: settings, every method's cost summary, the chosen run's samples and its
+        trace (node states kept for 2-D targets only; rows of the first max_trajectories)."""
+        rounds = []
+        for rt in self.trace:
+            if self.kind != "plane" and rt.states is not None:
+                rt = replace(rt, states=None)
+            if max_trajectories is not None:
+                keep = rt.trajectories < max_trajectories
+                if not keep.any():
+                    continue
+                rt = replace(rt, **{k: getattr(rt, k)[keep] for k in (
+                    "trajectories", "step", "depth", "corrected_parent", "status", "evaluated", "delta",
+                    "node_accept_prob", "child_accept_prob", "committed_steps")},
+                    states=None if rt.states is None else rt.states[keep])
+            rounds.append(rt.to_json())
+        return {
+            "format": "specdemo-run/1",
+            "config": self.config.to_dict(),
+            "model": {"name": self.model_name, "shape": list(self.shape), "kernel": self.kernel_name,
+                      "steps": self.num_steps},
+            "methods": [json.loads(json.dumps(r.summary(), default=_plain)) for r in self.runs],
+            "samples": self.chosen.samples.tolist(),
+            "trace": rounds,
+        }
+
+
+def _plain(v):
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    raise TypeError(type(v).__name__)
+
+
+def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
+    return MethodRun(key=key, label=describe(problem), config=problem.config, cost=result.cost,
+                     samples=result.samples.detach().float().cpu(), tree=str(problem.tree),
+                     verifier=problem.verifier.name if problem.verifier else None,
+                     rows_per_round=problem.tree.rows_per_round(problem.config.prefetch == "leaves") if problem.tree.widths else 1)
+
+
+def _stage_callback(progress: Progress | None, lo: float, hi: float, label: str):
+    if progress is None:
+        return None
+
+    def cb(info: dict) -> None:
+        if "progress" in info:
+            done = float(info["progress"])
+        else:  # older sampler records: steps done per trajectory
+            done = float(info["steps_done"].float().mean()) / max(info["num_steps"], 1)
+        detail = f"round {info.get('round', '?')}"
+        if "finished" in info and "num_samples" in info:
+            detail += f", {info['finished']}/{info['num_samples']} samples done"
+        progress(lo + (hi - lo) * min(max(done, 0.0), 1.0), f"{label}: {detail}")
+    return cb
+
+
+def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, baselines: bool = True,
+                   target: Target | None = None) -> Comparison:
+    """Run `config` (its method taken from its tree: chain or tree) with a trace, then, with the same
+    seed, the plain target sampler and, for a tree, the RMC chain at the same target rows per round.
+    Every configuration is built (and so checked) before anything runs."""
+    if config.tree is None:
+        raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
+    target = target or cached_target(config.model)
+    method = speculative_method(config.tree)
+    config = replace(config, method=method)
+    problem = build(config, target)
+    kind = target_kind(target)
+    steps = problem.kernel.num_steps
+    stochastic = int((problem.kernel.scales > 0).sum())
+    others: list[tuple[str, Problem]] = []
+    if baselines:
+        if method == "tree":
+            chain_cfg = config.with_method("chain", matched_chain(config.tree, stochastic, config.prefetch == "leaves"))
+            others.append(("chain", build(chain_cfg, target)))
+        others.append(("target", build(config.with_method("target"), target)))
+    stages = 1 + len(others)
+    result = problem.run(trace=True, trace_states=kind in ("plane", "image"),
+                         keep_steps=range(steps + 1) if kind == "plane" else (),
+                         callback=_stage_callback(progress, 0, 1 / stages, f"{describe(problem)}"))
+    runs = [_method_run(method, problem, result)]
+    for i, (key, p) in enumerate(others, start=1):
+        r = p.run(callback=_stage_callback(progress, i / stages, (i + 1) / stages, describe(p)))
+        runs.append(_method_run(key, p, r))
+    runs = runs[::-1]  # plain target first, the chosen run last
+    paths = None
+    if kind == "plane":
+        paths = torch.stack([result.states[n] for n in range(steps + 1)], 1).float().cpu().numpy()
+    if progress is not None:
+        progress(1.0, "drawing the figures")
+    return Comparison(config=config, runs=runs, trace=result.trace or [], kind=kind, num_steps=steps,
+                      model_name=target.name, kernel_name=problem.kernel.name, shape=tuple(target.shape),
+                      log_density=log_density_of(target), paths=paths)
+
+
+@dataclass
+class ExactnessReport:
+    statistic: float
+    p_value: float
+    plain: torch.Tensor
+    speculative: torch.Tensor
+    label: str
+    mixture: GaussianMixture | None
+
+    @property
+    def verdict(self) -> str:
+        return ("no evidence of a difference at the 5% level" if self.p_value >= 0.05
+                else "the samples differ at the 5% level (expected about once in twenty runs)")
+
+
+def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: int = 500,
+                    progress: Progress | None = None, target: Target | None = None) -> ExactnessReport:
+    """Draw num_samples with the chosen chain or tree and num_samples with the plain target sampler
+    (independent seeds), then run the energy two-sample test. Analytic targets only."""
+    if not 20 <= num_samples <= MAX_TEST_SAMPLES:
+        raise SpecdemoError(f"the exactness test takes 20..{MAX_TEST_SAMPLES} samples per group, got {num_samples}")
+    target = target or cached_target(config.model)
+    if log_density_of(target) is None:
+        raise SpecdemoError(f"the exactness test is offered for the analytic targets ({', '.join(PRESETS)}); "
+                            f"{target.name} is an image model")
+    if config.tree is None:
+        raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
+    spec_cfg = replace(config, method=speculative_method(config.tree), num_samples=num_samples)
+    spec_problem = build(spec_cfg, target)
+    plain_problem = build(replace(spec_cfg.with_method("target"), seed=config.seed + 1), target)
+    spec = spec_problem.run(callback=_stage_callback(progress, 0, 0.5, describe(spec_problem))).samples.float().cpu()
+    plain = plain_problem.run(callback=_stage_callback(progress, 0.5, 0.95, "plain target")).samples.float().cpu()
+    if progress is not None:
+        progress(0.97, "two-sample test")
+    statistic, p = energy_test(spec, plain, permutations=permutations, seed=config.seed)
+    mixture = target.target if isinstance(getattr(target, "target", None), GaussianMixture) else None
+    return ExactnessReport(statistic, p, plain, spec, describe(spec_problem), mixture)

@@ -1,0 +1,131 @@
+"""The launched app through gradio_client: the main endpoint, bad inputs, and eight clients at once."""
+
+import json
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client  # noqa: E402
+from gradio_client.exceptions import AppError  # noqa: E402
+
+import app  # noqa: E402
+
+FOUR = {"accepted", "rejected", "corrected", "unvisited"}
+# the Run button's inputs, in order, at the page's defaults
+DEFAULTS = dict(model=app.DEFAULT_MODEL, custom_model="", draft="frozen", draft_bias=0, tree=app.UI_DEFAULTS[app.DEFAULT_MODEL]["tree"],
+                verifier="dgrs", kernel="default", steps=app.UI_DEFAULTS[app.DEFAULT_MODEL]["steps"], eta=1, churn=0.06,
+                num_samples=app.UI_DEFAULTS[app.DEFAULT_MODEL]["samples"], class_label=0, seed=0, device="auto")
+SMALL = {**DEFAULTS, "model": "gm2d", "tree": "2,1", "steps": 12, "num_samples": 8}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url():
+    port = free_port()
+    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        app.demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return Client(url, verbose=False)
+
+
+def plot_spec(value) -> dict:
+    """A gr.Plot output as the client receives it: the plotly JSON (data, layout, config)."""
+    assert value["type"] == "plotly"
+    return json.loads(value["plot"])
+
+
+def statuses(spec: dict) -> set[str]:
+    """Node statuses that have at least one marker in a tree figure."""
+    out = set()
+    for tr in spec["data"]:
+        if tr.get("mode") == "markers" and tr.get("legendgroup") in FOUR and any(v is not None for v in tr.get("x") or []):
+            out.add(tr["legendgroup"])
+    return out
+
+
+def test_main_endpoint_with_default_inputs(client):
+    out = client.predict(*DEFAULTS.values(), api_name="/run")
+    summary, tree, data, rounds, cost, accept, table, samples, trajectory, round_k = out
+    assert "fewer target calls than plain sampling" in summary
+    # the tree figure: all four statuses in the round it opens on
+    spec = plot_spec(tree)
+    assert statuses(spec) == FOUR
+    assert spec["config"]["toImageButtonOptions"]["format"] == "png"
+    # the comparison: figures and a table of the three samplers
+    assert [r[0] for r in table["data"]] == ["plain target", "chain 1x10 · RMC", "tree 3,2,1 · D-GRS"]
+    assert len(plot_spec(cost)["data"]) == 4 and plot_spec(accept)["data"]
+    # the samples, side by side
+    scatters = [tr for tr in plot_spec(samples)["data"] if tr["type"] == "scatter"]
+    assert len(scatters) == 3
+    assert plot_spec(data)["data"] and plot_spec(rounds)["data"]
+    # the sliders move to the round shown, within the run's range
+    assert 0 <= trajectory["value"] <= trajectory["maximum"] == DEFAULTS["num_samples"] - 1
+    assert 1 <= round_k["value"] <= round_k["maximum"]
+
+
+def test_tree_view_walks_the_rounds_of_the_run(client):
+    client.predict(*SMALL.values(), api_name="/run")
+    seen = set()
+    for k in range(1, 6):
+        tree, data, rounds = client.predict(0, k, api_name="/tree_view")
+        seen |= statuses(plot_spec(tree))
+        assert f"Round {k} of" in plot_spec(tree)["layout"]["title"]["text"]
+    assert {"accepted", "unvisited"} <= seen
+    tree, data, rounds, round_k = client.predict(3, api_name="/trajectory_view")
+    assert "trajectory 3" in plot_spec(tree)["layout"]["title"]["text"]
+
+
+def test_export_and_exactness_endpoints(client):
+    client.predict(*SMALL.values(), api_name="/run")
+    path = client.predict(api_name="/export")
+    data = json.loads(open(path).read())
+    assert data["config"]["tree"] == "2,1" and len(data["samples"]) == 8 and data["trace"]
+    text, fig = client.predict(*SMALL.values(), 200, api_name="/exactness")
+    assert "p = " in text and plot_spec(fig)["data"]
+
+
+BAD = [
+    ({"tree": "3,,x"}, "cannot read tree"),
+    ({"tree": "10x4"}, "over the limit"),
+    ({"tree": "4x5", "num_samples": 4096}, "fewer samples or a smaller tree"),
+    ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "cannot load model"),
+    ({"steps": 5000}, "out of range"),
+    ({"steps": 0}, "out of range"),
+    ({"verifier": "rmc", "tree": "3,2,1"}, "one child per node"),
+    ({"model": "no-such-choice"}, "not in the list of choices"),  # gradio refuses it before the app
+]
+
+
+def test_bad_inputs_give_readable_errors_and_the_server_keeps_serving(client):
+    for change, message in BAD:
+        with pytest.raises(AppError) as err:
+            client.predict(*{**SMALL, **change}.values(), api_name="/run")
+        assert message in str(err.value), (change, str(err.value))
+    out = client.predict(*SMALL.values(), api_name="/run")
+    assert "fewer target calls" in out[0]
+
+
+def test_eight_clients_at_once(url):
+    def one(seed):
+        c = Client(url, verbose=False)
+        out = c.predict(*{**SMALL, "seed": seed}.values(), api_name="/run")
+        return seed, out[0], out[6]["data"]
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(8)))
+    assert sorted(seed for seed, _, _ in results) == list(range(8))
+    for seed, summary, table in results:
+        assert f"seed {seed}" in summary and len(table) == 3

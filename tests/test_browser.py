@@ -1,0 +1,167 @@
+"""The app in headless Chromium: bad input shows a readable error, Run draws the tree and the comparison.
+
+Debian's Chromium (/usr/bin/chromium) driven by Playwright for Python; no browser is ever downloaded.
+The screenshots it takes land in assets/screenshots/ (SPECDEMO_SCREENSHOTS overrides), for the README.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHOTS = Path(os.environ.get("SPECDEMO_SCREENSHOTS", ROOT / "assets" / "screenshots"))
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url():
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    code = f"import app; app.launch(server_name='127.0.0.1', server_port={port}, quiet=True)"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    address = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(address, timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.fail(f"the app exited: {proc.stderr.read()[-2000:]}")
+                if time.monotonic() > deadline:
+                    pytest.fail("the app did not start within 120 s")
+                time.sleep(0.5)
+        yield address
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def page(url):
+    profile = tempfile.mkdtemp(prefix="specdemo-chromium-")
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, args=ARGS, headless=True,
+            viewport={"width": 1440, "height": 1000}, device_scale_factor=1.5)
+        try:
+            pg = context.new_page()
+            pg.set_default_timeout(90_000)
+            pg.goto(url)
+            pg.wait_for_selector("#run-button")
+            yield pg
+        finally:
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+def set_topology(page, value: str) -> None:
+    box = page.locator("#topology input")
+    box.click()
+    box.fill(value)
+    box.press("Enter")
+    page.locator(".sd-header h1").click()  # blur: the dropdown keeps the typed value
+
+
+def plotted_points(page, selector: str) -> int:
+    return page.locator(f"{selector} .js-plotly-plot .scatterlayer .point").count()
+
+
+def wait_for_plot(page, selector: str) -> None:
+    page.wait_for_function(
+        "s => document.querySelectorAll(s + ' .js-plotly-plot .main-svg').length > 0", arg=selector)
+
+
+def test_bad_input_shows_a_readable_error_in_the_page(page):
+    set_topology(page, "3,,x")
+    page.click("#run-button")
+    toast = page.locator(".toast-body").filter(has_text="cannot read tree")
+    toast.first.wait_for(state="visible")
+    assert "accepted" in toast.first.inner_text()
+    for close in page.locator(".toast-close").all():
+        close.click()
+    set_topology(page, "3,2,1")
+
+
+def test_run_draws_the_tree_and_the_comparison(page):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.click("#run-button")
+    page.wait_for_selector("#headline h3")
+    for sel in ("#tree-plot", "#data-plot", "#rounds-plot"):
+        wait_for_plot(page, sel)
+    page.wait_for_timeout(800)  # let plotly finish its transitions
+    assert "fewer target calls" in page.locator("#headline").inner_text()
+    assert plotted_points(page, "#tree-plot") > 5
+    assert plotted_points(page, "#data-plot") > 5
+    # the legend shows all four statuses with a count
+    legend = page.locator("#tree-plot .legendtext").all_text_contents()
+    for name in ("accepted", "rejected", "corrected sample", "never examined"):
+        assert any(t.startswith(name) for t in legend), legend
+    # every figure exports as PNG from the plotly toolbar
+    page.locator("#tree-plot .js-plotly-plot").hover()
+    assert page.locator("#tree-plot .modebar-btn[data-title='Download plot as a PNG']").count() == 1
+    page.mouse.move(5, 5)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.wait_for_timeout(400)
+    page.screenshot(path=str(SHOTS / "tree-view.png"), full_page=True)
+    page.locator("#data-plot").screenshot(path=str(SHOTS / "data-plane.png"))
+    page.locator("#rounds-plot").screenshot(path=str(SHOTS / "rounds.png"))
+
+    page.get_by_role("tab", name="Comparison").click()
+    for sel in ("#cost-plot", "#accept-plot", "#samples-plot"):
+        wait_for_plot(page, sel)
+    page.wait_for_timeout(800)
+    assert page.locator("#cost-plot .js-plotly-plot .bars path").count() >= 12
+    assert plotted_points(page, "#samples-plot") > 100
+    assert "plain target" in page.locator("#compare-table").inner_text()
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(SHOTS / "comparison.png"), full_page=True)
+
+
+def test_round_slider_redraws_the_tree(page):
+    page.get_by_role("tab", name="Draft tree").click()
+    wait_for_plot(page, "#tree-plot")
+    before = page.locator("#tree-plot .gtitle").text_content()
+    number = page.locator("input[aria-label='number input for round of this trajectory']")
+    number.fill("1")
+    number.press("Enter")
+    page.wait_for_function(
+        "t => { const e = document.querySelector('#tree-plot .gtitle'); return e && e.textContent !== t; }",
+        arg=before)
+    assert page.locator("#tree-plot .gtitle").text_content().startswith("Round 1 of")
+
+
+def test_exactness_tab_shows_the_p_value_and_histograms(page):
+    page.get_by_role("tab", name="Exactness").click()
+    page.get_by_role("button", name="Run the two-sample test").click()
+    page.wait_for_selector("#exact-summary h3")
+    wait_for_plot(page, "#exact-plot")
+    page.wait_for_timeout(800)
+    assert page.locator("#exact-summary h3").inner_text().startswith("p = ")
+    assert page.locator("#exact-plot .js-plotly-plot .bars path").count() > 20
+    page.locator("#exact-tab-content").screenshot(path=str(SHOTS / "exactness.png"))
