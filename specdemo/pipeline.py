@@ -27,7 +27,7 @@ METHODS = ("target", "chain", "tree")
 DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
 DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
 MAX_SAMPLES = 100_000
-PILOT_SAMPLES, PILOT_DEPTH, PILOT_SEED_OFFSET = 32, 12, 7919
+PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class SamplerConfig:
     draft_bias: float = 0.0
     prefetch: str = "nearest"
     budget: int | None = None
+    pilot_samples: int = 32
     num_samples: int = 16
     max_batch: int | None = None
     seed: int = 0
@@ -124,6 +125,8 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
             raise SpecdemoError(f"{name} must be a finite number, got {getattr(c, name)}")
     if not 1 <= c.num_samples <= MAX_SAMPLES:
         raise SpecdemoError(f"the number of samples must be in 1..{MAX_SAMPLES}, got {c.num_samples}")
+    if not 1 <= c.pilot_samples <= MAX_SAMPLES:
+        raise SpecdemoError(f"pilot_samples must be in 1..{MAX_SAMPLES}, got {c.pilot_samples}")
     target = target or resolve_target(c.model)
     defaults = target.defaults
     kernel_name = c.kernel or defaults.get("kernel", target.kernels[0])
@@ -190,14 +193,14 @@ def calibrate(problem: Problem) -> None:
 
 
 def _pilot(problem: Problem, draft: Draft) -> tuple[DeltaStats, Cost]:
-    """Deltas on the verified path of PILOT_SAMPLES trajectories drafted by a deep chain."""
+    """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain."""
     c = problem.config
     if c.draft_bias:
         draft = BiasedDraft(draft, c.draft_bias)
     depth = max(1, min(PILOT_DEPTH, int(problem.kernel.stochastic_run_lengths().max())))
-    pilot = sample(problem.network, problem.kernel, problem.target.shape, PILOT_SAMPLES, tree=Topology.chain(depth),
+    pilot = sample(problem.network, problem.kernel, problem.target.shape, c.pilot_samples, tree=Topology.chain(depth),
                    draft=draft, verifier=get_verifier("rmc"), seed=c.seed + PILOT_SEED_OFFSET,
-                   cond={k: v[:1].expand(PILOT_SAMPLES, *v.shape[1:]) for k, v in problem.cond.items()},
+                   cond={k: v[:1].expand(c.pilot_samples, *v.shape[1:]) for k, v in problem.cond.items()},
                    device=problem.device, trace=True, trace_states=False)
     return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
 
