@@ -34,7 +34,7 @@ PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
 class SamplerConfig:
     """Everything that defines a run. None means "the model's default" (see Target.defaults)."""
 
-    model: str = "gm2d"
+    model: str = "digits"
     kernel: str | None = None
     steps: int | None = None
     eta: float = 1.0
