@@ -174,7 +174,7 @@ class _Run:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.cost.target_s += time.perf_counter() - t0
-        if not bool(torch.isfinite(out).all()):
+        if not bool(torch.isfinite(out.sum())):  # one reduction, no mask (huge sums are refused too)
             bad = sorted(set(steps[~torch.isfinite(out).flatten(1).all(1)].tolist()))
             raise SpecdemoError(f"the network returned NaN or inf at step(s) {bad[:5]}; check the model and its inputs")
         self.cost.target_calls += 1
@@ -191,6 +191,11 @@ class _Run:
     def freeze(self, rows, out, x, steps):
         self.frozen[rows] = self.draft.frozen_value(self.kernel, out, x, steps)
         self.has_frozen[rows] = True
+
+    def clock(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     def layout(self, tree: Topology) -> "_Layout":
         if tree not in self._layouts:
@@ -216,10 +221,12 @@ class _Run:
             if d > 0:
                 groups.setdefault(t, []).append(i)
         rounds = []
+        t0 = self.clock()
         for t, members in groups.items():
             idx = torch.tensor(members, device=self.device)
             rounds.append(_Round(self, self.layout(t), active[idx], depth[idx]))
             rounds[-1].draft()
+        self.cost.draft_s += self.clock() - t0
         direct = active[depth == 0]
         direct_rows = direct[~self.root_known[direct]]
         parts = [rnd.target_rows() for rnd in rounds if rnd.eval_count]
@@ -238,9 +245,11 @@ class _Run:
                 rnd.take_target_output(None)
         if direct.numel():
             self.direct_step(direct)
+        t0 = self.clock()
         for rnd in rounds:
             rnd.walk()
             rnd.commit()
+        self.cost.verify_s += self.clock() - t0
         self.cost.rounds += 1
         finished = active[self.n[active] == self.num_steps]
         if finished.numel():

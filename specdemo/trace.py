@@ -35,7 +35,9 @@ class Cost:
     draft_calls: int = 0
     rounds: int = 0
     wall_s: float = 0.0
-    target_s: float = 0.0
+    target_s: float = 0.0  # in target calls
+    draft_s: float = 0.0  # drafting: noise and draft means, draft-network calls included
+    verify_s: float = 0.0  # walking the trees: verification, commits, prefetch
     examined_per_depth: list[int] = field(default_factory=list)
     accepted_per_depth: list[int] = field(default_factory=list)
 
@@ -90,6 +92,8 @@ class Cost:
             "wall_s_per_sample": self.wall_s / b,
             "target_s": self.target_s,
             "non_target_fraction": 1 - self.target_s / self.wall_s if self.wall_s else None,
+            "draft_s": self.draft_s,
+            "verify_s": self.verify_s,
         }
 
 
