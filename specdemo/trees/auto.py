@@ -80,7 +80,7 @@ def acceptance_curves(verifier: Verifier, max_width: int) -> np.ndarray:
 
 
 def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_lengths, max_width: int = 8,
-                  max_depth: int = 16) -> TopologyPlan:
+                  max_depth: int = MAX_DEPTH) -> TopologyPlan:
     """The best widths for every step, at most `budget` target rows a round (the root included)."""
     if budget < 1:
         raise SpecdemoError(f"the rows budget must be >= 1, got {budget}")
