@@ -11,12 +11,14 @@ import platform
 import re
 import statistics
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .pipeline import SamplerConfig, build
+from .trees import Topology
 
 # the draft-tree authors' own code on gm512 (algorithms.md section 5): (verifier, K, L, leaves) -> speedup
 AUTHORS = {
@@ -28,6 +30,7 @@ AUTHORS = {
 }
 AUTHORS_MS = {"dgrs": 93.0, "rank": 211.0}  # their wall-clock per trajectory for (4, 4) on a 2-core CPU
 TREES = [(2, 3), (2, 5), (3, 4), (4, 3), (4, 4)]
+
 
 
 def run_cell(config: SamplerConfig, repeats: int = 1) -> dict:
@@ -57,6 +60,19 @@ def gm512_cells(trajectories: int, quick: bool):
         yield "rank", 4, 5, True
 
 
+@lru_cache(maxsize=None)
+def gm512_results(trajectories: int, quick: bool) -> dict:
+    """Every gm512 cell, once per process (the gm512 and auto sections both read them)."""
+    base = SamplerConfig(model="gm512", num_samples=trajectories, seed=0, device="cpu")
+    results = {}
+    for freeze in ("out", "x0"):
+        for verifier, k, depth, leaves in gm512_cells(trajectories, quick):
+            cfg = SamplerConfig(**{**base.to_dict(), "method": "chain" if k == 1 else "tree", "tree": f"{k}x{depth}",
+                                   "verifier": verifier, "freeze": freeze, "prefetch": "leaves" if leaves else "nearest"})
+            results[(freeze, verifier, k, depth, leaves)] = run_cell(cfg)
+    return results
+
+
 def section_gm512(trajectories: int, quick: bool) -> str:
     base = SamplerConfig(model="gm512", num_samples=trajectories, seed=0, device="cpu")
     lines = [
@@ -70,23 +86,26 @@ def section_gm512(trajectories: int, quick: bool) -> str:
         "| freeze | verifier | (K, L) | leaves | rows/round | speedup | authors | difference | acceptance | ms/trajectory | not in target call |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    results = {}
-    for freeze in ("out", "x0"):
-        for verifier, k, depth, leaves in gm512_cells(trajectories, quick):
-            method = "chain" if k == 1 else "tree"
-            cfg = SamplerConfig(**{**base.to_dict(), "method": method, "tree": f"{k}x{depth}", "verifier": verifier,
-                                   "freeze": freeze, "prefetch": "leaves" if leaves else "nearest"})
-            s = run_cell(cfg)
-            results[(freeze, verifier, k, depth, leaves)] = s
-            ref = AUTHORS.get((verifier, k, depth, leaves)) if freeze == "out" else None
-            diff = f"{s['speedup'] - ref:+.2f}" if ref else ""
-            lines.append(
-                f"| {freeze} | {verifier} | ({k}, {depth}) | {'yes' if leaves else 'no'} | {s['rows_per_round']} | "
-                f"{s['speedup']:.2f} | {ref or ''} | {diff} | "
-                f"{s['acceptance']:.3f} | {s['wall_ms_per_sample']:.2f} | {100 * s['non_target_fraction']:.0f}% |"
-            )
+    results = gm512_results(trajectories, quick)
+    for (freeze, verifier, k, depth, leaves), s in results.items():
+        ref = AUTHORS.get((verifier, k, depth, leaves)) if freeze == "out" else None
+        diff = f"{s['speedup'] - ref:+.2f}" if ref else ""
+        lines.append(
+            f"| {freeze} | {verifier} | ({k}, {depth}) | {'yes' if leaves else 'no'} | {s['rows_per_round']} | "
+            f"{s['speedup']:.2f} | {ref or ''} | {diff} | "
+            f"{s['acceptance']:.3f} | {s['wall_ms_per_sample']:.2f} | {100 * s['non_target_fraction']:.0f}% |"
+        )
     plain = run_cell(SamplerConfig(**{**base.to_dict(), "method": "target"}))
     lines += ["", f"Plain target sampling: {plain['wall_ms_per_sample']:.2f} ms per trajectory, 30 target calls."]
+    for verifier in ("dgrs", "rank"):
+        s = results.get(("out", verifier, 4, 4, False))
+        if s:
+            lines.append(
+                f"Where the wall-clock of {verifier} (4, 4) goes: target calls {s['target_s'] / s['wall_s']:.0%}, "
+                f"drafting {s['draft_s'] / s['wall_s']:.0%} (mostly the d = 512 normals of each of the 84 drafted "
+                f"internal nodes: exactness needs every one), verification {s['verify_s'] / s['wall_s']:.0%}, "
+                f"the rest {1 - (s['target_s'] + s['draft_s'] + s['verify_s']) / s['wall_s']:.0%}.")
+
 
     # the authors' cells again with the authors' trajectory counts (500; 100 for rank (4, 5)), so
     # that the two estimates' standard errors (about 0.006x each) are small next to 0.05x
@@ -191,26 +210,54 @@ DIGITS_CONFIGS = [
     ("plain target", {"method": "target"}),
     ("chain 1x5, frozen draft", {"method": "chain", "tree": "1x5", "verifier": "rmc"}),
     ("chain 1x5, digits-draft network", {"method": "chain", "tree": "1x5", "verifier": "rmc", "draft": "digits-draft"}),
-    ("chain 1x8, frozen, x0-hat", {"method": "chain", "tree": "1x8", "verifier": "rmc", "freeze": "x0"}),
+    ("chain 1x9, frozen x0-hat", {"method": "chain", "tree": "1x9", "verifier": "rmc", "freeze": "x0"}),
     ("tree 2,2,1 rank, frozen", {"method": "tree", "tree": "2,2,1", "verifier": "rank"}),
     ("tree 3,2,2 dgrs, frozen", {"method": "tree", "tree": "3,2,2", "verifier": "dgrs"}),
+] + [
+    (f"auto {method} ({budget} rows), freeze auto", {"method": method, "tree": "auto", "budget": budget,
+                                                     "verifier": "rank" if method == "tree" else "rmc",
+                                                     "freeze": "auto", "pilot_samples": 16})
+    for budget in (16, 48) for method in ("chain", "tree")
 ]
 
 
-def section_digits(trajectories: int, quick: bool) -> str:
+def section_digits(trajectories: int, quick: bool, report: Path) -> str:
+    import plotly.graph_objects as go
+
     samples = 8 if quick else 16
     lines = [f"The embedded class-conditional digits UNet (1x16x16, class 3), {samples} samples in one batch on "
              "this CPU, each step count measured in one process, every row against the plain sampler of the same "
              "run. Speedup counts target calls (the deterministic last DDPM step on neither side); rows/call is "
-             "the mean number of states per target call.", "",
+             "the mean number of states per target call; auto rows exclude their pilot runs (16 trajectories). "
+             "On a CPU the UNet's cost grows with the rows of a call, so fewer calls need not mean less "
+             "wall-clock; on a GPU (section below) a call of a few rows costs about as much as one row.", "",
              "| steps | samples | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain |",
              "|---|---|---|---|---|---|---|---|---|"]
+    speedups = {}
     for steps in ((100,) if quick else (100, 1000)):
-        lines += [f"| {steps} | {samples} | {row}" for row in image_rows("digits", steps, samples, "cpu", DIGITS_CONFIGS)]
+        rows = image_rows("digits", steps, samples, "cpu", DIGITS_CONFIGS)
+        lines += [f"| {steps} | {samples} | {row}" for row in rows]
+        speedups[steps] = {name: float(row.split(" | ")[1]) for (name, _), row in zip(DIGITS_CONFIGS, rows)}
+    lines.append("")
+    for steps, by_name in speedups.items():
+        best = max(by_name, key=by_name.get)
+        lines.append(f"- {steps} steps: best {by_name[best]:.2f}x ({best}).")
+        for budget in (16, 48):
+            chain, tree = (by_name[f"auto {m} ({budget} rows), freeze auto"] for m in ("chain", "tree"))
+            lines.append(f"  At {budget} target rows per round, auto tree {tree:.2f}x against auto chain {chain:.2f}x "
+                         f"({100 * (tree / chain - 1):+.0f}%).")
     problem = build(SamplerConfig(model="digits", steps=100, class_label=3, device="cpu"))
     deltas = _delta_by_step(problem)
-    lines += ["", "Delta of the frozen draft at the root's children, by step (100 DDPM steps, median of 8 "
-              "trajectories): " + ", ".join(f"{s}: {d:.2f}" for s, d in deltas[:: max(1, len(deltas) // 12)]) + "."]
+    lines += ["", "Delta of the frozen draft (freeze out) at the root's children, by step (100 DDPM steps, median "
+              "of 8 trajectories): " + ", ".join(f"{s}: {d:.2f}" for s, d in deltas[:: max(1, len(deltas) // 12)]) + "."]
+    fig = go.Figure()
+    for steps, by_name in speedups.items():
+        names = [n for n in by_name if n != "plain target"]
+        fig.add_bar(x=names, y=[by_name[n] for n in names], name=f"{steps} steps",
+                    text=[f"{by_name[n]:.1f}x" for n in names], textposition="outside")
+    fig.update_layout(title="digits: speedup in target calls", template="plotly_white", barmode="group",
+                      yaxis=dict(title="plain target calls / calls"), xaxis=dict(tickangle=-30))
+    lines += ["", _plot(fig, "digits_speedup", report)]
     return "\n".join(lines)
 
 
@@ -251,13 +298,89 @@ def section_gpu(trajectories: int, quick: bool) -> str:
     return "\n".join(lines)
 
 
+def _plot(fig, name: str, report: Path) -> str:
+    """Save a plotly figure as PNG next to the report (kaleido, with Debian's Chromium where no
+    Chrome is set); return the markdown that shows it, or a note when no browser could render it."""
+    os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
+    folder = report.parent / "plots"
+    folder.mkdir(exist_ok=True)
+    try:
+        fig.write_image(folder / f"{name}.png", width=900, height=480, scale=2)
+    except Exception as err:  # no kaleido or no browser on this machine: the tables stand alone
+        return f"(plot {name} not drawn here: {type(err).__name__})"
+    return f"![{name}](plots/{name}.png)"
+
+
+def section_auto(trajectories: int, quick: bool, report: Path) -> str:
+    """Auto topology and per-step freezing, against every fixed tree of the gm512 section."""
+    import plotly.graph_objects as go
+
+    base = dict(model="gm512", num_samples=trajectories, seed=0, device="cpu", verifier="rank")
+    lines = [f"`gm512`, {trajectories} trajectories, budget 85 target rows per round (the authors reach 2.14x "
+             "there and 2.20x at 1,365 rows). `auto` plans the widths of every step from a pilot run "
+             "(32 trajectories, its own seed; its calls are not counted in the run's speedup, as a one-off "
+             "calibration of the model); `freeze auto` picks, per step, between freezing the network output "
+             "and x0-hat.", "",
+             "| topology | freeze | speedup | rows per call | acceptance | pilot target calls |", "|---|---|---|---|---|---|"]
+    auto = {}
+    for method, verifier in (("tree", "rank"), ("tree", "dgrs"), ("chain", "rmc")):
+        for freeze in ("out", "x0", "auto"):
+            problem = build(SamplerConfig(**{**base, "method": method, "verifier": verifier, "tree": "auto",
+                                             "budget": 85, "freeze": freeze}))
+            cost = problem.run().cost
+            auto[(method, verifier, freeze)] = cost
+            lines.append(f"| auto {method} ({verifier}) | {freeze} | {cost.speedup:.2f} | {cost.rows_per_call:.1f} | "
+                         f"{cost.acceptance:.3f} | {problem.pilot.target_calls} |")
+    best_auto = auto[("tree", "rank", "auto")].speedup
+    results = gm512_results(trajectories, quick)
+    fixed = {k: s for k, s in results.items() if s["rows_per_round"] <= 85}
+    lines.append("")
+    if fixed:
+        key, best = max(fixed.items(), key=lambda kv: kv[1]["speedup"])
+        same_freeze = {f: max((s["speedup"] for k, s in fixed.items() if k[0] == f), default=0) for f in ("out", "x0")}
+        lines += [
+            f"- Best exact configuration within 85 rows: auto tree (rank-aware), freeze auto, **{best_auto:.2f}x** "
+            f"({'at least' if best_auto >= 2.6 else 'BELOW'} 2.6x).",
+            f"- Every fixed tree of the gm512 section within 85 rows, at its best: {best['speedup']:.2f}x "
+            f"({key[1]} ({key[2]}, {key[3]}), freeze {key[0]}, {'leaves' if key[4] else 'no leaves'}). At the "
+            f"same freeze, auto against the best fixed tree: out {auto[('tree', 'rank', 'out')].speedup:.2f}x vs "
+            f"{same_freeze['out']:.2f}x, x0 {auto[('tree', 'rank', 'x0')].speedup:.2f}x vs {same_freeze['x0']:.2f}x.",
+        ]
+        fig = go.Figure()
+        for (freeze, verifier), style in {("out", "rmc"): "circle", ("out", "dgrs"): "square", ("out", "rank"): "diamond",
+                                          ("x0", "rmc"): "circle-open", ("x0", "dgrs"): "square-open",
+                                          ("x0", "rank"): "diamond-open"}.items():
+            pts = sorted((s["rows_per_round"], s["speedup"]) for k, s in results.items()
+                         if k[0] == freeze and k[1] == verifier)
+            fig.add_scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name=f"{verifier}, freeze {freeze}",
+                            marker=dict(symbol=style, size=9))
+        ref = [(Topology.uniform(k, depth).rows_per_round(leaves), v) for (_, k, depth, leaves), v in AUTHORS.items()]
+        fig.add_scatter(x=[r[0] for r in ref], y=[r[1] for r in ref], mode="markers", name="the authors' code",
+                        marker=dict(symbol="x", size=10, color="black"))
+        for (method, verifier, freeze), cost in auto.items():
+            if freeze == "auto":
+                fig.add_scatter(x=[cost.rows_per_call], y=[cost.speedup], mode="markers+text",
+                                text=[f"auto {method} ({verifier})"], textposition="top center",
+                                name=f"auto {method} ({verifier}), freeze auto",
+                                marker=dict(symbol="star", size=16))
+        fig.update_layout(title="gm512: speedup in target calls against target rows per round", template="plotly_white",
+                          xaxis=dict(title="target rows per round (auto: mean rows per call)", type="log"),
+                          yaxis=dict(title="speedup (28 / target calls)"))
+        lines += ["", _plot(fig, "gm512_speedup_vs_rows", report)]
+    return "\n".join(lines)
+
+
 SECTIONS = {
     "gm512": ("The draft-tree authors' benchmark: gm512", section_gm512),
     "prefetch": ("Prefetch policies", section_prefetch),
     "gm2d": ("Wall-clock on a 2-D mixture at 1,000 DDPM steps", section_gm2d),
+    "auto": ("Beyond the papers: auto topology and per-step freezing on gm512", section_auto),
     "digits": ("The embedded digits model on CPU", section_digits),
     "gpu": ("GPU", section_gpu),
 }
+
+
+WITH_PLOTS = {"auto", "digits"}
 
 
 def _header() -> str:
@@ -288,7 +411,7 @@ def main(args) -> int:
     for name in names:
         title, fn = SECTIONS[name]
         t0 = time.perf_counter()
-        body = fn(args.trajectories, args.quick)
+        body = fn(args.trajectories, args.quick, path) if name in WITH_PLOTS else fn(args.trajectories, args.quick)
         write_section(path, name, title, body)
         print(f"{name}: {time.perf_counter() - t0:.0f} s -> {path}")
     return 0
