@@ -37,12 +37,14 @@ except ImportError:  # anywhere else the decorator is skipped
 log = logging.getLogger("specdemo.app")
 
 # ---------------------------------------------------------------------------------------------- settings
-DEFAULT_MODEL = "gm2d"  # SWITCH: "digits" once assets/models/digits (the embedded model) is trained
+# the embedded digits UNet (class-conditional, 16x16); gm2d where a checkout lacks assets/models/digits
+DEFAULT_MODEL = "digits" if C.embedded_available("digits") else "gm2d"
 CONCURRENCY_LIMIT = 2  # runs at once; the queue holds the others
 QUEUE_SIZE = 64
 MAX_SAMPLES = {"image": 64, "other": 4096}  # what one click may ask for on the Space's hardware
 MAX_WORK = {"image": 4096, "other": 1_500_000}  # samples x tree nodes per round, ditto (x16 on a GPU)
 EXACTNESS_SAMPLES = 1000
+PILOT_SAMPLES = 8  # trajectories of the pilot run that plans an auto topology (or freeze auto): kept small
 
 
 def cpu_budget() -> int:
@@ -63,7 +65,7 @@ def cpu_budget() -> int:
 torch.set_num_threads(max(1, cpu_budget() // CONCURRENCY_LIMIT))
 
 MODEL_CHOICES = [
-    ("digits · embedded UNet, 16×16, classes", "digits"),
+    ("digits · embedded 16×16 UNet", "digits"),
     ("gm2d · 2-D Gaussian mixture", "gm2d"),
     ("banana · 2-D density, Langevin", "banana"),
     ("ring · 2-D density, Langevin", "ring"),
@@ -75,18 +77,29 @@ if not C.embedded_available("digits"):  # not trained yet: offer it once it is
     MODEL_CHOICES = [c for c in MODEL_CHOICES if c[1] != "digits"]
 MODEL_VALUES = [v for _, v in MODEL_CHOICES]
 
-# what the controls switch to when a model is picked: the first click must be quick and telling
+# What the controls switch to when a model is picked: the first click must be quick and telling.
+# Measured with the frozen draft and D-GRS on a 2-core CPU: freezing x0-hat needs far fewer target
+# calls than freezing the network output wherever the kernel has x0-hat (Langevin has not; digits at
+# 50 steps: 14 calls against 24 for the chain 1x10); at equal target rows per round a deep chain beats
+# a shallow fixed tree on every preset (gm2d 3,2,1: 36 calls, the chain 1x10: 15); the planned
+# topology "auto" with 16 rows is within a few percent of the chain at its mean rows on the presets
+# and a little ahead on digits (40 steps, 3 seeds: 3.6x against 3.3x), and pulls ahead once drafts
+# are often rejected (gm2d, draft bias 2: 61 calls against 73). Digits at 40 steps and 4 samples:
+# about 3-4 s for the three runs on this CPU with other work on it; the digits look the same from 20
+# steps up.
 UI_DEFAULTS = {
-    "digits": dict(steps=50, samples=9, tree="2,2,1", draft="frozen"),  # about 4 s on 2 busy CPU cores
-    "gm2d": dict(steps=100, samples=256, tree="3,2,1", draft="frozen"),
-    "banana": dict(steps=200, samples=256, tree="3,2,1", draft="frozen"),
-    "ring": dict(steps=200, samples=256, tree="3,2,1", draft="frozen"),
-    "gm16": dict(steps=100, samples=256, tree="3,2,1", draft="frozen"),
-    "gm512": dict(steps=30, samples=64, tree="2x5", draft="frozen"),
-    "custom": dict(steps=50, samples=8, tree="2,2,1", draft="frozen"),
+    "digits": dict(steps=40, samples=4, tree="auto", budget=16, freeze="x0", draft="frozen"),
+    "gm2d": dict(steps=100, samples=256, tree="auto", budget=16, freeze="x0", draft="frozen"),
+    "banana": dict(steps=200, samples=256, tree="auto", budget=16, freeze="out", draft="frozen"),
+    "ring": dict(steps=200, samples=256, tree="auto", budget=16, freeze="out", draft="frozen"),
+    "gm16": dict(steps=100, samples=256, tree="auto", budget=16, freeze="x0", draft="frozen"),
+    "gm512": dict(steps=30, samples=64, tree="auto", budget=16, freeze="x0", draft="frozen"),
+    "custom": dict(steps=50, samples=8, tree="auto", budget=16, freeze="x0", draft="frozen"),
 }
+DEFAULT_CLASS = 3  # the digit the first click draws
 
 TREE_CHOICES = [
+    ("auto (planned per step)", "auto"),
     ("3,2,1 · tree, 10 rows per round", "3,2,1"),
     ("2,2,1 · small tree", "2,2,1"),
     ("2x3 · binary tree, depth 3", "2x3"),
@@ -100,12 +113,23 @@ TREE_CHOICES = [
 VERIFIER_CHOICES = [("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc")]
 KERNEL_CHOICES = [("the model's default", "default"), *[(k, k) for k in KERNEL_NAMES]]
 DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: digits-draft", "digits-draft")]
+FREEZE_CHOICES = [("network output", "out"), ("x0-hat", "x0"), ("auto (pilot per step)", "auto")]
+BUDGET_RANGE = (1, 64)  # target rows per round an auto topology may plan with
 
 
 def model_kernel(model: str, kernel: str) -> str:
     if kernel and kernel != "default":
         return kernel
     return PRESETS[model].defaults.get("kernel", "ddpm") if model in PRESETS else "ddpm"
+
+
+def has_denoised(model: str, kernel: str) -> bool:
+    """Whether the kernel has a denoised estimate x0-hat to freeze (every kernel but Langevin)."""
+    return model_kernel(model, kernel) != "langevin"
+
+
+def is_auto(tree) -> bool:
+    return C.is_auto(tree)
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -152,8 +176,17 @@ def _float(value, what: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- config
-def make_config(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn, num_samples,
-                class_label, seed, device) -> tuple[SamplerConfig, object]:
+def tree_work(tree: str, budget: int | None) -> tuple[int, str]:
+    """Nodes a round of `tree` may hold (an auto plan: at most 2 x budget, as its last level has
+    width 1) and how to name it in a refusal."""
+    if is_auto(tree):
+        return 2 * budget, f"auto topology of {budget} rows"
+    topology = Topology.parse(tree)
+    return topology.num_nodes, f"tree {topology} ({topology.num_nodes} nodes per round)"
+
+
+def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
+                num_samples, class_label, seed, device) -> tuple[SamplerConfig, object]:
     """The controls as a SamplerConfig (and the resolved target), checked against the app's limits."""
     if model not in MODEL_VALUES:
         raise SpecdemoError(f"unknown model choice {model!r}; accepted: {', '.join(MODEL_VALUES)}")
@@ -162,10 +195,22 @@ def make_config(model, custom_model, draft, draft_bias, tree, verifier, kernel, 
         raise SpecdemoError("type a Hub id (org/name) or a local diffusers folder in the custom model field")
     tree = str(tree or "").strip()
     if not tree:
-        raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
-    topology = Topology.parse(tree)  # malformed widths: a readable refusal before any model loads
-    if not topology.widths:
+        raise SpecdemoError("no topology given; accepted: auto, or widths such as 3,2,1, KxL or 1xL")
+    rows = None
+    if is_auto(tree):
+        tree = "auto"
+        rows = _int(budget, "the rows per round", UI_DEFAULTS["custom"]["budget"])
+        if not BUDGET_RANGE[0] <= rows <= BUDGET_RANGE[1]:
+            raise SpecdemoError(f"the rows per round of an auto topology must be in {BUDGET_RANGE[0]}..{BUDGET_RANGE[1]}, "
+                                f"got {rows}")
+    elif not Topology.parse(tree).widths:  # malformed widths: a readable refusal before any model loads
         raise SpecdemoError("the topology needs at least one level, such as 1x5 or 3,2,1")
+    freeze = str(freeze or "out").strip()
+    if freeze not in [v for _, v in FREEZE_CHOICES]:
+        raise SpecdemoError(f"unknown freeze {freeze!r}; accepted: {', '.join(v for _, v in FREEZE_CHOICES)}")
+    if (draft or "frozen").strip() == "frozen" and freeze != "out" and not has_denoised(model, kernel):
+        raise SpecdemoError(f"freezing {'x0-hat' if freeze == 'x0' else 'auto'} needs a denoised estimate, which the "
+                            f"{model_kernel(model, kernel)} kernel has not; set freeze to the network output")
     samples = _int(num_samples, "the number of samples")
     device = str(device or "auto")
     target = C.cached_target(spec)
@@ -173,20 +218,21 @@ def make_config(model, custom_model, draft, draft_bias, tree, verifier, kernel, 
     scale = 16 if device != "cpu" and torch.cuda.is_available() else 1
     if samples is None or not 1 <= samples <= MAX_SAMPLES[kind] * scale:
         raise SpecdemoError(f"the number of samples must be in 1..{MAX_SAMPLES[kind] * scale} here, got {samples}")
-    work = samples * topology.num_nodes
-    if work > MAX_WORK[kind] * scale:
+    nodes, what = tree_work(tree, rows)
+    if samples * nodes > MAX_WORK[kind] * scale:
         raise SpecdemoError(
-            f"{samples} samples with tree {topology} ({topology.num_nodes} nodes per round) is more than this app "
-            f"runs at once (samples × nodes ≤ {MAX_WORK[kind] * scale}); use fewer samples or a smaller tree"
+            f"{samples} samples with {what} is more than this app runs at once "
+            f"(samples × nodes ≤ {MAX_WORK[kind] * scale}); use fewer samples or a smaller tree"
         )
     kernel_name = None if not kernel or kernel == "default" else kernel
     label = _int(class_label, "the class label", 0) if target.num_classes else None
     config = SamplerConfig(
         model=spec, kernel=kernel_name, steps=_int(steps, "steps"), eta=_float(eta, "eta"),
         churn=_float(churn, "churn") if model_kernel(model, kernel) == "flow-churn" else None,
-        method=C.speculative_method(tree), tree=tree, verifier=verifier or None, draft=(draft or "frozen").strip(),
-        draft_bias=_float(draft_bias, "the draft bias"), num_samples=samples, seed=_int(seed, "the seed", 0),
-        device=device, class_label=label,
+        method=C.speculative_method(tree), tree=tree, budget=rows, verifier=verifier or None,
+        draft=(draft or "frozen").strip(), freeze=freeze, draft_bias=_float(draft_bias, "the draft bias"),
+        pilot_samples=PILOT_SAMPLES, num_samples=samples, seed=_int(seed, "the seed", 0), device=device,
+        class_label=label,
     )
     return config, target
 
@@ -221,7 +267,16 @@ def round_views(comp: C.Comparison | None, trajectory, k):
             plot(F.rounds_figure(comp.trace, t, comp.num_steps, k=k), "specdemo-rounds"))
 
 
+TIE = 0.03  # speedups within 3% of each other are "about the same" (a few samples, one seed)
+
+
+def rows_text(rows: float) -> str:
+    return f"{rows:.0f}" if float(rows).is_integer() else f"{rows:.1f}"
+
+
 def headline(comp: C.Comparison) -> str:
+    """The result in words: the chosen run against plain sampling and, for a tree, against the chain
+    at the same target rows per round, saying which won (whichever it is)."""
     h = comp.headline()
     chosen = comp.chosen
     acceptance = chosen.cost.acceptance
@@ -229,14 +284,53 @@ def headline(comp: C.Comparison) -> str:
             f"{h['calls_chosen']:.1f} calls per sample instead of {h['calls_plain']:.0f}"
             + ("." if acceptance is None else f", {acceptance:.0%} of the verified nodes kept a drafted child."))
     if "chain" in h:
-        rows = chosen.rows_per_round
-        text += f" The {h['chain']} at the same {rows} target rows per round: **{h['speedup_chain']:.2f}×**."
-        if h["speedup_chain"] > h["speedup"]:
-            text += (" *Width pays when single drafts are often rejected: raise the draft bias to see the tree "
-                     "overtake the chain.*")
-    text += (f"  \nAll samples are exact draws of the target sampler, whatever the draft. Three runs, seed "
-             f"{comp.config.seed}, {h['wall_s']:.2f} s of sampling.")
-    return text
+        rows = rows_text(round(chosen.rows_per_round, 1))
+        chain = (f"The {h['chain']} at the same {rows} target rows per round" if comp.plan is None else
+                 f"The {h['chain']}, at the plan's mean of {rows} target rows per round,")
+        ratio = h["speedup_chain"] / h["speedup"]
+        if ratio > 1 + TIE:
+            text += f" {chain} does better: **{h['speedup_chain']:.2f}×**."
+            text += (f" *The plan is fitted on a pilot of {comp.config.pilot_samples} trajectories and does not always "
+                     "find the best topology; with few samples, try another seed too.*" if comp.plan is not None else
+                     " *Drafts are mostly accepted here, so depth pays more than width: try the topology auto "
+                     "(widths planned per step), or a draft bias of 2 or more to see width pay.*")
+        elif ratio < 1 - TIE:
+            text += (f" {chain} does less well: **{h['speedup_chain']:.2f}×**; "
+                     + ("the plan pays." if comp.plan is not None else "the width pays."))
+        else:
+            text += f" {chain} does about the same: **{h['speedup_chain']:.2f}×**."
+    pilot = chosen.pilot
+    text += (f"  \nEvery sample is an exact draw of the target sampler, whatever the draft. "
+             f"{'Three' if len(comp.runs) == 3 else 'Two'} runs, seed {comp.config.seed}, {h['wall_s']:.2f} s of sampling")
+    if pilot is not None:
+        text += (f"; the pilot that planned the run ({comp.config.pilot_samples} trajectories, {pilot.target_calls} "
+                 f"calls, {pilot.wall_s:.2f} s) is not counted above")
+    plain_s, chosen_s = comp.runs[0].cost.wall_s, chosen.cost.wall_s
+    if chosen_s > plain_s:
+        text += (f". Wall-clock {chosen_s:.2f} s against {plain_s:.2f} s plain: here the extra rows, the drafts and "
+                 "the verification cost more than the calls saved; the saving shows in time when a target call is "
+                 "expensive and its rows run in parallel (a large network on a GPU)")
+    return text + "."
+
+
+def plan_text(comp: C.Comparison, max_segments: int = 7) -> str:
+    """One line on the topology: a fixed tree, or the planned trees along the steps."""
+    chosen, c = comp.chosen, comp.config
+    freeze = {"out": "the network output", "x0": "x0-hat", "auto": "the network output or x0-hat (planned per step)"}
+    draft = (f"frozen draft keeping {freeze.get(c.freeze, c.freeze)}" if c.draft == "frozen"
+             else f"draft network {c.draft}") + (f", biased by {c.draft_bias:g}" if c.draft_bias else "")
+    if comp.plan is None:
+        return (f"**Topology** `{chosen.tree}` at every step: {rows_text(chosen.rows_per_round)} target rows a round "
+                f"(cut short near the end) · {draft}.")
+    segments = C.plan_segments(comp.plan)
+    branching = sum(b - a + 1 for a, b, tree in segments if not Topology.parse(tree).is_chain)
+    speculative = sum(b - a + 1 for a, b, _ in segments)
+    parts = [f"{a}–{b} `{tree}`" if b > a else f"{a} `{tree}`" for a, b, tree in segments[:max_segments]]
+    if len(segments) > max_segments:
+        parts.append(f"… {len(segments) - max_segments} more")
+    return (f"**Planned trees** (≤ {c.budget} target rows a round, {rows_text(round(chosen.rows_per_round, 1))} on "
+            f"average; branching at {branching} of {speculative} steps) by starting step: " + " · ".join(parts)
+            + f" · {draft}.")
 
 
 # ---------------------------------------------------------------------------------------------- handlers
@@ -258,19 +352,20 @@ def _compute(config: SamplerConfig, target, progress) -> C.Comparison:
 
 
 @readable_errors
-def run(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn, num_samples, class_label,
-        seed, device, progress=gr.Progress()):
-    """Run the chosen chain or tree, the plain target sampler and the budget-matched chain."""
+def run(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn, num_samples,
+        class_label, seed, device, progress=gr.Progress()):
+    """Run the chosen chain, tree or planned topology, the plain target sampler and the budget-matched chain."""
     progress(0, desc="loading the model")
     t0 = time.perf_counter()
-    config, target = make_config(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn,
-                                 num_samples, class_label, seed, device)
+    config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
+                                 eta, churn, num_samples, class_label, seed, device)
     comp = _compute(config, target, progress)
     t, k = F.pick_round(comp.trace)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
     tree_fig, data_fig, rounds_fig = round_views(comp, t, k)
     out = (
         headline(comp),
+        plan_text(comp),
         tree_fig, data_fig, rounds_fig,
         plot(F.cost_figure(comp.runs), "specdemo-costs"),
         plot(F.acceptance_figure(comp.runs), "specdemo-acceptance"),
@@ -308,22 +403,24 @@ def _exactness(config, num, target, progress):
 
 
 @readable_errors
-def exactness(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn, num_samples,
-              class_label, seed, device, test_samples, progress=gr.Progress()):
-    """Two-sample test of the chosen chain or tree against plain target sampling (analytic targets)."""
+def exactness(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
+              num_samples, class_label, seed, device, test_samples, progress=gr.Progress()):
+    """Two-sample test of the chosen chain, tree or plan against plain target sampling (analytic targets)."""
     progress(0, desc="loading the model")
-    config, target = make_config(model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn,
-                                 1, class_label, seed, device)
+    config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
+                                 eta, churn, 1, class_label, seed, device)
     num = _int(test_samples, "the number of test samples")
-    work = num * Topology.parse(config.tree).num_nodes
-    if work > MAX_WORK["other"] * 2:
-        raise SpecdemoError(f"{num} test samples with tree {config.tree} is more than this app runs at once; "
+    nodes, what = tree_work(config.tree, config.budget)
+    if num * nodes > MAX_WORK["other"] * 2:
+        raise SpecdemoError(f"{num} test samples with {what} is more than this app runs at once; "
                             "use fewer samples or a smaller tree")
     report = _exactness(config, num, target, progress)
     fig = F.exactness_figure(report.plain, report.speculative, report.p_value, spec_label=report.label,
                              mixture=report.mixture)
     text = (f"### p = {report.p_value:.3f}: {report.verdict}\n"
-            f"Energy-distance permutation test of {num} samples from **{report.label}** against {num} from the "
+            f"Energy-distance permutation test of {num} samples from **{report.label}**"
+            + (f" (draft biased by {config.draft_bias:g})" if config.draft_bias else "")
+            + f" against {num} from the "
             f"plain target sampler (independent seeds; statistic {report.statistic:.4f}). Under exactness p is "
             f"uniform on [0, 1]: it falls under 0.05 in one run out of twenty, whatever the draft or its bias.")
     return text, plot(fig, "specdemo-exactness")
@@ -335,32 +432,70 @@ def export(comp):
     if comp is None:
         raise gr.Error("run the sampler first", title="Nothing to export yet")
     c = comp.config
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"specdemo-run-{c.model}-{c.tree}-seed{c.seed}")[:120] + ".json"
+    tree = f"auto{c.budget}" if is_auto(c.tree) else c.tree
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"specdemo-run-{c.model}-{tree}-seed{c.seed}")[:120] + ".json"
     path = os.path.join(tempfile.mkdtemp(prefix="specdemo-"), name)
     with open(path, "w") as f:
         json.dump(comp.to_json(max_trajectories=64), f)
     return path
 
 
+# The handlers below return gr.update(...): only the named properties change (a fresh component
+# would be checked against its own empty list of choices).
 def model_changed(model, kernel):
     """Switch the controls to what suits the picked model."""
     d = UI_DEFAULTS.get(model, UI_DEFAULTS["custom"])
     image = model in ("digits", "custom")
+    freeze = d["freeze"] if has_denoised(model, kernel) else "out"
     return (
-        gr.Textbox(visible=model == "custom"),
-        gr.Number(value=d["steps"]),
-        gr.Slider(value=d["samples"], maximum=MAX_SAMPLES["image" if image else "other"]),
-        gr.Dropdown(value=d["tree"]),
-        gr.Number(visible=image),
-        gr.Dropdown(value=d["draft"]),
+        gr.update(visible=model == "custom"),
+        gr.update(value=d["steps"]),
+        gr.update(value=d["samples"], maximum=MAX_SAMPLES["image" if image else "other"]),
+        gr.update(value=d["tree"]),
+        gr.update(value=d["budget"], visible=is_auto(d["tree"])),
+        gr.update(visible=image, label="class label (the digit to draw)" if model == "digits" else "class label"),
+        gr.update(value=d["draft"]),
+        gr.update(value=freeze, visible=d["draft"] == "frozen"),
         *kernel_changed(model, kernel),
     )
 
 
 def kernel_changed(model, kernel):
     k = model_kernel(model, kernel)
-    return gr.Slider(visible=k == "ddim"), gr.Slider(visible=k == "flow-churn")
+    return gr.update(visible=k == "ddim"), gr.update(visible=k == "flow-churn")
 
+
+def freeze_follows_kernel(model, kernel, freeze):
+    """Langevin has no x0-hat: the frozen draft keeps the network output there."""
+    return gr.update(value=freeze if has_denoised(model, kernel) else "out")
+
+
+def tree_changed(tree):
+    """The rows-per-round budget is a setting of the auto topology only."""
+    return gr.update(visible=is_auto(tree))
+
+
+def draft_changed(draft):
+    """What to freeze is a setting of the frozen draft only."""
+    return gr.update(visible=(draft or "frozen").strip() == "frozen")
+
+
+def warm_up() -> None:
+    """At start-up, not in the first click: load the default model, and run a tiny comparison on the
+    CPU and draw its figures, so that torch, the sampler and plotly pay their first-call costs here."""
+    try:
+        target = C.cached_target(DEFAULT_MODEL)
+        comp = C.run_comparison(SamplerConfig(model=DEFAULT_MODEL, tree="2,1", steps=4, num_samples=2, device="cpu",
+                                              class_label=0 if target.num_classes else None), target=target)
+        t, k = F.pick_round(comp.trace)
+        round_views(comp, t, k)
+        plot(F.cost_figure(comp.runs), "warm-up"), plot(F.acceptance_figure(comp.runs), "warm-up")
+        plot(F.samples_figure(comp.runs, log_density=comp.log_density), "warm-up")
+    except Exception:  # the app serves anyway; the first click pays instead
+        log.exception("warm-up failed")
+
+
+warm_up()
 
 # ---------------------------------------------------------------------------------------------- page
 LEGEND = "".join(
@@ -385,6 +520,8 @@ CSS = """
 .sd-chip { display: inline-flex; align-items: center; gap: 0.4rem; }
 .sd-dot { width: 0.8rem; height: 0.8rem; border-radius: 50%; display: inline-block; box-shadow: 0 0 0 1px #fff, 0 0 0 2px #e2e8f0; }
 .sd-headline h3 { margin-bottom: 0.2rem; font-size: 1.15rem; }
+.sd-plan p { font-size: 0.92rem; line-height: 1.5; margin: 0.1rem 0 0.3rem 0; }
+.sd-plan code { font-size: 0.85rem; padding: 0.05rem 0.3rem; }
 #compare-table table, #compare-table th, #compare-table td, #compare-table span { font-family: var(--font) !important; }
 footer { display: none !important; }
 """
@@ -394,44 +531,55 @@ THEME = gr.themes.Soft(
     font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "DejaVu Sans Mono", "monospace"],
 )
 
+D0 = UI_DEFAULTS[DEFAULT_MODEL]
+IMAGE0 = DEFAULT_MODEL in ("digits", "custom")
+
 with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as demo:
     gr.HTML(HEADER)
     with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=320):
+        with gr.Column(scale=1, min_width=330):
             with gr.Group():
-                model = gr.Dropdown(MODEL_CHOICES, value=DEFAULT_MODEL, label="target model")
+                model = gr.Dropdown(MODEL_CHOICES, value=DEFAULT_MODEL, label="target model", elem_id="model")
                 custom_model = gr.Textbox(label="Hub id or local diffusers folder", placeholder="google/ddpm-cifar10-32",
                                           visible=DEFAULT_MODEL == "custom")
+                class_label = gr.Number(value=DEFAULT_CLASS, precision=0, visible=IMAGE0, elem_id="class-label",
+                                        label="class label (the digit to draw)" if DEFAULT_MODEL == "digits"
+                                        else "class label")
             with gr.Group():
-                draft = gr.Dropdown(DRAFT_CHOICES, value="frozen", label="draft", allow_custom_value=True,
+                draft = gr.Dropdown(DRAFT_CHOICES, value=D0["draft"], label="draft", allow_custom_value=True,
                                     info="or a draft network's folder or Hub id (same noise schedule)")
+                freeze = gr.Radio(FREEZE_CHOICES, value=D0["freeze"], label="freeze (frozen draft)", elem_id="freeze",
+                                  info="what the draft keeps from the last target call", visible=D0["draft"] == "frozen")
                 draft_bias = gr.Slider(0, 3, value=0, step=0.1, label="draft bias",
-                                       info="pushes the draft away from the target: slower, still exact")
+                                       info="moves the draft off the target: slower, still exact")
             with gr.Group():
-                tree = gr.Dropdown(TREE_CHOICES, value=UI_DEFAULTS[DEFAULT_MODEL]["tree"], allow_custom_value=True,
-                                   label="topology", info="a preset, or widths per depth such as 3,2,1, 4x4, 1x5",
-                                   elem_id="topology")
-                verifier = gr.Radio(VERIFIER_CHOICES, value="dgrs", label="verifier")
+                tree = gr.Dropdown(TREE_CHOICES, value=D0["tree"], allow_custom_value=True, label="topology",
+                                   info="auto, a preset, or widths per depth such as 3,2,1, 4x4, 1x5", elem_id="topology")
+                budget = gr.Slider(*BUDGET_RANGE, value=D0["budget"], step=1, label="rows per round (auto)",
+                                   info=f"target rows a round may use; widths planned per step from a pilot of "
+                                        f"{PILOT_SAMPLES} trajectories", visible=is_auto(D0["tree"]), elem_id="budget")
+                verifier = gr.Dropdown(VERIFIER_CHOICES, value="dgrs", label="verifier", elem_id="verifier")
             with gr.Accordion("sampler", open=True):
                 kernel = gr.Dropdown(KERNEL_CHOICES, value="default", label="kernel")
-                steps = gr.Number(value=UI_DEFAULTS[DEFAULT_MODEL]["steps"], precision=0, label="steps")
+                with gr.Row():
+                    steps = gr.Number(value=D0["steps"], precision=0, label="steps", min_width=100)
+                    seed = gr.Number(value=0, precision=0, label="seed", min_width=100)
                 eta = gr.Slider(0, 1, value=1, step=0.05, label="eta (DDIM)", visible=False)
                 churn = gr.Slider(0, 1, value=0.06, step=0.01, label="churn (flow matching)",
                                   visible=model_kernel(DEFAULT_MODEL, "default") == "flow-churn")
-                num_samples = gr.Slider(1, MAX_SAMPLES["other"], value=UI_DEFAULTS[DEFAULT_MODEL]["samples"], step=1,
+                num_samples = gr.Slider(1, MAX_SAMPLES["image" if IMAGE0 else "other"], value=D0["samples"], step=1,
                                         label="samples")
-                class_label = gr.Number(value=0, precision=0, label="class label (0-9 for digits)",
-                                        visible=DEFAULT_MODEL in ("digits", "custom"))
-                seed = gr.Number(value=0, precision=0, label="seed")
                 device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device")
             run_button = gr.Button("Run", variant="primary", size="lg", elem_id="run-button")
             gr.Markdown(f"<small>specdemo {__version__} · same seed, same samples · runs queue "
                         f"{CONCURRENCY_LIMIT} at a time</small>")
         with gr.Column(scale=3):
-            summary = gr.Markdown("Press **Run**: the chosen tree, the plain target sampler and the chain at the same "
-                                  "target rows per round draw samples with one seed.", elem_classes="sd-headline", elem_id="headline")
+            summary = gr.Markdown("Press **Run**: the chosen topology, the plain target sampler and the chain at the "
+                                  "same target rows per round draw samples with one seed.", elem_classes="sd-headline",
+                                  elem_id="headline")
             with gr.Tabs():
                 with gr.Tab("Draft tree", id="tree-tab"):
+                    plan_line = gr.Markdown(elem_id="plan-line", elem_classes="sd-plan")
                     with gr.Row():
                         trajectory = gr.Slider(0, 1, value=0, step=1, label="trajectory", interactive=False)
                         round_k = gr.Slider(1, 2, value=1, step=1, label="round of this trajectory", interactive=False)
@@ -441,13 +589,14 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
                 with gr.Tab("Comparison", id="compare-tab"):
                     cost_plot = gr.Plot(label="costs", show_label=False, elem_id="cost-plot")
                     table = gr.Dataframe(headers=F.TABLE_HEADERS, label="the same seed, three samplers",
-                                         interactive=False, wrap=True, elem_id="compare-table")
+                                         interactive=False, wrap=True, elem_id="compare-table",
+                                         column_widths=["22%", "12%", "9%", "10%", "10%", "13%", "12%", "12%"])
                     with gr.Row():
                         accept_plot = gr.Plot(label="acceptance by depth", show_label=False, elem_id="accept-plot",
                                               scale=2)
                     samples_plot = gr.Plot(label="samples", show_label=False, elem_id="samples-plot")
                 with gr.Tab("Exactness", id="exact-tab", elem_id="exact-tab-content"):
-                    gr.Markdown("Draws fresh samples with the chosen chain or tree and with the plain target sampler "
+                    gr.Markdown("Draws fresh samples with the chosen chain, tree or plan and with the plain target sampler "
                                 "(independent seeds) and tests whether they come from the same distribution. For the "
                                 "analytic targets. Try a large draft bias: the speedup drops, the p-value does not.")
                     with gr.Row():
@@ -465,12 +614,12 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
                     export_file = gr.File(label="run JSON", interactive=False)
     state = gr.State(None, time_to_live=3600)
 
-    controls = [model, custom_model, draft, draft_bias, tree, verifier, kernel, steps, eta, churn, num_samples,
-                class_label, seed, device]
+    controls = [model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
+                num_samples, class_label, seed, device]
     run_button.click(
         run, controls,
-        [summary, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state, trajectory,
-         round_k],
+        [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state,
+         trajectory, round_k],
         api_name="run", concurrency_id="sampler",
     )
     round_k.input(show_round, [state, trajectory, round_k], [tree_plot, data_plot, rounds_plot], api_name="tree_view",
@@ -480,9 +629,14 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
     test_button.click(exactness, [*controls, test_samples], [test_summary, test_plot], api_name="exactness",
                       concurrency_id="sampler")
     export_button.click(export, [state], [export_file], api_name="export")
-    model.change(model_changed, [model, kernel], [custom_model, steps, num_samples, tree, class_label, draft, eta, churn],
+    model.change(model_changed, [model, kernel],
+                 [custom_model, steps, num_samples, tree, budget, class_label, draft, freeze, eta, churn],
                  api_name="model_defaults", show_progress="hidden")
     kernel.change(kernel_changed, [model, kernel], [eta, churn], api_name="kernel_options", show_progress="hidden")
+    kernel.change(freeze_follows_kernel, [model, kernel, freeze], [freeze], api_name="kernel_freeze",
+                  show_progress="hidden")
+    tree.change(tree_changed, [tree], [budget], api_name="topology_options", show_progress="hidden")
+    draft.change(draft_changed, [draft], [freeze], api_name="draft_options", show_progress="hidden")
 
 demo.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=QUEUE_SIZE)
 

@@ -1,6 +1,6 @@
-"""Side by side, with one seed: the chosen chain or tree with its trace, the plain target sampler
-and the chain at the same target rows per round; and the exactness check (an energy two-sample test
-of speculative against plain samples).
+"""Side by side, with one seed: the chosen chain, tree or planned topology (tree "auto") with its
+trace, the plain target sampler and the chain at the same target rows per round; and the exactness
+check (an energy two-sample test of speculative against plain samples).
 
 Everything goes through the public pipeline (SamplerConfig, build, Problem.run); the figures
 (specdemo.figures) and the app draw from these records.
@@ -24,8 +24,9 @@ from .sampler import SampleResult
 from .targets import GaussianMixture
 from .targets.presets import PRESETS
 from .trace import Cost, RoundTrace
-from .trees import Topology
+from .trees import Topology, TopologyPlan
 from .trees.topology import MAX_DEPTH
+from .verifiers import get_verifier
 
 VERIFIER_LABELS = {"rmc": "RMC", "dgrs": "D-GRS", "rank": "rank-aware", None: ""}
 
@@ -41,11 +42,14 @@ class MethodRun:
     samples: torch.Tensor
     tree: str  # the topology as Topology prints it; "none" for plain sampling
     verifier: str | None
-    rows_per_round: int
+    rows_per_round: float  # a whole number for a fixed topology; a plan's mean over the steps
+    pilot: Cost | None = None  # calibration runs (auto topology or freeze), not part of `cost`
 
     def summary(self) -> dict:
         return {"label": self.label, "tree": self.tree, "verifier": self.verifier,
-                "rows_per_round": self.rows_per_round, **self.cost.summary()}
+                "rows_per_round": self.rows_per_round, **self.cost.summary(),
+                "pilot_target_calls": None if self.pilot is None else self.pilot.target_calls,
+                "pilot_wall_s": None if self.pilot is None else self.pilot.wall_s}
 
 
 def energy_test(x: torch.Tensor, y: torch.Tensor, permutations: int = 500, seed: int = 0) -> tuple[float, float]:
@@ -107,15 +111,44 @@ def embedded_available(name: str) -> bool:
     return name in EMBEDDED and EMBEDDED[name].is_dir()
 
 
+def is_auto(tree: str | None) -> bool:
+    """Whether `tree` asks for a topology planned per step (SamplerConfig.tree = "auto")."""
+    return str(tree or "").strip().lower() == "auto"
+
+
 def speculative_method(tree: str) -> str:
-    """chain if every width is 1, else tree (refuses malformed widths with the reason)."""
+    """chain if every width is 1, else tree; "auto" plans trees (refuses malformed widths with the reason)."""
+    if is_auto(tree):
+        return "tree"
     return "chain" if Topology.parse(tree).is_chain else "tree"
 
 
-def matched_chain(tree: str, stochastic_steps: int, evaluate_leaves: bool = False) -> str:
-    """The chain with the tree's target rows per round (a chain of length L evaluates L rows),
-    capped at the stochastic steps and the deepest topology allowed."""
-    rows = Topology.parse(tree).rows_per_round(evaluate_leaves)
+def rows_per_round(tree: Topology | TopologyPlan, evaluate_leaves: bool = False) -> float:
+    """Target rows of a full round: a whole number for a fixed topology, a plan's mean over its steps."""
+    if isinstance(tree, TopologyPlan):
+        return float(tree.rows_per_round(evaluate_leaves))
+    return tree.rows_per_round(evaluate_leaves) if tree.widths else 1
+
+
+def plan_segments(plan: TopologyPlan) -> list[tuple[int, int, str]]:
+    """(first step, last step, topology) for each run of steps that share a planned tree; steps
+    with no speculation (deterministic ones, the last step) are left out."""
+    out: list[tuple[int, int, str]] = []
+    for n, tree in enumerate(plan.trees):
+        if not tree.widths:
+            continue
+        if out and out[-1][2] == str(tree) and out[-1][1] == n - 1:
+            out[-1] = (out[-1][0], n, out[-1][2])
+        else:
+            out.append((n, n, str(tree)))
+    return out
+
+
+def matched_chain(tree: str | Topology | TopologyPlan, stochastic_steps: int, evaluate_leaves: bool = False) -> str:
+    """The chain with the tree's target rows per round (a chain of length L evaluates L rows; a
+    plan's mean rows, rounded), capped at the stochastic steps and the deepest topology allowed."""
+    tree = Topology.parse(tree) if isinstance(tree, str) else tree
+    rows = int(round(rows_per_round(tree, evaluate_leaves)))
     return f"1x{max(1, min(rows, stochastic_steps, MAX_DEPTH))}"
 
 
@@ -154,6 +187,7 @@ class Comparison:
     shape: tuple[int, ...]
     log_density: Callable | None  # the analytic target's, for 2-D views
     paths: np.ndarray | None  # (B, N + 1, 2) every trajectory's states, for 2-D targets
+    plan: TopologyPlan | None = None  # the chosen run's trees per step, when its topology was planned
 
     @property
     def chosen(self) -> MethodRun:
@@ -194,6 +228,8 @@ class Comparison:
             "model": {"name": self.model_name, "shape": list(self.shape), "kernel": self.kernel_name,
                       "steps": self.num_steps},
             "methods": [json.loads(json.dumps(r.summary(), default=_plain)) for r in self.runs],
+            "plan": None if self.plan is None else [
+                {"steps": [a, b], "tree": tree} for a, b, tree in plan_segments(self.plan)],
             "samples": self.chosen.samples.tolist(),
             "trace": rounds,
         }
@@ -211,7 +247,8 @@ def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
     return MethodRun(key=key, label=describe(problem), config=problem.config, cost=result.cost,
                      samples=result.samples.detach().float().cpu(), tree=str(problem.tree),
                      verifier=problem.verifier.name if problem.verifier else None,
-                     rows_per_round=problem.tree.rows_per_round(problem.config.prefetch == "leaves") if problem.tree.widths else 1)
+                     rows_per_round=rows_per_round(problem.tree, problem.config.prefetch == "leaves"),
+                     pilot=problem.pilot)
 
 
 def _stage_callback(progress: Progress | None, lo: float, hi: float, label: str):
@@ -232,14 +269,18 @@ def _stage_callback(progress: Progress | None, lo: float, hi: float, label: str)
 
 def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, baselines: bool = True,
                    target: Target | None = None) -> Comparison:
-    """Run `config` (its method taken from its tree: chain or tree) with a trace, then, with the same
-    seed, the plain target sampler and, for a tree, the RMC chain at the same target rows per round.
-    Every configuration is built (and so checked) before anything runs."""
+    """Run `config` (its method taken from its tree: chain, tree, or tree "auto" planned per step)
+    with a trace, then, with the same seed, the plain target sampler and, for a tree, the RMC chain
+    at the same target rows per round (a plan's mean rows per round, rounded). Every configuration
+    is built (and so checked, a plan's pilots run) before anything is sampled."""
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     target = target or cached_target(config.model)
     method = speculative_method(config.tree)
     config = replace(config, method=method)
+    if progress is not None and (is_auto(config.tree) or (config.freeze == "auto" and config.draft == "frozen")):
+        progress(0.0, f"pilot run of {config.pilot_samples} trajectories: planning the "
+                      + ("topology" if is_auto(config.tree) else "frozen draft"))
     problem = build(config, target)
     kind = target_kind(target)
     steps = problem.kernel.num_steps
@@ -247,8 +288,15 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     others: list[tuple[str, Problem]] = []
     if baselines:
         if method == "tree":
-            chain_cfg = config.with_method("chain", matched_chain(config.tree, stochastic, config.prefetch == "leaves"))
-            others.append(("chain", build(chain_cfg, target)))
+            chain_cfg = config.with_method("chain", matched_chain(problem.tree, stochastic, config.prefetch == "leaves"))
+            if config.freeze == "auto" and config.draft == "frozen":
+                # the per-step freeze table comes from chain pilots seeded by the run's seed, whatever the
+                # topology: building the chain would run the same two pilots again and find the same table
+                chain_cfg = replace(chain_cfg, verifier="rmc")
+                others.append(("chain", replace(problem, config=chain_cfg, tree=Topology.parse(chain_cfg.tree),
+                                                verifier=get_verifier("rmc"))))
+            else:
+                others.append(("chain", build(chain_cfg, target)))
         others.append(("target", build(config.with_method("target"), target)))
     stages = 1 + len(others)
     result = problem.run(trace=True, trace_states=kind in ("plane", "image"),
@@ -266,7 +314,8 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
         progress(1.0, "drawing the figures")
     return Comparison(config=config, runs=runs, trace=result.trace or [], kind=kind, num_steps=steps,
                       model_name=target.name, kernel_name=problem.kernel.name, shape=tuple(target.shape),
-                      log_density=log_density_of(target), paths=paths)
+                      log_density=log_density_of(target), paths=paths,
+                      plan=problem.tree if isinstance(problem.tree, TopologyPlan) else None)
 
 
 @dataclass

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import gradio as gr
@@ -23,10 +24,18 @@ def no_progress(*args, **kwargs):
 
 
 def controls(**change):
-    d = dict(model="gm2d", custom_model="", draft="frozen", draft_bias=0, tree="2,1", verifier="dgrs",
-             kernel="default", steps=12, eta=1, churn=0.06, num_samples=6, class_label=0, seed=0, device="auto")
+    d = dict(model="gm2d", custom_model="", draft="frozen", freeze="out", draft_bias=0, tree="2,1", budget=16,
+             verifier="dgrs", kernel="default", steps=12, eta=1, churn=0.06, num_samples=6, class_label=0, seed=0,
+             device="auto")
     d.update(change)
     return list(d.values())
+
+
+def page_defaults(model=app.DEFAULT_MODEL):
+    """The Run button's inputs as the page sets them for `model`."""
+    d = app.UI_DEFAULTS[model]
+    return dict(model=model, tree=d["tree"], budget=d["budget"], freeze=d["freeze"], steps=d["steps"],
+                num_samples=d["samples"], class_label=app.DEFAULT_CLASS)
 
 
 def spec(plot_data) -> dict:
@@ -52,27 +61,43 @@ def tiny_unet_folder(path, num_classes=10):
 
 @pytest.fixture(scope="module")
 def default_run():
-    d = app.UI_DEFAULTS[app.DEFAULT_MODEL]
-    return app.run(*controls(model=app.DEFAULT_MODEL, tree=d["tree"], steps=d["steps"], num_samples=d["samples"]),
-                   progress=no_progress)
+    return app.run(*controls(**page_defaults()), progress=no_progress)
 
 
 def test_the_page_is_wired_with_api_names_and_a_queue():
     assert isinstance(app.demo, gr.Blocks)
     names = {fn.api_name for fn in app.demo.fns.values()}
-    assert {"run", "tree_view", "trajectory_view", "exactness", "export", "model_defaults", "kernel_options"} <= names
+    assert {"run", "tree_view", "trajectory_view", "exactness", "export", "model_defaults", "kernel_options",
+            "kernel_freeze", "topology_options", "draft_options"} <= names
     assert all(fn.api_name for fn in app.demo.fns.values())
     assert app.demo._queue.default_concurrency_limit == app.CONCURRENCY_LIMIT
     assert app.demo._queue.max_size >= 8
 
 
+def test_the_page_opens_on_the_embedded_digits_model():
+    assert C.embedded_available("digits") and app.DEFAULT_MODEL == "digits"
+    d = app.UI_DEFAULTS["digits"]
+    assert d["tree"] == "auto" and d["freeze"] == "x0" and d["draft"] == "frozen"
+    assert app.model.value == "digits" and app.tree.value == "auto" and app.budget.visible
+    assert app.class_label.visible and app.class_label.value == app.DEFAULT_CLASS
+    assert app.freeze.value == "x0" and app.num_samples.maximum == app.MAX_SAMPLES["image"]
+
+
 def test_default_click(default_run):
-    summary, tree, data, rounds, cost, accept, table, samples, comp, trajectory, round_k = default_run
+    summary, plan, tree, data, rounds, cost, accept, table, samples, comp, trajectory, round_k = default_run
     assert "fewer target calls than plain sampling" in summary and "exact" in summary
+    assert "pilot" in summary  # the calibration run is reported, not hidden
     assert tree_statuses(tree) == FOUR  # the page opens on a round that shows every status
     assert isinstance(comp, C.Comparison) and [r.key for r in comp.runs] == ["target", "chain", "tree"]
-    assert len(table) == 3 and table[0][0] == "plain target"
+    assert comp.kind == "image" and comp.config.class_label == app.DEFAULT_CLASS and comp.config.freeze == "x0"
+    # the planned topology: the matched chain has the plan's mean rows per round, rounded
+    assert comp.plan is not None and comp.config.pilot_samples == app.PILOT_SAMPLES
+    assert comp.runs[1].tree == f"1x{round(comp.plan.rows_per_round())}"
+    assert plan.startswith("**Planned trees**") and "`1x" in plan
+    assert len(table) == 3 and table[0][0] == "plain target" and table[2][0].startswith("tree auto(16 rows)")
     assert spec(tree)["config"]["toImageButtonOptions"]["filename"] == "specdemo-tree"
+    assert any(tr["type"] == "image" for tr in spec(data)["data"])  # the committed path's images
+    assert sum(tr["type"] == "image" for tr in spec(samples)["data"]) == 3  # a grid of the digit per sampler
     for fig in (data, rounds, cost, accept, samples):
         assert spec(fig)["data"]
     t, k = trajectory.value, round_k.value
@@ -80,12 +105,33 @@ def test_default_click(default_run):
     assert round_k.maximum == len(F.trajectory_rounds(comp.trace, t))
 
 
+def test_headline_says_which_of_tree_and_chain_won(default_run):
+    comp = default_run[9]
+    h = comp.headline()
+    text = app.headline(comp)
+    if h["speedup_chain"] > h["speedup"] * (1 + app.TIE):
+        assert "does better" in text
+    elif h["speedup_chain"] < h["speedup"] * (1 - app.TIE):
+        assert "does less well" in text
+    else:
+        assert "about the same" in text
+    for chain, chosen, words in ((5.0, 3.0, "does better"), (3.0, 5.0, "does less well"), (4.0, 4.05, "does about the same")):
+        fake = types.SimpleNamespace(**{**vars(comp), "headline": lambda c=chain, t=chosen: {
+            **h, "speedup": t, "speedup_chain": c}})
+        fake.chosen = comp.chosen
+        assert words in app.headline(fake)
+    fixed = types.SimpleNamespace(**{**vars(comp), "plan": None, "headline": lambda: {**h, "speedup": 2.0, "speedup_chain": 4.0}})
+    fixed.chosen = comp.chosen
+    assert "draft bias of 2 or more" in app.headline(fixed)
+
+
 def test_round_and_trajectory_views(default_run):
-    comp = default_run[8]
+    comp = default_run[9]
     tree, data, rounds = app.show_round(comp, 0, 2)
     assert "Round 2 of" in spec(tree)["layout"]["title"]["text"]
-    tree, data, rounds, slider = app.show_trajectory(comp, 5)
-    assert "trajectory 5" in spec(tree)["layout"]["title"]["text"] and slider.value == 1
+    tree, data, rounds, slider = app.show_trajectory(comp, 3)
+    assert "trajectory 3" in spec(tree)["layout"]["title"]["text"] and slider.value == 1
+    assert ": tree " in spec(tree)["layout"]["title"]["text"]  # the round's own tree, from the plan
     tree, *_ = app.show_round(comp, 10**6, 10**6)  # clamped, not an error
     assert spec(tree)["data"]
     with pytest.raises(gr.Error, match="run the sampler first"):
@@ -108,6 +154,10 @@ def test_round_and_trajectory_views(default_run):
     ({"kernel": "flow-churn", "model": "banana"}, "langevin"),
     ({"device": "tpu"}, "unknown device"),
     ({"draft": "digits-draft"}, "only the frozen draft"),
+    ({"tree": "auto", "budget": 0}, "rows per round of an auto topology must be in 1..64"),
+    ({"model": "digits", "tree": "auto", "budget": 64, "num_samples": 64}, "auto topology of 64 rows"),
+    ({"freeze": "sideways"}, "unknown freeze"),
+    ({"model": "banana", "freeze": "x0"}, "set freeze to the network output"),
 ])
 def test_bad_inputs_are_readable_errors(change, message):
     with pytest.raises(gr.Error) as err:
@@ -116,21 +166,32 @@ def test_bad_inputs_are_readable_errors(change, message):
 
 
 def test_a_chain_the_langevin_densities_and_a_vector_target():
-    out = app.run(*controls(tree="1x4", verifier="rmc"), progress=no_progress)
-    assert [r.key for r in out[8].runs] == ["target", "chain"] and len(out[6]) == 2
+    out = app.run(*controls(tree="1x4", verifier="rmc", freeze="x0"), progress=no_progress)
+    assert [r.key for r in out[9].runs] == ["target", "chain"] and len(out[7]) == 2
+    assert "Two runs" in out[0] and out[1].startswith("**Topology** `1x4` at every step") and "x0-hat" in out[1]
     out = app.run(*controls(model="banana", steps=30, tree="2,1"), progress=no_progress)
-    assert out[8].kind == "plane" and out[8].kernel_name == "langevin"
+    assert out[9].kind == "plane" and out[9].kernel_name == "langevin"
     out = app.run(*controls(model="gm16", tree="2,1"), progress=no_progress)
-    assert "16 dimensions" in json.dumps(spec(out[2])["layout"]["annotations"])
+    assert "16 dimensions" in json.dumps(spec(out[3])["layout"]["annotations"])
+
+
+def test_auto_topology_on_a_2d_target_with_freeze_auto():
+    out = app.run(*controls(tree="auto", budget=6, freeze="auto", steps=16, num_samples=8), progress=no_progress)
+    comp = out[9]
+    assert comp.plan is not None and comp.config.freeze == "auto" and comp.chosen.pilot is not None
+    assert comp.runs[1].tree == f"1x{round(comp.plan.rows_per_round())}"
+    assert comp.chosen.rows_per_round == pytest.approx(comp.plan.rows_per_round())
+    assert "the network output or x0-hat" in out[1] and "pilot" in out[0]
+    assert all(t.rows_per_round() <= 6 for t in comp.plan.trees if t.widths)
 
 
 def test_image_model_from_a_folder(tmp_path):
     folder = tiny_unet_folder(tmp_path / "unet")
     out = app.run(*controls(model="custom", custom_model=folder, steps=6, num_samples=2, class_label=7),
                   progress=no_progress)
-    comp = out[8]
+    comp = out[9]
     assert comp.kind == "image" and comp.config.class_label == 7
-    assert any(tr["type"] == "image" for tr in spec(out[2])["data"])  # the committed path's images
+    assert any(tr["type"] == "image" for tr in spec(out[3])["data"])  # the committed path's images
     with pytest.raises(gr.Error, match="out of range"):
         app.run(*controls(model="custom", custom_model=folder, steps=6, num_samples=2, class_label=12),
                 progress=no_progress)
@@ -149,20 +210,32 @@ def test_exactness_button():
 
 
 def test_export_writes_the_run_as_json(default_run):
-    path = app.export(default_run[8])
+    path = app.export(default_run[9])
     data = json.loads(Path(path).read_text())
-    assert Path(path).name.startswith("specdemo-run-gm2d-3_2_1-seed0")
+    assert Path(path).name.startswith("specdemo-run-digits-auto16-seed0")
     assert data["format"] == "specdemo-run/1" and len(data["methods"]) == 3
+    assert data["config"]["tree"] == "auto" and data["config"]["budget"] == 16 and data["plan"]
+    assert data["methods"][2]["pilot_target_calls"] > 0
     assert data["trace"] and max(max(rt["trajectories"]) for rt in data["trace"]) < 64
     with pytest.raises(gr.Error, match="run the sampler first"):
         app.export(None)
 
 
 def test_controls_follow_the_model():
-    custom, steps, samples, tree, label, draft, eta, churn = app.model_changed("gm512", "default")
-    assert steps.value == 30 and tree.value == "2x5" and churn.visible and not eta.visible and not custom.visible
-    custom, steps, samples, tree, label, draft, eta, churn = app.model_changed("custom", "ddim")
-    assert custom.visible and label.visible and eta.visible and samples.maximum == app.MAX_SAMPLES["image"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "value not in the list of choices" from a fresh gr.Dropdown
+        custom, steps, samples, tree, budget, label, draft, freeze, eta, churn = app.model_changed("gm512", "default")
+        assert steps["value"] == 30 and tree["value"] == "auto" and budget["visible"] and freeze["value"] == "x0"
+        assert churn["visible"] and not eta["visible"] and not custom["visible"] and not label["visible"]
+        custom, steps, samples, tree, budget, label, draft, freeze, eta, churn = app.model_changed("custom", "ddim")
+        assert custom["visible"] and label["visible"] and eta["visible"]
+        assert samples["maximum"] == app.MAX_SAMPLES["image"]
+        *_, freeze, eta, churn = app.model_changed("banana", "default")  # Langevin: no x0-hat to freeze
+        assert freeze["value"] == "out"
+        assert app.freeze_follows_kernel("gm2d", "langevin", "x0")["value"] == "out"
+        assert app.freeze_follows_kernel("gm2d", "ddim", "x0")["value"] == "x0"
+        assert app.tree_changed("auto")["visible"] and not app.tree_changed("3,2,1")["visible"]
+        assert app.draft_changed("frozen")["visible"] and not app.draft_changed("digits-draft")["visible"]
 
 
 def test_zerogpu_decorator_is_used_when_spaces_is_present(monkeypatch):

@@ -14,10 +14,11 @@ import app  # noqa: E402
 
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
 # the Run button's inputs, in order, at the page's defaults
-DEFAULTS = dict(model=app.DEFAULT_MODEL, custom_model="", draft="frozen", draft_bias=0, tree=app.UI_DEFAULTS[app.DEFAULT_MODEL]["tree"],
-                verifier="dgrs", kernel="default", steps=app.UI_DEFAULTS[app.DEFAULT_MODEL]["steps"], eta=1, churn=0.06,
-                num_samples=app.UI_DEFAULTS[app.DEFAULT_MODEL]["samples"], class_label=0, seed=0, device="auto")
-SMALL = {**DEFAULTS, "model": "gm2d", "tree": "2,1", "steps": 12, "num_samples": 8}
+D0 = app.UI_DEFAULTS[app.DEFAULT_MODEL]
+DEFAULTS = dict(model=app.DEFAULT_MODEL, custom_model="", draft=D0["draft"], freeze=D0["freeze"], draft_bias=0,
+                tree=D0["tree"], budget=D0["budget"], verifier="dgrs", kernel="default", steps=D0["steps"], eta=1,
+                churn=0.06, num_samples=D0["samples"], class_label=app.DEFAULT_CLASS, seed=0, device="auto")
+SMALL = {**DEFAULTS, "model": "gm2d", "freeze": "out", "tree": "2,1", "steps": 12, "num_samples": 8, "class_label": 0}
 
 
 def free_port() -> int:
@@ -58,19 +59,31 @@ def statuses(spec: dict) -> set[str]:
 
 def test_main_endpoint_with_default_inputs(client):
     out = client.predict(*DEFAULTS.values(), api_name="/run")
-    summary, tree, data, rounds, cost, accept, table, samples, trajectory, round_k = out
+    summary, plan, tree, data, rounds, cost, accept, table, samples, trajectory, round_k = out
     assert "fewer target calls than plain sampling" in summary
-    # the tree figure: all four statuses in the round it opens on
+    assert plan.startswith("**Planned trees**")
+    # the tree figure: the page opens on a round with all four statuses, else the run shows them elsewhere
     spec = plot_spec(tree)
-    assert statuses(spec) == FOUR
     assert spec["config"]["toImageButtonOptions"]["format"] == "png"
-    # the comparison: figures and a table of the three samplers
-    assert [r[0] for r in table["data"]] == ["plain target", "chain 1x10 · RMC", "tree 3,2,1 · D-GRS"]
+    seen = statuses(spec)
+    for t in range(DEFAULTS["num_samples"]):
+        for k in range(1, 40):
+            if seen == FOUR:
+                break
+            walked = plot_spec(client.predict(t, k, api_name="/tree_view")[0])
+            if f"Round {k} of" not in walked["layout"]["title"]["text"]:
+                break  # past the trajectory's last round
+            seen |= statuses(walked)
+    assert seen == FOUR
+    # the comparison: figures and a table of the three samplers, the chain at the plan's mean rows per round
+    labels = [r[0] for r in table["data"]]
+    assert labels[0] == "plain target" and labels[1].startswith("chain 1x") and labels[1].endswith("· RMC")
+    assert labels[2] == "tree auto(16 rows) · D-GRS"
     assert len(plot_spec(cost)["data"]) == 4 and plot_spec(accept)["data"]
-    # the samples, side by side
-    scatters = [tr for tr in plot_spec(samples)["data"] if tr["type"] == "scatter"]
-    assert len(scatters) == 3
-    assert plot_spec(data)["data"] and plot_spec(rounds)["data"]
+    # the samples, side by side: a grid of the requested digit per sampler
+    images = [tr for tr in plot_spec(samples)["data"] if tr["type"] == "image"]
+    assert len(images) == 3
+    assert any(tr["type"] == "image" for tr in plot_spec(data)["data"]) and plot_spec(rounds)["data"]
     # the sliders move to the round shown, within the run's range
     assert 0 <= trajectory["value"] <= trajectory["maximum"] == DEFAULTS["num_samples"] - 1
     assert 1 <= round_k["value"] <= round_k["maximum"]
@@ -110,6 +123,8 @@ BAD = [
 
 
 def test_bad_inputs_give_readable_errors_and_the_server_keeps_serving(client):
+    # picking gm2d raises the samples slider's maximum for this session, as it does in the page
+    assert client.predict("gm2d", "default", api_name="/model_defaults")[2]["maximum"] == app.MAX_SAMPLES["other"]
     for change, message in BAD:
         with pytest.raises(AppError) as err:
             client.predict(*{**SMALL, **change}.values(), api_name="/run")
@@ -122,7 +137,7 @@ def test_eight_clients_at_once(url):
     def one(seed):
         c = Client(url, verbose=False)
         out = c.predict(*{**SMALL, "seed": seed}.values(), api_name="/run")
-        return seed, out[0], out[6]["data"]
+        return seed, out[0], out[7]["data"]
 
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(one, range(8)))

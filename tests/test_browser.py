@@ -1,7 +1,9 @@
-"""The app in headless Chromium: bad input shows a readable error, Run draws the tree and the comparison.
+"""The app in headless Chromium: bad input shows a readable error, Run draws the tree and the comparison
+on the default digits model, then gm2d's data plane and the exactness test.
 
 Debian's Chromium (/usr/bin/chromium) driven by Playwright for Python; no browser is ever downloaded.
-The screenshots it takes land in assets/screenshots/ (SPECDEMO_SCREENSHOTS overrides), for the README.
+The screenshots it takes land in assets/screenshots/ (SPECDEMO_SCREENSHOTS overrides), for the README;
+the first click's latency, from the click to the drawn figures, is printed.
 """
 
 import os
@@ -92,9 +94,32 @@ def plotted_points(page, selector: str) -> int:
     return page.locator(f"{selector} .js-plotly-plot .scatterlayer .point").count()
 
 
+def plotted_images(page, selector: str) -> int:
+    return page.locator(f"{selector} .js-plotly-plot .imagelayer image").count()
+
+
 def wait_for_plot(page, selector: str) -> None:
     page.wait_for_function(
         "s => document.querySelectorAll(s + ' .js-plotly-plot .main-svg').length > 0", arg=selector)
+
+
+def pick_model(page, label: str) -> None:
+    page.locator("#model input").click()
+    page.get_by_role("option", name=label).click()
+    page.locator(".sd-header h1").click()
+
+
+def run_and_wait(page, expect: str) -> float:
+    """Click Run and wait until the headline says `expect` (words of this run's result, not of the last
+    one's) and the tree views are drawn; the seconds taken."""
+    t0 = time.perf_counter()
+    page.click("#run-button")
+    page.wait_for_function(
+        "e => document.querySelector('#headline h3') && document.querySelector('#headline').innerText.includes(e)",
+        arg=expect)
+    for sel in ("#tree-plot", "#data-plot", "#rounds-plot"):
+        wait_for_plot(page, sel)
+    return time.perf_counter() - t0
 
 
 def test_bad_input_shows_a_readable_error_in_the_page(page):
@@ -105,19 +130,20 @@ def test_bad_input_shows_a_readable_error_in_the_page(page):
     assert "accepted" in toast.first.inner_text()
     for close in page.locator(".toast-close").all():
         close.click()
-    set_topology(page, "3,2,1")
+    set_topology(page, "auto")
+    page.locator("#budget").wait_for(state="visible")  # the rows budget is shown for the auto topology
 
 
 def test_run_draws_the_tree_and_the_comparison(page):
+    """The first click, at the page's defaults: the embedded digits model, a planned topology."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.click("#run-button")
-    page.wait_for_selector("#headline h3")
-    for sel in ("#tree-plot", "#data-plot", "#rounds-plot"):
-        wait_for_plot(page, sel)
+    seconds = run_and_wait(page, "fewer target calls")
+    print(f"first click, click to drawn figures: {seconds:.2f} s")
     page.wait_for_timeout(800)  # let plotly finish its transitions
     assert "fewer target calls" in page.locator("#headline").inner_text()
+    assert page.locator("#plan-line").inner_text().startswith("Planned trees")
     assert plotted_points(page, "#tree-plot") > 5
-    assert plotted_points(page, "#data-plot") > 5
+    assert plotted_images(page, "#data-plot") >= 2  # the committed path's images
     # the legend shows all four statuses with a count
     legend = page.locator("#tree-plot .legendtext").all_text_contents()
     for name in ("accepted", "rejected", "corrected sample", "never examined"):
@@ -137,7 +163,7 @@ def test_run_draws_the_tree_and_the_comparison(page):
         wait_for_plot(page, sel)
     page.wait_for_timeout(800)
     assert page.locator("#cost-plot .js-plotly-plot .bars path").count() >= 12
-    assert plotted_points(page, "#samples-plot") > 100
+    assert plotted_images(page, "#samples-plot") == 3  # a grid of the requested digit per sampler
     assert "plain target" in page.locator("#compare-table").inner_text()
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(SHOTS / "comparison.png"), full_page=True)
@@ -147,13 +173,37 @@ def test_round_slider_redraws_the_tree(page):
     page.get_by_role("tab", name="Draft tree").click()
     wait_for_plot(page, "#tree-plot")
     before = page.locator("#tree-plot .gtitle").text_content()
+    other = "2" if before.startswith("Round 1 of") else "1"
     number = page.locator("input[aria-label='number input for round of this trajectory']")
-    number.fill("1")
+    number.fill(other)
     number.press("Enter")
     page.wait_for_function(
         "t => { const e = document.querySelector('#tree-plot .gtitle'); return e && e.textContent !== t; }",
         arg=before)
-    assert page.locator("#tree-plot .gtitle").text_content().startswith("Round 1 of")
+    assert page.locator("#tree-plot .gtitle").text_content().startswith(f"Round {other} of")
+
+
+def set_number(page, label: str, value) -> None:
+    box = page.locator(f"input[aria-label='number input for {label}']")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def test_gm2d_draws_the_round_in_the_data_plane(page):
+    """gm2d with a draft biased by 2 scales: single drafts are often rejected, the plan goes wide."""
+    pick_model(page, "gm2d · 2-D Gaussian mixture")
+    page.wait_for_function("() => document.querySelector('#class-label') === null || "
+                           "document.querySelector('#class-label').offsetParent === null")  # no classes: hidden
+    set_number(page, "draft bias", 2)
+    page.get_by_role("tab", name="Draft tree").click()
+    run_and_wait(page, "instead of 100")  # gm2d's 100 steps
+    assert "biased by 2" in page.locator("#plan-line").inner_text()
+    page.wait_for_function("() => document.querySelectorAll('#data-plot .scatterlayer .point').length > 100")
+    page.wait_for_timeout(800)
+    assert plotted_points(page, "#data-plot") > 100  # final samples, the path and the round's nodes
+    page.mouse.move(5, 5)
+    page.locator("#data-plot").screenshot(path=str(SHOTS / "data-plane.png"))
+    page.locator("#rounds-plot").screenshot(path=str(SHOTS / "rounds.png"))
 
 
 def test_exactness_tab_shows_the_p_value_and_histograms(page):
@@ -164,4 +214,6 @@ def test_exactness_tab_shows_the_p_value_and_histograms(page):
     page.wait_for_timeout(800)
     assert page.locator("#exact-summary h3").inner_text().startswith("p = ")
     assert page.locator("#exact-plot .js-plotly-plot .bars path").count() > 20
-    page.locator("#exact-tab-content").screenshot(path=str(SHOTS / "exactness.png"))
+    box = page.locator("#exact-tab-content").bounding_box()
+    page.screenshot(path=str(SHOTS / "exactness.png"), full_page=True,
+                    clip={"x": box["x"] - 16, "y": box["y"] - 12, "width": box["width"] + 32, "height": box["height"] + 24})

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from specdemo import STATUS_NAMES, SamplerConfig, SpecdemoError
+from specdemo import STATUS_NAMES, SamplerConfig, SpecdemoError, build
 from specdemo import compare as C
 from specdemo import figures as F
 
@@ -242,3 +242,81 @@ def test_figures_do_not_import_gradio():
     code = "import sys, specdemo.figures; print('gradio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+@pytest.fixture(scope="module")
+def planned():
+    """A topology planned per step (tree "auto") on gm2d, with a small pilot."""
+    return C.run_comparison(SamplerConfig(model="gm2d", tree="auto", budget=8, freeze="x0", pilot_samples=8, steps=24,
+                                          num_samples=16, seed=2))
+
+
+def test_auto_topology_is_compared_with_the_chain_at_its_mean_rows(planned):
+    plain, chain, tree = planned.runs
+    assert planned.config.method == "tree" and planned.plan is not None
+    assert tree.key == "tree" and tree.label == "tree auto(8 rows) · D-GRS" and tree.tree == "auto(8 rows)"
+    assert tree.rows_per_round == pytest.approx(planned.plan.rows_per_round())
+    assert chain.tree == f"1x{round(planned.plan.rows_per_round())}" and chain.verifier == "rmc"
+    assert tree.pilot is not None and tree.pilot.target_calls > 0 and chain.pilot is None
+    assert C.matched_chain(planned.plan, 24) == chain.tree
+    assert C.speculative_method("auto") == "tree" and C.is_auto(" Auto ") and not C.is_auto("1x5")
+    # every round record was drafted with the tree the plan gives its starting step
+    for rt in planned.trace:
+        for step in np.unique(rt.step):
+            assert F.round_widths(rt) == planned.plan.at(int(step)).widths
+    data = json.loads(json.dumps(planned.to_json()))
+    assert data["plan"] and data["methods"][2]["pilot_target_calls"] == tree.pilot.target_calls
+
+
+def test_plan_segments_cover_the_speculative_steps(planned):
+    segments = C.plan_segments(planned.plan)
+    covered = [n for a, b, _ in segments for n in range(a, b + 1)]
+    assert covered == sorted(covered) and len(covered) == len(set(covered))
+    assert covered == [n for n, t in enumerate(planned.plan.trees) if t.widths]
+    for a, b, tree in segments:
+        assert all(str(planned.plan.at(n)) == tree for n in range(a, b + 1))
+    assert all(s1[2] != s2[2] or s1[1] + 1 < s2[0] for s1, s2 in zip(segments, segments[1:]))  # maximal runs
+
+
+def test_figures_of_a_planned_run(planned):
+    t, k = F.pick_round(planned.trace)
+    fig = F.tree_figure(planned.trace, t, k)
+    r, row = F.trajectory_rounds(planned.trace, t)[k - 1]
+    assert f"tree {F.widths_text(F.round_widths(planned.trace[r]))}" in fig.layout.title.text
+    assert "committed" in fig.layout.annotations[0].text
+    cost = F.cost_figure(planned.runs)
+    assert list(cost.data[0].x) == ["plain<br>target", f"chain<br>{planned.runs[1].tree}", "auto<br>8 rows"]
+    table = F.comparison_table(planned.runs)
+    assert table[2][1].endswith("(mean)") and isinstance(table[1][1], int)
+    assert F.widths_text((1, 1, 1)) == "1x3" and F.widths_text((3, 1, 1)) == "3,1,1" and F.widths_text(()) == "none"
+
+
+def test_pick_round_prefers_all_statuses_then_branching(planned):
+    t, k = F.pick_round(planned.trace)
+    r, row = F.trajectory_rounds(planned.trace, t)[k - 1]
+    best = F.round_nodes(planned.trace, r, row).statuses()
+    for tt in sorted(set(np.concatenate([rt.trajectories for rt in planned.trace]).tolist())):
+        for rr, rrow in F.trajectory_rounds(planned.trace, tt):
+            assert len(F.round_nodes(planned.trace, rr, rrow).statuses()) <= len(best)
+    if any(len(F.round_nodes(planned.trace, rr, rrow).statuses()) == len(best) and max(F.round_widths(planned.trace[rr])) > 1
+           for tt in range(16) for rr, rrow in F.trajectory_rounds(planned.trace, tt)):
+        assert max(F.round_widths(planned.trace[r])) > 1
+
+
+def test_image_views_wrap_long_paths_and_fit_the_grid(image_run):
+    t, k = F.pick_round(image_run.trace)
+    fig = F.path_images_figure(image_run.trace, t, k)
+    assert fig.layout.height == 50 + 108  # one row of thumbnails
+    samples = F.samples_figure(image_run.runs)
+    assert 220 <= samples.layout.height <= 420  # as tall as a 2x2 grid of 3 samples needs
+    assert F.samples_figure(image_run.runs, height=500).layout.height == 500
+
+
+def test_freeze_auto_chain_baseline_reuses_the_pilots_and_matches_a_fresh_build():
+    config = SamplerConfig(model="gm2d", tree="3,1", freeze="auto", pilot_samples=8, steps=20, num_samples=8, seed=4)
+    comp = C.run_comparison(config)
+    chain = comp.runs[1]
+    assert chain.config.method == "chain" and chain.config.freeze == "auto" and chain.verifier == "rmc"
+    fresh = build(chain.config)  # what the chain's own build plans: the same freeze table from the same pilots
+    assert torch.equal(fresh.run().samples.float(), chain.samples)
+    assert np.array_equal(fresh.run().cost.calls_per_trajectory, chain.cost.calls_per_trajectory)

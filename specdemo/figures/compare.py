@@ -13,7 +13,17 @@ from .plane import LogDensity, density_trace, image_grid, plot_limits
 from .style import METHOD_COLORS, base_layout, message_figure
 
 def short_label(run: MethodRun, sep: str = "<br>") -> str:
-    return f"plain{sep}target" if run.key == "target" else f"{run.key}{sep}{run.tree}"
+    if run.key == "target":
+        return f"plain{sep}target"
+    if run.tree.startswith("auto"):  # a planned topology: auto(16 rows)
+        return f"auto{sep}{run.tree[5:-1]}" if run.tree.endswith(")") else f"tree{sep}{run.tree}"
+    return f"{run.key}{sep}{run.tree}"
+
+
+def rows_cell(run: MethodRun) -> str | int:
+    """Rows per round for the table: whole for a fixed topology, a plan's mean to one decimal."""
+    rows = run.rows_per_round
+    return int(rows) if float(rows).is_integer() else f"{rows:.1f} (mean)"
 
 
 def speedup_over(base: MethodRun, run: MethodRun) -> float:
@@ -55,13 +65,17 @@ def acceptance_figure(runs: list[MethodRun], *, height: int = 320) -> go.Figure:
     for r in spec:
         acc = np.array([np.nan if a is None else a for a in r.cost.acceptance_per_depth], dtype=float)
         depth = np.arange(1, len(acc) + 1)
+        examined = np.asarray(r.cost.examined_per_depth, dtype=float)
+        # marker size grows with the nodes examined: a rate from two nodes is drawn small
+        size = np.clip(4 + 1.6 * np.sqrt(examined), 4, 14)
         fig.add_trace(go.Scatter(
             x=depth, y=acc, mode="lines+markers", name=r.label, line=dict(color=METHOD_COLORS[r.key], width=2.5),
-            marker=dict(size=8), customdata=np.stack([r.cost.examined_per_depth, r.cost.accepted_per_depth], -1),
+            marker=dict(size=size), customdata=np.stack([r.cost.examined_per_depth, r.cost.accepted_per_depth], -1),
             hovertemplate="depth %{x}: %{y:.1%} accepted<br>(%{customdata[1]} of %{customdata[0]} examined)<extra>"
                           + r.label + "</extra>",
         ))
-    base_layout(fig, height=height, title="acceptance by depth")
+    base_layout(fig, height=height, title="acceptance by depth <span style='font-size:12px;color:#64748b'>"
+                                          "(marker size: nodes examined)</span>")
     fig.update_layout(margin=dict(t=86))
     fig.update_xaxes(title_text="depth in the draft (levels below the committed state)", dtick=1)
     fig.update_yaxes(title_text="accepted / examined", range=[0, 1.04], tickformat=".0%")
@@ -80,7 +94,7 @@ def comparison_table(runs: list[MethodRun]) -> list[list]:
     for r in runs:
         c = r.cost
         rows.append([
-            r.label, r.rows_per_round, c.target_calls, round(float(np.mean(c.calls_per_trajectory)), 2),
+            r.label, rows_cell(r), c.target_calls, round(float(np.mean(c.calls_per_trajectory)), 2),
             round(float(np.mean(c.rows_per_trajectory)), 1),
             "-" if c.acceptance is None else f"{c.acceptance:.1%}", f"{speedup_over(base, r):.2f}×",
             round(c.wall_s, 3),
@@ -88,9 +102,10 @@ def comparison_table(runs: list[MethodRun]) -> list[list]:
     return rows
 
 
-def samples_figure(runs: list[MethodRun], *, log_density: LogDensity | None = None, height: int = 380) -> go.Figure:
+def samples_figure(runs: list[MethodRun], *, log_density: LogDensity | None = None, height: int | None = None) -> go.Figure:
     """The samples of each method side by side: scatter over the density (2-D), image grids, or the
-    first two coordinates of higher-dimensional vectors."""
+    first two coordinates of higher-dimensional vectors. height: by default 380 px, or what an image
+    grid's shape needs."""
     base = runs[0]
     titles = [f"{short_label(r, ' ')} · {np.mean(r.cost.calls_per_trajectory):.1f} calls"
               + ("" if r is base else f" ({speedup_over(base, r):.2f}×)") for r in runs]
@@ -98,17 +113,21 @@ def samples_figure(runs: list[MethodRun], *, log_density: LogDensity | None = No
     if first.dim() == 4:  # images
         tiles = [to_uint8(r.samples[:64]) for r in runs]
         cols = int(np.ceil(np.sqrt(min(len(first), 64))))
+        grid_rows = int(np.ceil(min(len(first), 64) / cols))
+        if height is None:  # each panel about 270 px wide on a desktop page: as tall as the grid's shape asks
+            height = int(np.clip(64 + 270 * grid_rows / cols, 220, 420))
         fig = make_subplots(rows=1, cols=len(runs), subplot_titles=titles, horizontal_spacing=0.03)
         for i, t in enumerate(tiles, start=1):
             g = image_grid(t, cols)
             g = np.repeat(g, 3, axis=-1) if g.shape[-1] == 1 else g
             fig.add_trace(go.Image(z=g, hoverinfo="skip"), row=1, col=i)
         base_layout(fig, height=height, legend=False)
-        fig.update_xaxes(visible=False, showline=False)
-        fig.update_yaxes(visible=False, showline=False)
-        fig.update_layout(margin=dict(l=10, r=10, t=50, b=10))
+        fig.update_xaxes(visible=False, showline=False, constrain="domain")
+        fig.update_yaxes(visible=False, showline=False, constrain="domain", constraintoward="top")
+        fig.update_layout(margin=dict(l=10, r=10, t=40, b=6))
         fig.update_annotations(font_size=12)
         return fig
+    height = height or 380
     if first.dim() != 2:
         return message_figure("no side-by-side view for samples of this shape", height)
     pts = [r.samples[:, :2].double().numpy() for r in runs]

@@ -142,7 +142,8 @@ def _image_panels(images: list[np.ndarray], titles: list[str], frame_colors: lis
     n = len(images)
     cols = columns or n
     rows = int(np.ceil(n / cols))
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.02, vertical_spacing=0.1)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.012,
+                        vertical_spacing=0.18 / rows if rows > 1 else 0.1)
     for i, img in enumerate(images):
         r, c = divmod(i, cols)
         rgb = np.repeat(img, 3, axis=-1) if img.shape[-1] == 1 else img
@@ -152,16 +153,20 @@ def _image_panels(images: list[np.ndarray], titles: list[str], frame_colors: lis
             fig.add_shape(type="rect", x0=-0.5, y0=-0.5, x1=w - 0.5, y1=h - 0.5,
                           line=dict(color=frame_colors[i], width=4), row=r + 1, col=c + 1)
     base_layout(fig, height=height, legend=False)
-    fig.update_layout(margin=dict(l=10, r=10, t=50, b=10))
-    fig.update_xaxes(visible=False, showline=False)
-    fig.update_yaxes(visible=False, showline=False)
-    fig.update_annotations(font_size=12)
+    fig.update_layout(margin=dict(l=10, r=10, t=34, b=8))
+    # each image as large as its cell allows, pinned under its title
+    fig.update_xaxes(visible=False, showline=False, constrain="domain", constraintoward="left")
+    fig.update_yaxes(visible=False, showline=False, constrain="domain", constraintoward="top")
+    fig.update_annotations(font_size=11)
     return fig
 
 
-def path_images_figure(trace: list[RoundTrace], trajectory: int, k: int, *, height: int = 300) -> go.Figure:
+PATH_COLUMNS = 9  # images per row in the committed-path view
+
+
+def path_images_figure(trace: list[RoundTrace], trajectory: int, k: int, *, height: int | None = None) -> go.Figure:
     """An image model's committed path in the round: the root, each accepted node, the corrected
-    sample; frames in status colours."""
+    sample, PATH_COLUMNS to a row; frames in status colours. height: by default, rows x 108 px."""
     rounds = trajectory_rounds(trace, trajectory)
     if not rounds:
         return message_figure(f"trajectory {trajectory} has no speculative round in this run", height)
@@ -171,9 +176,15 @@ def path_images_figure(trace: list[RoundTrace], trajectory: int, k: int, *, heig
         return message_figure("the committed-path view is for image models", height)
     idx = nodes.path()
     imgs = to_uint8(torch.from_numpy(np.nan_to_num(nodes.states[idx])))
-    titles = [f"n = {nodes.steps[i]}{' (corrected)' if nodes.status[i] == 'corrected' else ''}" for i in idx]
+    titles = [f"n = {nodes.steps[i]}{' corrected' if nodes.status[i] == 'corrected' else ''}" for i in idx]
     colors = [STATUS_COLORS[nodes.status[i]] for i in idx]
-    return _image_panels(list(imgs), titles, colors, height=height)
+    columns = PATH_COLUMNS  # the same thumbnail size, however long the path
+    rows = int(np.ceil(len(idx) / columns))
+    fig = _image_panels(list(imgs), titles, colors, height=height or 50 + 108 * rows, columns=columns)
+    fig.update_layout(title=dict(text=f"the committed path of round {k}: the round start, each accepted step, the "
+                                      "corrected sample", x=0, xanchor="left", y=0.995, yanchor="top",
+                                 font=dict(size=13)), margin=dict(t=52))
+    return fig
 
 
 def image_grid(images: np.ndarray, columns: int, pad: int = 1) -> np.ndarray:

@@ -64,6 +64,19 @@ class RoundNodes:
         return np.array(order + corr.tolist(), dtype=int)
 
 
+def round_widths(rt: RoundTrace) -> tuple[int, ...]:
+    """The widths per depth of the tree a round record was drafted with (one record, one tree)."""
+    sizes = np.bincount(rt.node_depth[rt.node_depth >= 0])
+    return tuple(int(sizes[d] // max(sizes[d - 1], 1)) for d in range(1, len(sizes)))
+
+
+def widths_text(widths: tuple[int, ...]) -> str:
+    """Widths as the topology parser reads them: 1x16, 2x3 or 3,1,1."""
+    if not widths:
+        return "none"
+    return f"{widths[0]}x{len(widths)}" if len(set(widths)) == 1 else ",".join(map(str, widths))
+
+
 def trajectory_rounds(trace: list[RoundTrace], trajectory: int) -> list[tuple[int, int]]:
     """(round index, row) of every round in which `trajectory` speculated, in order."""
     out = []
@@ -103,12 +116,17 @@ def round_nodes(trace: list[RoundTrace], round_index: int, row: int) -> RoundNod
 
 
 def pick_round(trace: list[RoundTrace], max_trajectories: int = 64) -> tuple[int, int]:
-    """A (trajectory, k) worth showing first: the first round that has all four statuses, else the
-    round with the most distinct statuses (k counts the trajectory's own rounds from 1)."""
-    best, best_key = (0, 1), (-1, -1)
+    """A (trajectory, k) worth showing first (k counts the trajectory's own rounds from 1): the round
+    with the most distinct statuses (all four if any round has them), then one whose tree branches
+    (a plan mixes chains and trees), then one that committed at least 3 steps (a path worth showing),
+    then the latest start (an image model's states show the picture only late in the schedule),
+    then the first trajectory."""
+    best, best_key = (0, 1), (-1, -1, -1, -1)
     if not trace:
         return best
-    for t in sorted(set(trace[0].trajectories.tolist()))[:max_trajectories]:
+    ids = sorted(set(np.concatenate([rt.trajectories for rt in trace]).tolist()))[:max_trajectories]
+    branching = [any(w > 1 for w in round_widths(rt)) for rt in trace]
+    for t in ids:
         for k, (r, row) in enumerate(trajectory_rounds(trace, t), start=1):
             rt = trace[r]
             depth = int(rt.depth[row])
@@ -116,9 +134,7 @@ def pick_round(trace: list[RoundTrace], max_trajectories: int = 64) -> tuple[int
             if rt.corrected_parent[row] >= 0:
                 codes.add(CORRECTED)
             codes.discard(ROOT)
-            key = (len(codes), depth)
-            if len(codes) == 4:
-                return t, k
+            key = (len(codes), int(branching[r]), min(int(rt.committed_steps[row]), 3), int(rt.step[row]))
             if key > best_key:
                 best, best_key = (t, k), key
     return best
@@ -234,10 +250,15 @@ def tree_figure(trace: list[RoundTrace], trajectory: int, k: int, *, height: int
 
     end = nodes.root_step + nodes.committed
     how = "ended by a corrected sample" if nodes.corrected else "every level accepted"
-    title = (f"Round {k} of {len(rounds)}, trajectory {trajectory}: steps {nodes.root_step} → {end} "
-             f"committed ({nodes.committed} of {nodes.depth} drafted levels, {how})")
+    widths = round_widths(trace[r])
+    shape = widths_text(widths) + ("" if nodes.depth >= len(widths) else f", cut to depth {nodes.depth}")
+    title = f"Round {k} of {len(rounds)}, trajectory {trajectory}: tree {shape}"
+    detail = f"steps {nodes.root_step} → {end} committed: {nodes.committed} of {nodes.depth} drafted levels, {how}"
     base_layout(fig, height=height, title=title)
-    fig.update_layout(margin=dict(t=96))
+    fig.update_layout(margin=dict(t=120), legend=dict(y=1.0), title=dict(xref="paper"))
+    # the detail line sits between the title and the legend (a <br> in the title would be clipped)
+    fig.add_annotation(text=detail, xref="paper", yref="paper", x=0, y=1, xanchor="left", yanchor="bottom",
+                       yshift=56, showarrow=False, font=dict(size=13, color="#475569"))
     fig.update_xaxes(title_text="diffusion step n", dtick=1, range=[nodes.root_step - 0.4, nodes.root_step + nodes.depth + 0.6])
     fig.update_yaxes(visible=False, range=[-0.56, 0.56])
     return fig
@@ -281,11 +302,12 @@ def rounds_figure(trace: list[RoundTrace], trajectory: int, num_steps: int, *, k
                 n0, c = int(rt.step[row]), int(rt.committed_steps[row])
                 z[pos[t], n0:n0 + c] = c
     max_depth = max(int(rt.depth.max()) for rt in trace)
+    dtick = max(1, int(np.ceil(max_depth / 8)))
     fig.add_trace(go.Heatmap(
         z=z, x=np.arange(num_steps), y=[str(t) for t in show], zmin=1, zmax=max(max_depth, 2),
         colorscale=[[0, "#fde68a"], [0.5, "#86efac"], [1, "#15803d"]], xgap=0, ygap=1 if len(show) <= 24 else 0,
         colorbar=dict(title=dict(text="steps per round", side="right"), thickness=12, len=0.55, y=0.29, yanchor="middle",
-                      tickmode="linear", tick0=1, dtick=1),
+                      tickmode="linear", tick0=1, dtick=dtick),
         hovertemplate="trajectory %{y}, step %{x}<br>its round committed %{z} steps<extra></extra>",
     ), row=2, col=1)
     if trajectory in pos:
