@@ -15,9 +15,12 @@ Leaves that the target does not evaluate are drawn only when the walk reaches th
 children of a node are i.i.d. given it, so drawing them when they are examined rather than before
 the target call changes no law, and saves drafting the (K - 1) / K of the tree that is never seen.
 
-A trajectory without a frozen output (its first speculative round, or prefetch "none") first gets
-a warm-up call at its root, as the draft-tree authors' code does: a deterministic step's output is
-not reused as a frozen output. Every random draw of trajectory i comes from its own generator
+A trajectory without a frozen output (before its first speculative round, or every round under
+prefetch "none") spends a round on a warm-up: its root alone is evaluated, in the round's batched
+call, and it speculates from that exact output the round after. This is the draft-tree authors'
+warm-up call (a deterministic step's output is not reused as a frozen output either), placed so
+that trajectories starting at different times (continuous batching) add no sequential call. Every
+random draw of trajectory i comes from its own generator
 (specdemo.rng), so a trajectory's samples do not depend on the batch it runs in.
 """
 
@@ -214,11 +217,17 @@ class _Run:
         # each trajectory's tree for this round (a plan may change it along the schedule)
         trees = [self.tree.at(int(n)) for n in self.n[active].tolist()]
         depth = torch.tensor([t.depth for t in trees], device=self.device).clamp(max=self.run_len[self.n[active]])
+        warm = torch.zeros_like(depth, dtype=torch.bool)
         if self.uses_frozen:
-            self.warm_up(active[depth > 0])
+            # no frozen output yet: this round only evaluates the root (its row rides in the round's
+            # call); the trajectory speculates from the exact output next round
+            warm = (depth > 0) & ~self.has_frozen[active] & ~self.root_known[active]
+            known = active[(depth > 0) & self.root_known[active]]
+            if known.numel():
+                self.freeze(known, self.root_out[known], self.y[known], self.n[known])
         groups: dict[Topology, list[int]] = {}
-        for i, (t, d) in enumerate(zip(trees, depth.tolist())):
-            if d > 0:
+        for i, (t, d, w) in enumerate(zip(trees, depth.tolist(), warm.tolist())):
+            if d > 0 and not w:
                 groups.setdefault(t, []).append(i)
         rounds = []
         t0 = self.clock()
@@ -228,14 +237,17 @@ class _Run:
             rounds[-1].draft()
         self.cost.draft_s += self.clock() - t0
         direct = active[depth == 0]
+        # roots evaluated alone: direct steps without a known output, and warm-ups
         direct_rows = direct[~self.root_known[direct]]
+        root_rows = torch.cat([direct_rows, active[warm]])
         parts = [rnd.target_rows() for rnd in rounds if rnd.eval_count]
-        if direct_rows.numel():
-            parts.append((self.y[direct_rows], self.n[direct_rows], direct_rows))
+        if root_rows.numel():
+            parts.append((self.y[root_rows], self.n[root_rows], root_rows))
         if parts:  # 2. one batched target call for every trajectory of the round
             x, steps, traj = (torch.cat(p) for p in zip(*parts)) if len(parts) > 1 else parts[0]
             out = self.call_target(x, steps, traj, deterministic=direct_rows[self.scales[self.n[direct_rows]] == 0])
-            self.root_out[direct_rows] = out[out.shape[0] - direct_rows.numel():]
+            self.root_out[root_rows] = out[out.shape[0] - root_rows.numel():]
+            self.root_known[active[warm]] = True
             start = 0
             for rnd in rounds:
                 rnd.take_target_output(out[start:start + rnd.eval_count] if rnd.eval_count else None)
@@ -255,16 +267,6 @@ class _Run:
         if finished.numel():
             self.refill(finished)
         return True
-
-    def warm_up(self, spec):
-        """A trajectory about to speculate without a frozen output gets the exact one at its root."""
-        warm = spec[~self.has_frozen[spec] & ~self.root_known[spec]]
-        if warm.numel():
-            self.root_out[warm] = self.call_target(self.y[warm], self.n[warm], warm)
-            self.root_known[warm] = True
-        known = spec[self.root_known[spec]]
-        if known.numel():
-            self.freeze(known, self.root_out[known], self.y[known], self.n[known])
 
     def direct_step(self, direct):
         """Y_{n+1} = m_n(Y_n) + s_n xi with the target: plain sampling and deterministic steps."""

@@ -14,6 +14,7 @@ import pytest
 import app
 from specdemo import compare as C
 from specdemo import figures as F
+from .helpers import tiny_pipeline_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
@@ -46,17 +47,6 @@ def spec(plot_data) -> dict:
 def tree_statuses(plot_data) -> set[str]:
     return {tr["legendgroup"] for tr in spec(plot_data)["data"]
             if tr.get("mode") == "markers" and tr.get("legendgroup") in FOUR and any(v is not None for v in tr["x"])}
-
-
-def tiny_unet_folder(path, num_classes=10):
-    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
-
-    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, block_out_channels=(8, 16), norm_num_groups=8,
-                       down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
-                       layers_per_block=1, add_attention=False, num_class_embeds=num_classes)
-    DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=1000)).save_pretrained(
-        str(path), safe_serialization=True)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +176,7 @@ def test_auto_topology_on_a_2d_target_with_freeze_auto():
 
 
 def test_image_model_from_a_folder(tmp_path):
-    folder = tiny_unet_folder(tmp_path / "unet")
+    folder = tiny_pipeline_folder(tmp_path / "unet")
     out = app.run(*controls(model="custom", custom_model=folder, steps=6, num_samples=2, class_label=7),
                   progress=no_progress)
     comp = out[9]

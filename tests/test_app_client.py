@@ -1,7 +1,6 @@
 """The launched app through gradio_client: the main endpoint, bad inputs, and eight clients at once."""
 
 import json
-import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -11,6 +10,7 @@ from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
 import app  # noqa: E402
+from .helpers import free_port
 
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
 # the Run button's inputs, in order, at the page's defaults
@@ -19,12 +19,6 @@ DEFAULTS = dict(model=app.DEFAULT_MODEL, custom_model="", draft=D0["draft"], fre
                 tree=D0["tree"], budget=D0["budget"], verifier="dgrs", kernel="default", steps=D0["steps"], eta=1,
                 churn=0.06, num_samples=D0["samples"], class_label=app.DEFAULT_CLASS, seed=0, device="auto")
 SMALL = {**DEFAULTS, "model": "gm2d", "freeze": "out", "tree": "2,1", "steps": 12, "num_samples": 8, "class_label": 0}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ the first click's latency, from the click to the drawn figures, is printed.
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from .helpers import free_port
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -27,12 +27,6 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 SHOTS = Path(os.environ.get("SPECDEMO_SCREENSHOTS", ROOT / "assets" / "screenshots"))
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

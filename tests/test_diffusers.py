@@ -8,19 +8,14 @@ import sys
 
 import pytest
 import torch
-from diffusers import DDIMScheduler, DDPMPipeline, DDPMScheduler, UNet2DModel
+from diffusers import DDIMScheduler, DDPMPipeline, DDPMScheduler
 from scipy import stats
 
 from specdemo import SamplerConfig, build
 from specdemo.errors import SpecdemoError
 from specdemo.models import resolve_target
 
-
-def tiny_unet(prediction="epsilon", classes=None, channels=1, seed=0):
-    torch.manual_seed(seed)
-    return UNet2DModel(sample_size=8, in_channels=channels, out_channels=channels, block_out_channels=(8, 16),
-                       layers_per_block=1, down_block_types=("DownBlock2D", "DownBlock2D"),
-                       up_block_types=("UpBlock2D", "UpBlock2D"), norm_num_groups=4, num_class_embeds=classes)
+from .helpers import tiny_unet
 
 
 @pytest.fixture(scope="module")

@@ -10,21 +10,9 @@ import torch
 from specdemo import STATUS_NAMES, SamplerConfig, SpecdemoError, build
 from specdemo import compare as C
 from specdemo import figures as F
+from .helpers import tiny_pipeline_folder
 
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
-
-
-def tiny_unet_folder(path, num_classes=10, seed=0):
-    """A random class-conditional 1x8x8 UNet2DModel pipeline saved as safetensors (no Hub)."""
-    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
-
-    torch.manual_seed(seed)
-    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, block_out_channels=(8, 16), norm_num_groups=8,
-                       down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
-                       layers_per_block=1, add_attention=False, num_class_embeds=num_classes)
-    DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=1000)).save_pretrained(
-        str(path), safe_serialization=True)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +22,7 @@ def gm2d():
 
 @pytest.fixture(scope="module")
 def image_run(tmp_path_factory):
-    folder = tiny_unet_folder(tmp_path_factory.mktemp("unet"))
+    folder = tiny_pipeline_folder(tmp_path_factory.mktemp("unet"))
     return C.run_comparison(SamplerConfig(model=folder, tree="2,1", steps=8, num_samples=3, class_label=2, seed=0))
 
 
@@ -224,7 +212,7 @@ def test_exactness_check_with_a_biased_draft():
 
 def test_exactness_check_refuses_what_it_cannot_test(image_run, tmp_path):
     with pytest.raises(SpecdemoError, match="analytic targets"):
-        C.exactness_check(SamplerConfig(model=tiny_unet_folder(tmp_path), tree="2,1", steps=4), 50)
+        C.exactness_check(SamplerConfig(model=tiny_pipeline_folder(tmp_path), tree="2,1", steps=4), 50)
     with pytest.raises(SpecdemoError, match="20..2000"):
         C.exactness_check(SamplerConfig(model="gm2d", tree="2,1"), 5)
 
