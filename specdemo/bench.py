@@ -198,7 +198,7 @@ def image_rows(model: str, steps: int, samples: int, device: str, configs, class
         plain = plain or s
         acceptance = "" if s["acceptance"] is None else f"{s['acceptance']:.3f}"
         rows.append(f"{name} | {s['speedup']:.2f} | {s['target_calls']} | {s['rows_per_call']:.1f} | {acceptance} | "
-                    f"{s['wall_s']:.2f} | {plain['wall_s'] / s['wall_s']:.2f}x |")
+                    f"{s['wall_s']:.2f} | {plain['wall_s'] / s['wall_s']:.2f}x | {s['non_target_fraction']:.0%} |")
     return rows
 
 
@@ -227,8 +227,8 @@ def section_digits(trajectories: int, quick: bool, report: Path) -> str:
              "the mean number of states per target call; auto rows exclude their pilot runs (16 trajectories). "
              "On a CPU the UNet's cost grows with the rows of a call, so fewer calls need not mean less "
              "wall-clock; on a GPU (section below) a call of a few rows costs about as much as one row.", "",
-             "| steps | samples | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| steps | samples | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain | not in target call |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     speedups = {}
     for steps in ((100,) if quick else (100, 1000)):
         rows = image_rows("digits", steps, samples, "cpu", DIGITS_CONFIGS)
@@ -278,8 +278,8 @@ def section_gpu(trajectories: int, quick: bool) -> str:
 
     lines = [f"{torch.cuda.get_device_name()}: fp16 UNets, 100 DDPM steps; every row against the plain sampler of "
              "the same batch size, in one process (median of 3 runs).", "",
-             "| model | batch | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| model | batch | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain | not in target call |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     configs = [("plain target", {"method": "target"}),
                ("chain 1x5 rmc", {"method": "chain", "tree": "1x5", "verifier": "rmc"}),
                ("tree 2,2,1 rank", {"method": "tree", "tree": "2,2,1", "verifier": "rank"}),
