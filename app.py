@@ -177,10 +177,10 @@ def _float(value, what: str) -> float:
 
 # ---------------------------------------------------------------------------------------------- config
 def tree_work(tree: str, budget: int | None) -> tuple[int, str]:
-    """Nodes a round of `tree` may hold (an auto plan: at most 2 x budget, as its last level has
-    width 1) and how to name it in a refusal."""
+    """Nodes a round of `tree` may hold (an auto plan: at most 2 x budget + 1, the root whose output
+    is known, the evaluated rows, and unevaluated leaves one per parent) and how to name it in a refusal."""
     if is_auto(tree):
-        return 2 * budget, f"auto topology of {budget} rows"
+        return 2 * budget + 1, f"auto topology of {budget} rows"
     topology = Topology.parse(tree)
     return topology.num_nodes, f"tree {topology} ({topology.num_nodes} nodes per round)"
 
@@ -231,6 +231,7 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
         churn=_float(churn, "churn") if model_kernel(model, kernel) == "flow-churn" else None,
         method=C.speculative_method(tree), tree=tree, budget=rows, verifier=verifier or None,
         draft=(draft or "frozen").strip(), freeze=freeze, draft_bias=_float(draft_bias, "the draft bias"),
+        prefetch="auto" if tree == "auto" and (draft or "frozen").strip() == "frozen" else "nearest",
         pilot_samples=PILOT_SAMPLES, num_samples=samples, seed=_int(seed, "the seed", 0), device=device,
         class_label=label,
     )
@@ -323,8 +324,8 @@ def plan_text(comp: C.Comparison, max_segments: int = 7) -> str:
         return (f"**Topology** `{chosen.tree}` at every step: {rows_text(chosen.rows_per_round)} target rows a round "
                 f"(cut short near the end) · {draft}.")
     segments = C.plan_segments(comp.plan)
-    branching = sum(b - a + 1 for a, b, tree in segments if not Topology.parse(tree).is_chain)
-    speculative = sum(b - a + 1 for a, b, _ in segments)
+    branching = sum(1 for t in comp.plan.trees if t.widths and not t.is_chain)
+    speculative = sum(1 for t in comp.plan.trees if t.widths)
     parts = [f"{a}–{b} `{tree}`" if b > a else f"{a} `{tree}`" for a, b, tree in segments[:max_segments]]
     if len(segments) > max_segments:
         parts.append(f"… {len(segments) - max_segments} more")

@@ -64,7 +64,8 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
                         "samples stay exact (default %(default)s)")
     p.add_argument("--prefetch", default=d.prefetch, choices=PREFETCH,
                    help="frozen output that starts a round: nearest sibling, parent, none (re-evaluate the root), "
-                        "or leaves (evaluate leaves too) (default %(default)s)")
+                        "leaves (evaluate leaves too), or auto (nearest, leaves evaluated at the steps where "
+                        "--tree auto plans it) (default %(default)s)")
     p.add_argument("--num-samples", type=int, default=d.num_samples, metavar="M", help="(default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="same seed, same device: same samples (default %(default)s)")
     p.add_argument("--max-batch", type=int, metavar="B",

@@ -28,6 +28,7 @@ DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
 DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
 MAX_SAMPLES = 100_000
 PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
+LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,11 @@ class SamplerConfig:
         return cls(**d)
 
     def with_method(self, method: str, tree: str | None = None) -> "SamplerConfig":
-        """The same run with another method (for side-by-side comparisons)."""
-        return replace(self, method=method, tree=tree, verifier=None if method != self.method else self.verifier)
+        """The same run with another method (for side-by-side comparisons); prefetch auto, which
+        only a planned topology takes, becomes its fixed-tree part, nearest."""
+        planned = (tree or "").strip().lower() == "auto"
+        return replace(self, method=method, tree=tree, verifier=None if method != self.method else self.verifier,
+                       prefetch="nearest" if self.prefetch == "auto" and not planned else self.prefetch)
 
 
 @dataclass
@@ -172,6 +176,9 @@ def calibrate(problem: Problem) -> None:
     auto_tree, auto_freeze = problem.tree is None, isinstance(problem.draft, FrozenDraft) and c.freeze == "auto"
     if auto_tree and (c.budget is None or c.budget < 1):
         raise SpecdemoError("--tree auto needs --budget R: the target rows a round may use (R >= 1)")
+    if c.prefetch == "auto" and not auto_tree:
+        raise SpecdemoError(f"--prefetch auto lets the planner choose leaf evaluation per step, which needs --tree auto; "
+                            f"with tree {problem.tree} use {', '.join(p for p in PREFETCH if p != 'auto')}")
     if auto_freeze:
         if not problem.kernel.has_denoised:
             raise SpecdemoError(f"--freeze auto chooses between the output and x0-hat, which the {problem.kernel.name} "
@@ -184,16 +191,22 @@ def calibrate(problem: Problem) -> None:
         problem.pilot = _add_costs(out[1], x0[1])
     elif auto_tree:
         stats, problem.pilot = _pilot(problem, problem.draft)
+    frozen = problem.draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
     if c.draft_bias:
         problem.draft = BiasedDraft(problem.draft, c.draft_bias)
     if auto_tree:
         problem.tree = plan_topology(stats, problem.verifier, c.budget, problem.kernel.stochastic_run_lengths(),
-                                     max_width=1 if c.method == "chain" else 8)
+                                     max_width=1 if c.method == "chain" else 8,
+                                     leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
+                                     exact_known_root=frozen and not c.draft_bias, warm_up=frozen)
     problem.draft.check(problem.kernel)
 
 
 def _pilot(problem: Problem, draft: Draft) -> tuple[DeltaStats, Cost]:
-    """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain."""
+    """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain.
+    PILOT_DEPTH, not the deepest level a plan may reach: a chain's deep levels are reached only by
+    the trajectories whose draft fits best, so their deltas flatter the wider trees a plan builds
+    (on gm512, a pilot as deep as the horizon, 28, planned trees 2% slower than a pilot of 12)."""
     c = problem.config
     if c.draft_bias:
         draft = BiasedDraft(draft, c.draft_bias)

@@ -5,8 +5,8 @@ steps ahead speculates to depth L_b = min(L, r) with its own tree (L = 0 is plai
 deterministic step is a round of depth 0):
 
 1. draft level by level: children of node u are m^p(X_u) + s xi, xi i.i.d. standard normal;
-2. one batched target call over every trajectory's internal nodes (optionally also its leaves),
-   each row with its own state and step;
+2. one batched target call over every trajectory's internal nodes (also its leaves under prefetch
+   "leaves", or where a TopologyPlan says so), each row with its own state and step;
 3. walk from the root: verify the node's children, commit the kept child and descend, or commit
    the corrected draw and stop;
 4. keep the frozen target output that starts the next round (prefetch, section 2).
@@ -121,7 +121,7 @@ class _Run:
         self.scales = kernel.scales.to(self.device)
         self.run_len = kernel.stochastic_run_lengths().to(self.device)
         self.uses_frozen = tree.max_depth > 0 and draft.uses_frozen
-        self.evaluate_leaves = self.uses_frozen and draft.prefetch == "leaves"
+        self.leaves_always = self.uses_frozen and draft.prefetch == "leaves"
         self._layouts: dict[Topology, _Layout] = {}
 
         b = num_samples
@@ -214,8 +214,11 @@ class _Run:
         active = ((self.n < self.num_steps) & (self.slot_traj >= 0)).nonzero().squeeze(1)
         if not active.numel():
             return False
-        # each trajectory's tree for this round (a plan may change it along the schedule)
-        trees = [self.tree.at(int(n)) for n in self.n[active].tolist()]
+        # each trajectory's tree for this round, and whether its leaves are evaluated (a plan
+        # chooses both by the step and by whether the root's output is known)
+        steps, known_roots = self.n[active].tolist(), self.root_known[active].tolist()
+        trees = [self.tree.at(n, k) for n, k in zip(steps, known_roots)]
+        leaves = [self.uses_frozen and (self.leaves_always or self.tree.leaves_at(n, k)) for n, k in zip(steps, known_roots)]
         depth = torch.tensor([t.depth for t in trees], device=self.device).clamp(max=self.run_len[self.n[active]])
         warm = torch.zeros_like(depth, dtype=torch.bool)
         if self.uses_frozen:
@@ -225,15 +228,15 @@ class _Run:
             known = active[(depth > 0) & self.root_known[active]]
             if known.numel():
                 self.freeze(known, self.root_out[known], self.y[known], self.n[known])
-        groups: dict[Topology, list[int]] = {}
-        for i, (t, d, w) in enumerate(zip(trees, depth.tolist(), warm.tolist())):
+        groups: dict[tuple[Topology, bool], list[int]] = {}
+        for i, (t, ev, d, w) in enumerate(zip(trees, leaves, depth.tolist(), warm.tolist())):
             if d > 0 and not w:
-                groups.setdefault(t, []).append(i)
+                groups.setdefault((t, ev), []).append(i)
         rounds = []
         t0 = self.clock()
-        for t, members in groups.items():
+        for (t, ev), members in groups.items():
             idx = torch.tensor(members, device=self.device)
-            rounds.append(_Round(self, self.layout(t), active[idx], depth[idx]))
+            rounds.append(_Round(self, self.layout(t), active[idx], depth[idx], ev))
             rounds[-1].draft()
         self.cost.draft_s += self.clock() - t0
         direct = active[depth == 0]
@@ -300,17 +303,19 @@ class _Round:
     """One round of the speculating trajectories `spec` (positions in the batch), tree depths `depth`.
 
     Buffers hold the materialised nodes in breadth-first order: every internal node, and the
-    leaves too when they are evaluated (prefetch "leaves").
+    leaves too when they are evaluated (prefetch "leaves", or where a plan says so).
     """
 
-    def __init__(self, run: _Run, layout: "_Layout", spec: torch.Tensor, depth: torch.Tensor):
+    def __init__(self, run: _Run, layout: "_Layout", spec: torch.Tensor, depth: torch.Tensor, evaluate_leaves: bool):
         self.run, self.lay, self.spec, self.depth = run, layout, spec, depth
+        self.evaluate_leaves = evaluate_leaves
+        self.root_known = run.root_known[spec].clone()  # at the round's start (the trace records it)
         self.count = spec.numel()
         tree = self.tree = layout.tree
         self.all_full = bool((depth == tree.depth).all())
         self.top = int(depth.max())
         # levels materialised: internal ones, plus the last when leaves are evaluated
-        self.levels = self.top if run.evaluate_leaves else self.top - 1
+        self.levels = self.top if evaluate_leaves else self.top - 1
         self.m = tree.nodes_to_depth(self.levels)
         self.n0 = run.n[spec].clone()
 
@@ -322,7 +327,7 @@ class _Round:
         self.x[:, 0] = run.y[spec]
         self.mp = torch.empty((self.count, tree.nodes_to_depth(max(self.levels - 1, 0)), *shape), device=dev, dtype=dtype)
         # how many levels each trajectory materialises
-        mat = self.depth if run.evaluate_leaves else self.depth - 1
+        mat = self.depth if self.evaluate_leaves else self.depth - 1
         self.mat_nodes = self.lay.level_starts[mat + 1]  # nodes per trajectory, the root included
         # the noise xi of every drafted node goes straight into its slot, one draw per trajectory
         for j, (t, c) in enumerate(zip(spec.tolist(), self.mat_nodes.tolist())):
@@ -357,7 +362,7 @@ class _Round:
         """Phase 2 input: every materialised node of each trajectory's tree, the root unless known."""
         run = self.run
         node = torch.arange(self.m, device=run.device)
-        root_known = run.root_known[self.spec]
+        root_known = self.root_known
         self.evaluated = (node[None] < self.mat_nodes[:, None]) & ((node[None] > 0) | ~root_known[:, None])
         if self.all_full and not root_known.any():
             self.e_traj = self.e_node = None  # every node: a view, no gather
@@ -373,9 +378,7 @@ class _Round:
 
     @property
     def eval_count(self) -> int:
-        run = self.run
-        known = run.root_known[self.spec]
-        return int((self.mat_nodes - known.long()).sum())
+        return int((self.mat_nodes - self.root_known.long()).sum())
 
     def take_target_output(self, out_rows):
         run = self.run
@@ -387,7 +390,7 @@ class _Round:
         else:
             self.out = torch.empty_like(self.x)
             self.out[self.e_traj, self.e_node] = out_rows
-        known = run.root_known[self.spec]
+        known = self.root_known
         if known.any():
             self.out[known, 0] = run.root_out[self.spec[known]]
 
@@ -411,7 +414,7 @@ class _Round:
             xc = self.x[a, c]
             mq = run.kernel.mean(self.out[a, c], xc, step)
             kid_idx = self.lay.first_child[c][:, None] + torch.arange(tree.widths[level], device=dev)
-            lazy = (self.depth[a] == level + 1) & (not run.evaluate_leaves)
+            lazy = (self.depth[a] == level + 1) & (not self.evaluate_leaves)
             if lazy.any():  # unevaluated leaves: drawn now, when their parent is examined
                 mp = torch.empty_like(xc)
                 kids = torch.empty((a.numel(), tree.widths[level], *run.shape), device=dev, dtype=run.dtype)
@@ -470,14 +473,14 @@ class _Round:
         above = self.path.gather(1, (self.end_depth - 2).clamp(min=0)[:, None])[:, 0]
         last_parent = torch.where(self.end_depth == 1, 0, torch.where(self.corrected, above, self.lay.parent[self.cur]))
         source = last_parent.clone()
-        if run.evaluate_leaves:
+        if self.evaluate_leaves:
             # a committed leaf was evaluated: its exact output starts the next round
             leaf = done & (self.cur < self.m)
             rows = spec[leaf]
             run.root_out[rows] = self.out[leaf, self.cur[leaf]]
             run.root_known[rows] = True
             source[leaf] = self.cur[leaf]
-        if run.draft.prefetch in ("nearest", "leaves"):
+        if run.draft.prefetch != "parent":  # nearest, leaves, auto (none returned above)
             for level in range(1, self.top + 1):
                 sel = (self.corrected & (self.end_depth == level)).nonzero().squeeze(1)
                 if not sel.numel() or level > self.levels:
@@ -531,7 +534,7 @@ class _Round:
         evaluated[:, :self.m] = self.evaluated.cpu()
         run.trace.append(RoundTrace(
             round=run.cost.rounds, trajectories=np.asarray(run.indices)[run.slot_traj[self.spec].cpu().numpy()],
-            step=self.n0.cpu().numpy(),
+            step=self.n0.cpu().numpy(), root_known=self.root_known.cpu().numpy(),
             depth=self.depth.cpu().numpy(), parent=np.append(tree.parent[:full].numpy(), -1),
             node_depth=np.append(tree.node_depth[:full].numpy(), -1), corrected_parent=rec["corr_parent"].numpy(),
             status=rec["status"].numpy(), evaluated=evaluated.numpy(), delta=rec["delta"].numpy(),

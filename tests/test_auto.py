@@ -8,50 +8,88 @@ import pytest
 import torch
 
 from specdemo import SamplerConfig, build
+from specdemo import figures as F
 from specdemo.errors import SpecdemoError
+from specdemo.trace import ACCEPTED
 from specdemo.trees import Topology
-from specdemo.trees.auto import _best_tree
+from specdemo.trees.auto import _best_round
 
 from .test_exactness import min_pvalue_bonferroni
 
 
-def expected_steps(widths, accept):
+def calls_after(widths, leaves, accept, calls_ahead):
+    """sum_d P(stop at d) V(n + d, .) by the definition: level d rejected -> V(n + d, 0); every
+    level kept -> V(n + L, leaves)."""
     total, reach = 0.0, 1.0
     for d, w in enumerate(widths, start=1):
-        total += reach
-        reach *= accept(d)[w - 1]
-    return total
+        a = accept(d)[w - 1]
+        total += reach * (1 - a) * calls_ahead[d, 0]
+        reach *= a
+    return total + reach * calls_ahead[len(widths), int(leaves)]
 
 
-def brute_force(accept, horizon, budget, max_width):
-    best = (0.0, ())
+def brute_force(accept, calls_ahead, horizon, budget, max_width, leaf_options):
+    best = np.inf
     for depth in range(1, horizon + 1):
         for widths in itertools.product(range(1, max_width + 1), repeat=depth):
-            if Topology(widths).rows_per_round() - 1 <= budget:
-                value = expected_steps(widths, accept)
-                if value > best[0] + 1e-12:
-                    best = (value, widths)
+            for leaves in leaf_options:
+                if Topology(widths).rows_per_round(leaves) - 1 <= budget:
+                    best = min(best, calls_after(widths, leaves, accept, calls_ahead))
     return best
 
 
+@pytest.mark.parametrize("leaf_options", [(False,), (True,), (False, True)])
 @pytest.mark.parametrize("budget", [0, 3, 10, 30])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_dynamic_programme_matches_brute_force(budget, seed):
+def test_dynamic_programme_matches_brute_force(budget, seed, leaf_options):
     rng = np.random.default_rng(seed)
     table = {d: np.sort(rng.uniform(0.1, 0.95, size=4)) for d in range(1, 6)}  # wider keeps more
     accept = lambda d: tuple(table[d])
-    tree = _best_tree(accept, horizon=5, budget=budget)
-    value, _ = brute_force(accept, 5, budget, 4)
-    assert tree.rows_per_round() - 1 <= budget
-    assert expected_steps(tree.widths, accept) == pytest.approx(value, abs=1e-12)
+    # calls to go after landing at n + j, root output unknown / known (known: fewer)
+    unknown = np.sort(rng.uniform(5, 20, size=6))[::-1]
+    calls_ahead = np.stack([unknown, unknown - rng.uniform(0, 1.5, size=6)], 1)
+    value, widths, leaves = _best_round(accept, calls_ahead, 5, budget, leaf_options)
+    best = brute_force(accept, calls_ahead, 5, budget, 4, leaf_options)
+    if not np.isfinite(best):  # nothing fits (leaves forced, no row to evaluate them)
+        assert value == np.inf
+        return
+    assert leaves in leaf_options and Topology(widths).rows_per_round(leaves) - 1 <= budget
+    assert value == pytest.approx(best, abs=1e-12)
+    assert calls_after(widths, leaves, accept, calls_ahead) == pytest.approx(value, abs=1e-12)
 
 
 def test_auto_plans_every_step_within_the_budget():
     problem = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="auto", budget=15, verifier="dgrs",
                                   num_samples=8, device="cpu"))
-    trees = problem.tree.trees
-    assert len(trees) == 40 and all(t.rows_per_round() <= 15 for t in trees if t.widths)
+    plan = problem.tree
+    assert len(plan.trees) == len(plan.known_trees) == 40
+    assert all(t.rows_per_round() <= 15 for t in plan.trees if t.widths)
+    assert all(t.rows_per_round() - 1 <= 15 for t in plan.known_trees if t.widths)  # a known root is no row
+    assert not any(plan.leaves + plan.known_leaves)  # prefetch nearest: leaves never evaluated
     assert problem.pilot is not None and problem.pilot.target_calls > 0
+    assert 0 < plan.expected_calls < 40
+
+
+def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_plan():
+    problem = build(SamplerConfig(model="gm2d", steps=60, method="tree", tree="auto", budget=10, verifier="rank",
+                                  freeze="x0", prefetch="auto", num_samples=64, device="cpu", seed=3))
+    plan = problem.tree
+    assert any(plan.leaves) and not plan.leaves[59]  # no leaves where the horizon is 0 (the deterministic last step)
+    assert all(t.rows_per_round(ev) <= 10 for t, ev in zip(plan.trees, plan.leaves) if t.widths)
+    assert all(t.rows_per_round(ev) - 1 <= 10 for t, ev in zip(plan.known_trees, plan.known_leaves) if t.widths)
+    result = problem.run(trace=True, trace_states=False)
+    known_rounds = 0
+    for rt in result.trace:
+        for i, (step, known, depth) in enumerate(zip(rt.step, rt.root_known, rt.depth)):
+            tree, leaves = plan.at(int(step), bool(known)), plan.leaves_at(int(step), bool(known))
+            assert F.round_widths(rt)[:depth] == tree.widths[:depth]
+            leaf_nodes = np.flatnonzero(rt.node_depth == depth)
+            assert rt.evaluated[i, leaf_nodes].all() == leaves and rt.evaluated[i, leaf_nodes].any() == leaves
+            if known:  # the frozen output is exact at the root: the first level is always kept
+                known_rounds += 1
+                assert rt.delta[i, 0] < 1e-3 and (rt.status[i, np.flatnonzero(rt.node_depth == 1)] == ACCEPTED).any()
+                assert not rt.evaluated[i, 0]  # and the root is no row
+    assert known_rounds > 64  # more than the warm-ups: committed evaluated leaves
 
 
 def test_auto_needs_a_budget():
@@ -62,8 +100,11 @@ def test_auto_needs_a_budget():
 def test_a_planned_run_is_exact():
     base = dict(model="gm2d", steps=40, num_samples=10_000, device="cpu")
     plain = build(SamplerConfig(**base, method="target", seed=1)).run(keep_steps=[20])
-    auto = build(SamplerConfig(**base, method="tree", tree="auto", budget=12, verifier="rank", freeze="auto", draft_bias=1.0,
-                               seed=2)).run(keep_steps=[20])
+    problem = build(SamplerConfig(**base, method="tree", tree="auto", budget=12, verifier="rank", freeze="auto",
+                                  prefetch="auto", draft_bias=1.0, seed=2))
+    leaves = problem.tree.leaves[:39]  # the stochastic steps
+    assert any(leaves) and not all(leaves)  # leaves evaluated at some steps only
+    auto = problem.run(keep_steps=[20])
     assert min_pvalue_bonferroni(auto.samples, plain.samples) > 1e-3
     assert min_pvalue_bonferroni(auto.states[20], plain.states[20]) > 1e-3
     assert auto.cost.speedup_total > 1.5

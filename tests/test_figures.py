@@ -248,10 +248,10 @@ def test_auto_topology_is_compared_with_the_chain_at_its_mean_rows(planned):
     assert tree.pilot is not None and tree.pilot.target_calls > 0 and chain.pilot is None
     assert C.matched_chain(planned.plan, 24) == chain.tree
     assert C.speculative_method("auto") == "tree" and C.is_auto(" Auto ") and not C.is_auto("1x5")
-    # every round record was drafted with the tree the plan gives its starting step
+    # every round record was drafted with the tree the plan gives its starting step and root state
     for rt in planned.trace:
-        for step in np.unique(rt.step):
-            assert F.round_widths(rt) == planned.plan.at(int(step)).widths
+        for step, known in zip(rt.step, rt.root_known):
+            assert F.round_widths(rt) == planned.plan.at(int(step), bool(known)).widths
     data = json.loads(json.dumps(planned.to_json()))
     assert data["plan"] and data["methods"][2]["pilot_target_calls"] == tree.pilot.target_calls
 

@@ -15,7 +15,9 @@ prefetch chooses which output starts the next round:
   parent   the parent's output (one step stale);
   none     none: the target re-evaluates every root (one extra call a round);
   leaves   as nearest, and the leaves are evaluated too, so that a round that commits a leaf
-           knows the exact target output there.
+           knows the exact target output there;
+  auto     as nearest, and the leaves evaluated at the steps where a planned topology
+           (--tree auto, specdemo.trees.auto) finds it pays.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..errors import SpecdemoError
 from .base import Draft
 
 FREEZE = ("out", "x0", "auto")
-PREFETCH = ("nearest", "parent", "none", "leaves")
+PREFETCH = ("nearest", "parent", "none", "leaves", "auto")
 
 
 class FrozenDraft(Draft):

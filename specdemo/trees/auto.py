@@ -1,19 +1,31 @@
-"""Auto topology: widths per depth chosen for each step by a dynamic programme.
+"""Auto topology: widths per depth and leaf evaluation chosen for each step by dynamic programming.
 
-A round rooted at step n verifies level d (the children of the node at depth d - 1) only if
-levels 1..d-1 kept a drafted child, and each verified level commits one step. With a_d(w) the
-probability that a node at depth d - 1 with w children keeps one,
+The objective is the expected number of target calls from a state to the end of the schedule,
+V(n, k), where k says whether the target output at Y_n is already known (after a warm-up, or a
+round that committed an evaluated leaf). A round rooted at step n verifies level d (the children
+of the node kept at depth d - 1) only if levels 1..d-1 kept a drafted child. Level d rejected:
+d steps committed (the corrected draw), the next root's output unknown. Every level kept: L
+steps committed, the next root's output known iff the leaves were evaluated. So
 
-    E[steps per round] = 1 + a_1(w_1) + a_1(w_1) a_2(w_2) + ... ,
+    V(n, k) = [rows > 0] + sum_d P(stop at d) V(n + d, 0) + P(all kept) V(n + L, leaves),
 
-for one target call and 1 + w_1 + w_1 w_2 + ... + w_1...w_{L-1} target rows (the internal nodes).
-a_d(w) is the verifier's closed-form acceptance averaged over the deltas measured at step
-n + d - 1 and depth d (a pilot run, `DeltaStats`). For every step the programme picks the widths
-with the most expected steps within a budget of rows: G(d, m, B) = max_w 1 + a_d(w) G(d + 1, m w,
-B - m w), where m is the number of nodes at depth d - 1 and B the rows left.
+for 1 - k + w_1 + w_1 w_2 + ... + w_1...w_{L-1} (+ w_1...w_L with leaves) target rows, at most
+the budget. P comes from a_d(w), the probability that a node at depth d - 1 with w children keeps
+one: the verifier's closed-form acceptance (section 3) averaged over the deltas a pilot run
+measured at step n + d - 1 and depth d (`DeltaStats`). With the root's output known the frozen
+draft's first level is exact (delta = 0, a_1 = 1; not so for a biased draft); deeper levels are
+read as in a round whose root's output was not known (the nearest-sibling prefetch usually
+freezes an output of the root's own step too). Over shapes, for m nodes at depth d - 1 and B rows
+left,
 
-The last level's width does not enter E: its verification commits one step whether it keeps a
-child or not, and no level follows. So the plans end in a single leaf.
+    C(d, m, B) = min_w a_d(w) [C(d + 1, m w, B - m w) or, stopping at d, V(n + d, leaves)]
+                     + (1 - a_d(w)) V(n + d, 0),
+
+and V is filled backwards from V(N, .) = 0. Without leaf evaluation the last level's width does
+not matter (both outcomes leave the next root unknown), so such plans end in a single leaf; with
+it, a wider last level keeps a leaf, hence a known next root, more often. Parent and no prefetch
+are never better than the nearest sibling (docs/benchmarks.md), so the per-step prefetch choice
+is between nearest and nearest with the leaves evaluated.
 """
 
 from __future__ import annotations
@@ -36,8 +48,9 @@ MIN_SAMPLES = 24
 
 @dataclass
 class DeltaStats:
-    """deltas[(step, depth)]: delta at verified nodes of depth - 1 whose children were at `depth`,
-    `step` being the verified node's step."""
+    """deltas[(step, depth)]: delta at verified nodes of depth - 1 (whose children are at `depth`),
+    `step` being the verified node's step. The root of a round whose root output was known is left
+    out: the frozen draft is exact there, which the planner knows without measuring."""
 
     deltas: dict[tuple[int, int], list[float]]
     num_steps: int
@@ -49,7 +62,8 @@ class DeltaStats:
             rows, nodes = np.nonzero(~np.isnan(rnd.delta))
             for r, node in zip(rows.tolist(), nodes.tolist()):
                 depth = int(rnd.node_depth[node])
-                deltas.setdefault((int(rnd.step[r]) + depth, depth + 1), []).append(float(rnd.delta[r, node]))
+                if depth or not rnd.root_known[r]:
+                    deltas.setdefault((int(rnd.step[r]) + depth, depth + 1), []).append(float(rnd.delta[r, node]))
         return cls(deltas, num_steps)
 
     def pooled(self, step: int, depth: int) -> np.ndarray:
@@ -80,40 +94,77 @@ def acceptance_curves(verifier: Verifier, max_width: int) -> np.ndarray:
 
 
 def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_lengths, max_width: int = 8,
-                  max_depth: int = MAX_DEPTH) -> TopologyPlan:
-    """The best widths for every step, at most `budget` target rows a round (the root included)."""
+                  max_depth: int = MAX_DEPTH, leaf_options: tuple[bool, ...] = (False,),
+                  exact_known_root: bool = True, warm_up: bool = True) -> TopologyPlan:
+    """The tree (and whether its leaves are evaluated, among leaf_options) for every step and both
+    root states that minimises the expected target calls to the end, at most `budget` target rows
+    a round (the root included when its output is not known). exact_known_root: the draft is
+    exact at a root whose output is known (the frozen draft, unbiased); warm_up: trajectories
+    start with a call that makes the first root's output known (the frozen draft), which the
+    plan's expected calls count."""
     if budget < 1:
         raise SpecdemoError(f"the rows budget must be >= 1, got {budget}")
     curves = acceptance_curves(verifier, max_width)
     log_grid = np.log(DELTA_GRID)
+    exact = (1.0,) * len(curves)
 
     @lru_cache(maxsize=None)
     def accept(step: int, depth: int) -> tuple[float, ...]:
         deltas = np.log(np.clip(stats.pooled(step, depth), DELTA_GRID[0], DELTA_GRID[-1]))
         return tuple(np.interp(deltas, log_grid, c).mean() for c in curves)
 
-    trees = []
-    for n in range(stats.num_steps):
+    num_steps = stats.num_steps
+    calls = np.zeros((num_steps + 1, 2))  # V(n, k)
+    rounds: list[tuple[tuple[Topology, bool], ...]] = [()] * num_steps
+    for n in reversed(range(num_steps)):
         horizon = min(int(run_lengths[n]), max_depth, MAX_DEPTH)
-        trees.append(_best_tree(lambda d, n=n: accept(n + d - 1, d), horizon, budget - 1) if horizon else Topology(()))
-    return TopologyPlan(tuple(trees), name=f"auto({budget} rows)")
+        if not horizon:  # a deterministic step: one target call, none when the output at Y_n is known
+            calls[n] = 1 + calls[n + 1, 0], calls[n + 1, 0]
+            rounds[n] = ((Topology(()), False),) * 2
+            continue
+        plans = []
+        for known in (0, 1):
+            first_exact = known and exact_known_root
+            level_accept = lambda d: exact if first_exact and d == 1 else accept(n + d - 1, d)
+            after, widths, leaves = _best_round(level_accept, calls[n:], horizon, budget - 1 + known, leaf_options)
+            options = [(1 + after, widths, leaves)]
+            if first_exact and False in leaf_options:
+                # one exact level, leaves not evaluated: no target row, a free step that also
+                # refreshes the frozen output
+                options.append((calls[n + 1, 0], (1,), False))
+            if not known:
+                options.append((1 + calls[n + 1, 0], (), False))  # a plain step, when no tree fits
+            value, widths, leaves = min(options, key=lambda o: o[0])  # the first of equals
+            calls[n, known] = value
+            plans.append((Topology(widths), leaves))
+        rounds[n] = tuple(plans)
+    return TopologyPlan(tuple(r[0][0] for r in rounds), name=f"auto({budget} rows)",
+                        leaves=tuple(r[0][1] for r in rounds), known_trees=tuple(r[1][0] for r in rounds),
+                        known_leaves=tuple(r[1][1] for r in rounds),
+                        expected_calls=float(1 + calls[0, 1] if warm_up else calls[0, 0]))
 
 
-def _best_tree(accept, horizon: int, budget: int) -> Topology:
-    """Maximise E[steps] = G(1, 1, budget) over widths; accept(d)[w - 1] = a_d(w)."""
+def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf_options: tuple[bool, ...]):
+    """min over widths (and leaf evaluation) of sum_d P(stop at d) V(n + d, .) for a round rooted
+    at n: C(1, 1, budget) of the module docstring. accept(d)[w - 1] = a_d(w); calls_ahead[j] =
+    V(n + j, .). Returns (expected calls after the round, widths, leaves evaluated)."""
 
     @lru_cache(maxsize=None)
-    def value(d: int, m: int, rows: int) -> tuple[float, tuple[int, ...]]:
-        best = (-math.inf, ())
+    def value(d: int, m: int, rows: int) -> tuple[float, tuple[int, ...], bool]:
+        rejected = calls_ahead[d, 0]
+        best = (rejected, (1,), False) if False in leaf_options else (math.inf, (), False)
         for w, a in enumerate(accept(d), start=1):
-            more, tail = 0.0, ()
-            if d < horizon and m * w <= rows:  # level d internal: its nodes are evaluated
-                more, tail = value(d + 1, m * w, rows - m * w)
-            total = 1.0 + a * more
-            if total > best[0] + 1e-12:  # ties go to the narrower tree (fewer rows)
-                best = (total, (w, *tail))
             if m * w > rows:
-                break  # wider still would not fit either
+                break  # this level's nodes would be evaluated (as leaves or internal nodes): no room
+            options = [(calls_ahead[d, 1], (), True)] if True in leaf_options else []
+            if d < horizon:
+                options.append(value(d + 1, m * w, rows - m * w))
+            for after, tail, leaves in options:
+                if after == math.inf:
+                    continue
+                total = a * after + (1 - a) * rejected
+                if total < best[0] - 1e-12:  # ties go to the narrower, shallower tree (fewer rows)
+                    best = (total, (w, *tail), leaves)
         return best
 
-    return Topology(value(1, 1, budget)[1])
+    return value(1, 1, budget)

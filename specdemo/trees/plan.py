@@ -1,4 +1,5 @@
-"""A topology per step: the tree a round uses depends on the step it starts from."""
+"""A topology per step: the tree a round uses depends on the step it starts from, on whether the
+target output at its root is already known, and the plan says whether its leaves are evaluated."""
 
 from __future__ import annotations
 
@@ -9,21 +10,43 @@ from .topology import Topology
 
 @dataclass(frozen=True)
 class TopologyPlan:
-    """trees[n] is the tree of a round whose root is at step n (truncated at the horizon as any tree)."""
+    """trees[n] is the tree of a round whose root is at step n with its target output not yet
+    known, leaves[n] whether that round's leaves are evaluated; known_trees[n] and known_leaves[n]
+    the same for a root whose output is known (after a warm-up, or a committed evaluated leaf).
+    Trees are truncated at the horizon as any tree. expected_calls: the planner's prediction of
+    the target calls per trajectory, the warm-up included."""
 
     trees: tuple[Topology, ...]
     name: str = "plan"
+    leaves: tuple[bool, ...] = ()
+    known_trees: tuple[Topology, ...] = ()
+    known_leaves: tuple[bool, ...] = ()
+    expected_calls: float | None = None
 
-    def at(self, step: int) -> Topology:
-        return self.trees[min(step, len(self.trees) - 1)]
+    def __post_init__(self):
+        n = len(self.trees)
+        for name, default in (("leaves", False), ("known_trees", None), ("known_leaves", False)):
+            if not getattr(self, name):
+                object.__setattr__(self, name, self.trees if default is None else (default,) * n)
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"a plan of {n} steps needs {n} {name}, got {len(getattr(self, name))}")
+
+    def _index(self, step: int) -> int:
+        return min(step, len(self.trees) - 1)
+
+    def at(self, step: int, root_known: bool = False) -> Topology:
+        return (self.known_trees if root_known else self.trees)[self._index(step)]
+
+    def leaves_at(self, step: int, root_known: bool = False) -> bool:
+        return (self.known_leaves if root_known else self.leaves)[self._index(step)]
 
     @property
     def max_depth(self) -> int:
-        return max(t.depth for t in self.trees)
+        return max(t.depth for t in self.topologies)
 
     @property
     def topologies(self) -> tuple[Topology, ...]:
-        return tuple(dict.fromkeys(self.trees))
+        return tuple(dict.fromkeys(self.trees + self.known_trees))
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -31,8 +54,8 @@ class TopologyPlan:
         return max(self.trees, key=lambda t: t.num_nodes).widths
 
     def rows_per_round(self, evaluate_leaves: bool = False) -> float:
-        """Mean target rows of a full round over the planned steps."""
-        return sum(t.rows_per_round(evaluate_leaves) for t in self.trees) / len(self.trees)
+        """Mean target rows of a full round, its root's output not known, over the planned steps."""
+        return sum(t.rows_per_round(evaluate_leaves or leaves) for t, leaves in zip(self.trees, self.leaves)) / len(self.trees)
 
     def __str__(self) -> str:
         return self.name

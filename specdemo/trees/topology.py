@@ -76,8 +76,11 @@ class Topology:
         return len(self.widths)
 
     # a fixed topology is the plan that uses it at every step (see TopologyPlan)
-    def at(self, step: int) -> "Topology":
+    def at(self, step: int, root_known: bool = False) -> "Topology":
         return self
+
+    def leaves_at(self, step: int, root_known: bool = False) -> bool:
+        return False  # evaluated leaves come from the draft's prefetch "leaves"
 
     @property
     def max_depth(self) -> int:
