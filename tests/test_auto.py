@@ -2,6 +2,7 @@
 planned run is exact."""
 
 import itertools
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from specdemo import figures as F
 from specdemo.errors import SpecdemoError
 from specdemo.trace import ACCEPTED
 from specdemo.trees import Topology
-from specdemo.trees.auto import _best_round
+from specdemo.trees.auto import DeltaStats, _best_round
 
 from .test_exactness import min_pvalue_bonferroni
 
@@ -108,3 +109,17 @@ def test_a_planned_run_is_exact():
     assert min_pvalue_bonferroni(auto.samples, plain.samples) > 1e-3
     assert min_pvalue_bonferroni(auto.states[20], plain.states[20]) > 1e-3
     assert auto.cost.speedup_total > 1.5
+
+
+def test_prefetch_auto_needs_a_planned_topology():
+    with pytest.raises(SpecdemoError, match="prefetch auto .* needs --tree auto"):
+        build(SamplerConfig(model="gm2d", method="tree", tree="2,1", prefetch="auto", device="cpu"))
+
+
+def test_delta_stats_leave_out_the_exact_first_level_of_a_known_root():
+    nan = np.nan
+    # a chain 0 -> 1 -> 2; two trajectories at step 5, the second with its root's output known
+    rnd = SimpleNamespace(delta=np.array([[0.5, 0.7, nan], [0.0, 0.9, nan]]), node_depth=np.array([0, 1, 2]),
+                          root_known=np.array([False, True]), step=np.array([5, 5]))
+    stats = DeltaStats.from_traces([rnd], num_steps=10)
+    assert stats.deltas == {(5, 1): [0.5], (6, 2): [0.7, 0.9]}
