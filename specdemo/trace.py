@@ -105,7 +105,8 @@ class RoundTrace:
     Node M (the last slot) holds the corrected sample, if the round drew one.
     trajectories (A,): the trajectories that speculated in the round (direct target steps are not
     recorded); step (A,): n at the root; root_known (A,): its target output was known when the
-    round began (a warm-up or an evaluated leaf; the first level is then exact); depth (A,): speculated depth L_b; parent (M + 1,), node_depth (M + 1,): the shared topology, the
+    round began (a warm-up or an evaluated leaf; the first level is then exact); depth (A,):
+    speculated depth L_b; parent (M + 1,), node_depth (M + 1,): the shared topology, the
     corrected slot's parent per trajectory in corrected_parent (A,), -1 when none;
     states (A, M + 1, *shape) or None; status (A, M + 1) codes of STATUS_NAMES;
     evaluated (A, M + 1) bool: the target was called there; delta (A, M + 1) at verified nodes

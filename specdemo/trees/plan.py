@@ -17,17 +17,15 @@ class TopologyPlan:
     the target calls per trajectory, the warm-up included."""
 
     trees: tuple[Topology, ...]
+    leaves: tuple[bool, ...]
+    known_trees: tuple[Topology, ...]
+    known_leaves: tuple[bool, ...]
+    expected_calls: float
     name: str = "plan"
-    leaves: tuple[bool, ...] = ()
-    known_trees: tuple[Topology, ...] = ()
-    known_leaves: tuple[bool, ...] = ()
-    expected_calls: float | None = None
 
     def __post_init__(self):
         n = len(self.trees)
-        for name, default in (("leaves", False), ("known_trees", None), ("known_leaves", False)):
-            if not getattr(self, name):
-                object.__setattr__(self, name, self.trees if default is None else (default,) * n)
+        for name in ("leaves", "known_trees", "known_leaves"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"a plan of {n} steps needs {n} {name}, got {len(getattr(self, name))}")
 
