@@ -110,7 +110,8 @@ TREE_CHOICES = [
     ("1x5 · chain of 5", "1x5"),
     ("1x10 · chain of 10", "1x10"),
 ]
-VERIFIER_CHOICES = [("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc")]
+VERIFIER_CHOICES = [("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc"),
+                    ("block verification (chains only)", "block")]
 KERNEL_CHOICES = [("the model's default", "default"), *[(k, k) for k in KERNEL_NAMES]]
 DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: digits-draft", "digits-draft")]
 FREEZE_CHOICES = [("network output", "out"), ("x0-hat", "x0"), ("auto (pilot per step)", "auto")]
@@ -277,14 +278,27 @@ def rows_text(rows: float) -> str:
 
 def headline(comp: C.Comparison) -> str:
     """The result in words: the chosen run against plain sampling and, for a tree, against the chain
-    at the same target rows per round, saying which won (whichever it is)."""
+    at the same target rows per round (for a block-verified chain, against the same chains verified
+    node by node), saying which won (whichever it is)."""
     h = comp.headline()
     chosen = comp.chosen
     acceptance = chosen.cost.acceptance
     text = (f"### {chosen.label}: **{h['speedup']:.2f}×** fewer target calls than plain sampling\n"
             f"{h['calls_chosen']:.1f} calls per sample instead of {h['calls_plain']:.0f}"
             + ("." if acceptance is None else f", {acceptance:.0%} of the verified nodes kept a drafted child."))
-    if "chain" in h:
+    block = comp.config.verifier == "block"
+    if "chain" in h and block:
+        ratio = h["speedup_chain"] / h["speedup"]
+        chain = f"The same chains verified node by node ({h['chain']})"
+        if ratio > 1 + TIE:
+            text += (f" {chain} do better: **{h['speedup_chain']:.2f}×**. *With the frozen draft, the block's "
+                     "corrected draw starts the next round away from every evaluated node, so the next frozen output "
+                     "is stale: block verification pays with a draft network.*")
+        elif ratio < 1 - TIE:
+            text += f" {chain} do less well: **{h['speedup_chain']:.2f}×**; weighing the whole chain pays."
+        else:
+            text += f" {chain} do about the same: **{h['speedup_chain']:.2f}×**."
+    elif "chain" in h:
         rows = rows_text(round(chosen.rows_per_round, 1))
         chain = (f"The {h['chain']} at the same {rows} target rows per round" if comp.plan is None else
                  f"The {h['chain']}, at the plan's mean of {rows} target rows per round,")

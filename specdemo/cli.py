@@ -52,7 +52,8 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
                    help="with --tree auto: target rows per round; a pilot run measures delta, then a dynamic "
                         "programme picks the widths of every step")
     p.add_argument("--verifier", choices=tuple(VERIFIERS),
-                   help="rmc (chains only), dgrs or rank (default: rmc for a chain, dgrs for a tree)")
+                   help="rmc or block (chains only; block weighs the whole chain at once), dgrs or rank "
+                        "(default: rmc for a chain, dgrs for a tree)")
     p.add_argument("--draft", default=d.draft,
                    help="frozen (the training-free frozen target), or a draft network for an image model: "
                         "digits-draft, a folder or a Hub id (default %(default)s)")

@@ -28,7 +28,7 @@ from .trees import Topology, TopologyPlan
 from .trees.topology import MAX_DEPTH
 from .verifiers import get_verifier
 
-VERIFIER_LABELS = {"rmc": "RMC", "dgrs": "D-GRS", "rank": "rank-aware", None: ""}
+VERIFIER_LABELS = {"rmc": "RMC", "dgrs": "D-GRS", "rank": "rank-aware", "block": "block", None: ""}
 
 
 @dataclass
@@ -273,8 +273,9 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
                    target: Target | None = None) -> Comparison:
     """Run `config` (its method taken from its tree: chain, tree, or tree "auto" planned per step)
     with a trace, then, with the same seed, the plain target sampler and, for a tree, the RMC chain
-    at the same target rows per round (a plan's mean rows per round, rounded). Every configuration
-    is built (and so checked, a plan's pilots run) before anything is sampled."""
+    at the same target rows per round (a plan's mean rows per round, rounded); for a block-verified
+    chain, the same chains verified node by node (RMC). Every configuration is built (and so checked,
+    a plan's pilots run) before anything is sampled."""
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     target = target or cached_target(config.model)
@@ -299,6 +300,10 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
                                                 verifier=get_verifier("rmc"))))
             else:
                 others.append(("chain", build(chain_cfg, target)))
+        elif problem.verifier.verifies_blocks:
+            # the same chains (the same plan) verified node by node: what weighing the block gains
+            others.append(("chain", replace(problem, config=replace(config, verifier="rmc"),
+                                            verifier=get_verifier("rmc"))))
         others.append(("target", build(config.with_method("target"), target)))
     stages = 1 + len(others)
     result = problem.run(trace=True, trace_states=kind in ("plane", "image"),

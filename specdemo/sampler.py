@@ -39,7 +39,7 @@ from .kernels import Kernel
 from .rng import TrajectoryRandom
 from .trace import ACCEPTED, CORRECTED, REJECTED, ROOT, Cost, RoundTrace
 from .trees import Topology, TopologyPlan
-from .verifiers import Verifier
+from .verifiers import RankOne, Verifier
 
 MEMORY_LIMIT_BYTES = 8 * 2**30
 
@@ -396,37 +396,17 @@ class _Round:
 
     def walk(self):
         """Phase 3: verify from the root down; commit the kept child or the corrected draw."""
-        run, tree = self.run, self.tree
-        dev, count = run.device, self.count
-        self.cur = torch.zeros(count, dtype=torch.long, device=dev)
-        self.end_depth = self.depth.clone()
-        self.corrected = torch.zeros(count, dtype=torch.bool, device=dev)
-        self.y_new = torch.empty((count, *run.shape), device=dev, dtype=run.dtype)
-        self.path = torch.zeros((count, self.top), dtype=torch.long, device=dev)  # accepted node per depth
-        self.lazy_kids = {}  # leaves drawn by the walk, for the trace
+        run = self.run
+        self.start_walk()
+        if run.verifier.verifies_blocks:
+            self.walk_block()
+            return
         rec = self.start_trace() if run.trace is not None else None
         for level in range(self.top):
             a = ((self.depth > level) & ~self.corrected).nonzero().squeeze(1)
             if not a.numel():
                 break
-            c = self.cur[a]
-            step = self.n0[a] + level
-            xc = self.x[a, c]
-            mq = run.kernel.mean(self.out[a, c], xc, step)
-            kid_idx = self.lay.first_child[c][:, None] + torch.arange(tree.widths[level], device=dev)
-            lazy = (self.depth[a] == level + 1) & (not self.evaluate_leaves)
-            if lazy.any():  # unevaluated leaves: drawn now, when their parent is examined
-                mp = torch.empty_like(xc)
-                kids = torch.empty((a.numel(), tree.widths[level], *run.shape), device=dev, dtype=run.dtype)
-                mat = (~lazy).nonzero().squeeze(1)
-                mp[mat], kids[mat] = self.mp[a[mat], c[mat]], self.x[a[mat, None], kid_idx[mat]]
-                lz = lazy.nonzero().squeeze(1)
-                mp[lz] = self.draft_means(a[lz], False, xc[lz, None], step[lz])[:, 0]
-                noise = run.rng.normal(self.spec[a[lz]], (tree.widths[level], *run.shape), run.dtype)
-                kids[lz] = mp[lz, None] + _rows(run.scales[step[lz]].to(run.dtype), noise) * noise
-                self.lazy_kids[level] = (a[lz], kids[lz])
-            else:
-                mp, kids = self.mp[a, c], self.x[a[:, None], kid_idx]
+            c, step, mq, mp, kids, kid_idx = self.examine(level, a)
             verdict = run.verifier.verify(mq, mp, run.scales[step], kids, run.rng, self.spec[a])
             ok = verdict.kept >= 0
             run.cost.examined_per_depth[level] += a.numel()
@@ -441,6 +421,83 @@ class _Round:
             self.y_new[done_here] = verdict.sample[ok & (self.depth[a] == level + 1)]
             if rec is not None:
                 self.record(rec, level, a, c, kid_idx, verdict)
+        if rec is not None:
+            self.finish_trace(rec)
+
+    def start_walk(self):
+        run, dev, count = self.run, self.run.device, self.count
+        self.cur = torch.zeros(count, dtype=torch.long, device=dev)
+        self.end_depth = self.depth.clone()
+        self.corrected = torch.zeros(count, dtype=torch.bool, device=dev)
+        self.y_new = torch.empty((count, *run.shape), device=dev, dtype=run.dtype)
+        self.path = torch.zeros((count, self.top), dtype=torch.long, device=dev)  # accepted node per depth
+        self.lazy_kids = {}  # leaves drawn by the walk, for the trace
+
+    def examine(self, level, a):
+        """What rows a verify at `level`: the node c (self.cur), its step, the target and draft means
+        there, its children and their indices. Unevaluated leaves are drawn here, when their parent
+        is examined."""
+        run, tree, dev = self.run, self.tree, self.run.device
+        c = self.cur[a]
+        step = self.n0[a] + level
+        xc = self.x[a, c]
+        mq = run.kernel.mean(self.out[a, c], xc, step)
+        kid_idx = self.lay.first_child[c][:, None] + torch.arange(tree.widths[level], device=dev)
+        lazy = (self.depth[a] == level + 1) & (not self.evaluate_leaves)
+        if not lazy.any():
+            return c, step, mq, self.mp[a, c], self.x[a[:, None], kid_idx], kid_idx
+        mp = torch.empty_like(xc)
+        kids = torch.empty((a.numel(), tree.widths[level], *run.shape), device=dev, dtype=run.dtype)
+        mat = (~lazy).nonzero().squeeze(1)
+        mp[mat], kids[mat] = self.mp[a[mat], c[mat]], self.x[a[mat, None], kid_idx[mat]]
+        lz = lazy.nonzero().squeeze(1)
+        mp[lz] = self.draft_means(a[lz], False, xc[lz, None], step[lz])[:, 0]
+        noise = run.rng.normal(self.spec[a[lz]], (tree.widths[level], *run.shape), run.dtype)
+        kids[lz] = mp[lz, None] + _rows(run.scales[step[lz]].to(run.dtype), noise) * noise
+        self.lazy_kids[level] = (a[lz], kids[lz])
+        return c, step, mq, mp, kids, kid_idx
+
+    def walk_block(self):
+        """Phase 3 under block verification (chains only): weigh every trajectory's whole chain,
+        then commit its first eta nodes and, where eta < L_b, the draw from the weighted residual
+        with a fresh orthogonal part (verifiers/block.py)."""
+        run, dev, count, top = self.run, self.run.device, self.count, self.top
+        delta = torch.full((count, top), float("nan"), dtype=torch.float64, device=dev)
+        u = torch.full_like(delta, float("nan"))
+        means = []  # (rows, step, mq, mp) per level, for the residual draw
+        for level in range(top):
+            a = (self.depth > level).nonzero().squeeze(1)
+            self.cur[a] = level  # a chain's node at depth `level`
+            self.path[a, level] = level + 1
+            _, step, mq, mp, kids, _ = self.examine(level, a)
+            red = RankOne.reduce(mq, mp, run.scales[step], kids)
+            delta[a, level], u[a, level] = red.delta, red.u[:, 0]
+            means.append((a, step, mq, mp))
+            leaf = self.depth[a] == level + 1
+            self.y_new[a[leaf]] = kids[leaf, 0]  # kept if the whole chain is (eta = L_b)
+        # as many uniforms as the topology's full depth needs, whatever the depths of the batch
+        uniforms = run.rng.uniform(self.spec, self.tree.depth + 2)
+        verdict = run.verifier.verify_block(delta, u, self.depth, uniforms)
+        eta = verdict.eta
+        self.corrected = eta < self.depth
+        self.end_depth = torch.where(self.corrected, eta + 1, self.depth)
+        self.cur = eta.clone()
+        for level, (a, step, mq, mp) in enumerate(means):
+            cut = (eta[a] == level) & self.corrected[a]
+            if not cut.any():
+                continue
+            rows, s = a[cut], run.scales[step[cut]]
+            fresh = mp[cut] + _rows(s.to(run.dtype), mp[cut]) * run.rng.normal(self.spec[rows], run.shape, run.dtype)
+            red = RankOne.reduce(mq[cut], mp[cut], s, fresh[:, None])
+            self.y_new[rows] = red.move(fresh, red.u[:, 0], verdict.u[rows], s)
+        rec = self.start_trace() if run.trace is not None else None
+        for level in range(top):
+            a = ((self.depth > level) & (eta >= level)).nonzero().squeeze(1)
+            ok = eta[a] > level
+            run.cost.examined_per_depth[level] += a.numel()
+            run.cost.accepted_per_depth[level] += int(ok.sum())
+            if rec is not None:
+                self.record_block(rec, level, a, ok, delta[a, level], verdict.accept_prob[a, level])
         if rec is not None:
             self.finish_trace(rec)
 
@@ -514,6 +571,17 @@ class _Round:
         rec["status"][a_c[ok], self.cur[a[ok.to(a.device)]].cpu()] = ACCEPTED
         rec["status"][a_c[~ok], rec["full"]] = CORRECTED
         rec["corr_parent"][a_c[~ok]] = c_c[~ok]
+
+    def record_block(self, rec, level, a, ok, delta, accept_prob):
+        """A block-verified chain: rows a reached `level`; ok: its child was committed. The nodes past
+        the first one not committed were weighed but are not on the path: shown unvisited."""
+        a_c, ok_c, node = a.cpu(), ok.cpu(), level + 1
+        rec["delta"][a_c, level] = delta.cpu()
+        rec["node_acc"][a_c, level] = accept_prob.cpu()
+        rec["child_acc"][a_c, node] = accept_prob.cpu()
+        rec["status"][a_c, node] = torch.where(ok_c, ACCEPTED, REJECTED).to(torch.int8)
+        rec["status"][a_c[~ok_c], rec["full"]] = CORRECTED
+        rec["corr_parent"][a_c[~ok_c]] = level
 
     def finish_trace(self, rec):
         run, tree, full = self.run, self.tree, rec["full"]

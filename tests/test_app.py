@@ -14,6 +14,7 @@ import pytest
 import app
 from specdemo import compare as C
 from specdemo import figures as F
+from specdemo.figures.compare import short_label
 from .helpers import tiny_pipeline_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,6 +164,18 @@ def test_a_chain_the_langevin_densities_and_a_vector_target():
     assert out[9].kind == "plane" and out[9].kernel_name == "langevin"
     out = app.run(*controls(model="gm16", tree="2,1"), progress=no_progress)
     assert "16 dimensions" in json.dumps(spec(out[3])["layout"]["annotations"])
+
+
+def test_a_block_verified_chain_next_to_the_same_chain_under_rmc():
+    out = app.run(*controls(tree="1x6", verifier="block"), progress=no_progress)
+    comp = out[9]
+    assert [r.key for r in comp.runs] == ["target", "chain", "chain"]
+    assert [r.config.verifier for r in comp.runs[1:]] == ["rmc", "block"]
+    assert comp.runs[1].tree == comp.runs[2].tree == "1x6"
+    assert "verified node by node" in out[0]
+    assert [short_label(r, " ") for r in comp.runs[1:]] == ["chain 1x6", "chain 1x6 block"]
+    with pytest.raises(gr.Error, match="one child per node"):
+        app.run(*controls(tree="3,2,1", verifier="block"), progress=no_progress)
 
 
 def test_auto_topology_on_a_2d_target_with_freeze_auto():

@@ -3,7 +3,8 @@
 Two-sample Kolmogorov-Smirnov tests on fixed projections (Bonferroni-corrected) between 10,000
 plain target samples and 10,000 speculative samples (independent seeds), for chains and trees,
 the frozen draft and a draft biased by 3 scales, DDPM and Langevin, 2-D and 16-D mixtures. The
-same test rejects a sampler whose verifier always accepts.
+same test rejects a sampler whose verifier always accepts, and block verification with the wrong
+residual.
 """
 
 import numpy as np
@@ -11,12 +12,13 @@ import pytest
 import torch
 from scipy import stats
 
-from specdemo.drafts import BiasedDraft, FrozenDraft
+from specdemo.drafts import BiasedDraft, FrozenDraft, NetworkDraft
 from specdemo.kernels import DDPMKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.sampler import sample
-from specdemo.targets import gm2d, gm16
+from specdemo.targets import GaussianMixture, gm2d, gm16
 from specdemo.trees import Topology
-from specdemo.verifiers import GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
+from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
+from specdemo.verifiers.dgrs import sample_residual
 
 from .test_verifiers import AlwaysAccept
 
@@ -35,6 +37,11 @@ VARIANTS = {
     "chain-rmc-bias3": (Topology.chain(4), ReflectionMaximalCoupling, FrozenDraft(), 3.0),
     "tree-rank-bias3": (Topology((3, 2, 2)), RankAwareSelection, FrozenDraft(), 3.0),
     "tree-dgrs-x0-leaves": (Topology((2, 2)), GreedyRejectionSampling, FrozenDraft("x0", "leaves"), 0.0),
+    "chain-block-frozen": (Topology.chain(6), BlockVerification, FrozenDraft(), 0.0),
+    # bias 1.5, not 3: there a block often commits nodes with weight p_eta < 1, where a wrong
+    # residual shows (test_broken_verifier_is_caught)
+    "chain-block-bias1.5": (Topology.chain(6), BlockVerification, FrozenDraft(), 1.5),
+    "chain-block-network": (Topology.chain(6), BlockVerification, "shifted mixture", 0.0),
 }
 _plain_cache = {}
 
@@ -52,9 +59,17 @@ def min_pvalue_bonferroni(a: torch.Tensor, b: torch.Tensor) -> float:
     return min(stats.ks_2samp(pa[:, i], pb[:, i]).pvalue for i in range(dirs.shape[0])) * dirs.shape[0]
 
 
+def shifted_mixture_draft(target: GaussianMixture, kernel) -> NetworkDraft:
+    """An independent draft network: the target mixture with every mean moved by 0.3 per coordinate."""
+    wrong = GaussianMixture.from_arrays(target.weights, np.asarray(target.means) + 0.3, target.stds)
+    return NetworkDraft(wrong.network(kernel), "shifted mixture")
+
+
 def run(problem, tree=Topology(()), verifier=None, draft=None, seed=0):
     build, make_kernel = PROBLEMS[problem]
     target, kernel = build(), make_kernel()
+    if draft == "shifted mixture":
+        draft = shifted_mixture_draft(target, kernel)
     mid = kernel.num_steps // 2
     result = sample(target.network(kernel), kernel, target.shape, SAMPLES, tree=tree, draft=draft,
                     verifier=verifier, seed=seed, keep_steps=[mid])
@@ -84,9 +99,23 @@ def test_speculative_matches_plain(problem, variant):
     assert result.cost.speedup_total > 1.0 or bias
 
 
-@pytest.mark.parametrize("problem", ["gm2d-ddpm", "gm16-langevin"])
-def test_always_accepting_verifier_is_caught(problem):
+class BlockUnweightedResidual(BlockVerification):
+    """Broken subtly: weighs the chain as block verification does, but draws the correction from
+    the plain residual (P - Q)_+ instead of the weighted (p_eta P - Q)_+."""
+
+    def verify_block(self, delta, u, depth, uniforms):
+        verdict = super().verify_block(delta, u, depth, uniforms)
+        cut = (verdict.eta < depth).nonzero().squeeze(1)
+        d = delta[cut, verdict.eta[cut]]
+        verdict.u[cut] = sample_residual(d, torch.ones_like(d), uniforms[cut, -1])
+        return verdict
+
+
+@pytest.mark.parametrize("problem,broken,bias", [("gm2d-ddpm", AlwaysAccept, 3.0), ("gm16-langevin", AlwaysAccept, 3.0),
+                                                 ("gm2d-ddpm", BlockUnweightedResidual, 1.5)])
+def test_broken_verifier_is_caught(problem, broken, bias):
+    """The configurations of test_speculative_matches_plain, with a broken verifier."""
     mid_ref, end_ref, _ = plain(problem)
-    draft = BiasedDraft(FrozenDraft(), 3.0)
-    mid, end, _ = run(problem, Topology.chain(4), AlwaysAccept(), draft, seed=2)
-    assert min_pvalue_bonferroni(end, end_ref) < 1e-6
+    draft = BiasedDraft(FrozenDraft(), bias)
+    mid, end, _ = run(problem, Topology.chain(4 if broken is AlwaysAccept else 6), broken(), draft, seed=2)
+    assert min(min_pvalue_bonferroni(end, end_ref), min_pvalue_bonferroni(mid, mid_ref)) < 1e-6

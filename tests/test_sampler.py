@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from specdemo.drafts import FrozenDraft
+from specdemo.drafts import BiasedDraft, FrozenDraft
 from specdemo.errors import SpecdemoError
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.pipeline import SamplerConfig, build
@@ -14,7 +14,8 @@ from specdemo.sampler import sample
 from specdemo.targets import gm2d, gm16, gm512
 from specdemo.trace import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED
 from specdemo.trees import Topology
-from specdemo.verifiers import GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
+from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection,
+                                ReflectionMaximalCoupling)
 
 PLAIN = (Topology(()), None, None)
 
@@ -24,6 +25,7 @@ def methods():
     return {
         "plain": PLAIN,
         "chain-rmc": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenDraft()),
+        "chain-block": (Topology.chain(4), BlockVerification(), FrozenDraft()),
         "tree-dgrs": (Topology((3, 2, 2)), GreedyRejectionSampling(), FrozenDraft()),
         "tree-rank-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0", "leaves")),
     }
@@ -80,6 +82,18 @@ def test_trajectory_does_not_depend_on_its_batch_bitwise(method):
     pair = run(net, kernel, target.shape, 2, method, seed=3, indices=[7, 2])
     assert torch.equal(pair.samples, batch.samples[[7, 2]])
     assert alone.cost.calls_per_trajectory[0] == batch.cost.calls_per_trajectory[7]
+
+
+def test_block_verified_trajectory_does_not_depend_on_the_depths_of_its_batch():
+    """Near the end of the schedule a round holds chains cut short next to full ones: a trajectory's
+    draws must not depend on the longest chain of its round."""
+    target, kernel, net = gm16_ddpm(30)
+    net = row_by_row(net)
+    kwargs = dict(tree=Topology.chain(8), verifier=BlockVerification(), draft=BiasedDraft(FrozenDraft(), 1.0), seed=5)
+    batch = sample(net, kernel, target.shape, 16, **kwargs)
+    for i in (3, 11, 14):
+        alone = sample(net, kernel, target.shape, 1, indices=[i], **kwargs)
+        assert torch.equal(alone.samples[0], batch.samples[i])
 
 
 @pytest.mark.parametrize("method", list(methods()))
@@ -226,7 +240,7 @@ def check_round(rt, a, tree, verifier_name, leaves):
     assert np.isfinite(rt.child_accept_prob[a, examined]).all()
     assert np.isnan(rt.child_accept_prob[a, [i for i in range(m + 1) if i not in examined]]).all()
     assert all(status[i] == UNVISITED for i in range(1, m) if i not in examined)
-    if verifier_name in ("dgrs", "rmc"):
+    if verifier_name in ("dgrs", "rmc", "block"):
         # sequence couplings examine children in drafting order: the rejected siblings of a kept
         # child precede it, and a correction follows the rejection of every child
         for u in verified:
@@ -247,7 +261,8 @@ def check_round(rt, a, tree, verifier_name, leaves):
 
 
 @pytest.mark.parametrize("method,verifier_name,leaves", [
-    ("tree-dgrs", "dgrs", False), ("chain-rmc", "rmc", False), ("tree-rank-leaves", "rank", True)])
+    ("tree-dgrs", "dgrs", False), ("chain-rmc", "rmc", False), ("chain-block", "block", False),
+    ("tree-rank-leaves", "rank", True)])
 def test_trace_sanity(method, verifier_name, leaves):
     target, kernel, net = gm16_ddpm(20)
     b = 8

@@ -8,7 +8,8 @@ import pytest
 import torch
 from scipy import stats
 
-from specdemo.verifiers import GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling, Verdict
+from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection,
+                                ReflectionMaximalCoupling, Verdict)
 from specdemo.verifiers.base import RankOne
 from specdemo.verifiers.dgrs import grs_levels
 
@@ -50,8 +51,9 @@ def run(verifier, delta, k, seed, fast_uniforms) -> tuple[Verdict, tuple]:
     return verdict, (direction, mp, mq, s, children)
 
 
-CASES = [("rmc", 1)] + [(name, k) for name in ("dgrs", "rank") for k in KS]
-VERIFIERS = {"rmc": ReflectionMaximalCoupling, "dgrs": GreedyRejectionSampling, "rank": RankAwareSelection}
+CASES = [("rmc", 1), ("block", 1)] + [(name, k) for name in ("dgrs", "rank") for k in KS]
+VERIFIERS = {"rmc": ReflectionMaximalCoupling, "dgrs": GreedyRejectionSampling, "rank": RankAwareSelection,
+             "block": BlockVerification}
 
 
 @pytest.mark.parametrize("delta", DELTAS)

@@ -12,12 +12,14 @@ from ..images import to_uint8
 from .plane import LogDensity, density_trace, image_grid, plot_limits
 from .style import METHOD_COLORS, base_layout, message_figure
 
+
 def short_label(run: MethodRun, sep: str = "<br>") -> str:
     if run.key == "target":
         return f"plain{sep}target"
+    block = " block" if run.config.verifier == "block" else ""  # next to the same chains under RMC
     if run.tree.startswith("auto"):  # a planned topology: auto(16 rows)
-        return f"auto{sep}{run.tree[5:-1]}" if run.tree.endswith(")") else f"tree{sep}{run.tree}"
-    return f"{run.key}{sep}{run.tree}"
+        return f"auto{sep}{run.tree[5:-1]}{block}" if run.tree.endswith(")") else f"tree{sep}{run.tree}"
+    return f"{run.key}{sep}{run.tree}{block}"
 
 
 def rows_cell(run: MethodRun) -> str | int:

@@ -1,12 +1,15 @@
-"""Verifiers: couplings between the draft and target kernels at one node (algorithms.md section 3)."""
+"""Verifiers: couplings between the draft and target kernels at one node (algorithms.md section 3), and
+block verification of a whole chain."""
 
 from ..errors import SpecdemoError
 from .base import DELTA_FLOOR, RankOne, Verdict, Verifier
+from .block import BlockVerification
 from .dgrs import GreedyRejectionSampling
 from .rank import RankAwareSelection
 from .rmc import ReflectionMaximalCoupling
 
-VERIFIERS = {v.name: v for v in (ReflectionMaximalCoupling, GreedyRejectionSampling, RankAwareSelection)}
+VERIFIERS = {v.name: v for v in (ReflectionMaximalCoupling, GreedyRejectionSampling, RankAwareSelection,
+                                 BlockVerification)}
 
 
 def get_verifier(name: str) -> Verifier:
@@ -17,4 +20,4 @@ def get_verifier(name: str) -> Verifier:
 
 
 __all__ = ["Verifier", "Verdict", "RankOne", "DELTA_FLOOR", "ReflectionMaximalCoupling", "GreedyRejectionSampling",
-           "RankAwareSelection", "VERIFIERS", "get_verifier"]
+           "RankAwareSelection", "BlockVerification", "VERIFIERS", "get_verifier"]

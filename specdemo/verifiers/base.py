@@ -88,6 +88,7 @@ class Verifier:
 
     name: str
     max_children: int | None = None
+    verifies_blocks = False  # True: weighs a whole chain at once (BlockVerification.verify_block)
 
     def verify(self, mq, mp, s, children, rng: TrajectoryRandom, rows) -> Verdict:
         """mq, mp: (A, *shape); s: (A,) float64 scales; children: (A, K, *shape) in drafting order;

@@ -1,0 +1,128 @@
+"""Block verification of a chain (Sun et al. 2024, "Block verification accelerates speculative
+decoding", arXiv 2403.10444, Algorithm 2), for Gaussian kernels by the rank-one reduction of
+algorithms.md section 3.
+
+A chain X_0 -> X_1 -> ... -> X_L was drafted from Q_i = N(m^p(X_{i-1}), s_i^2 I); the target call
+gave P_i = N(m^q(X_{i-1}), s_i^2 I) at its internal nodes. With delta_i and u_i the reduction at
+X_{i-1} and its child X_i, the density ratio is rho_i = P_i(X_i) / Q_i(X_i) = exp(delta_i u_i - delta_i^2/2).
+Instead of stopping at the first child that a node-by-node coupling rejects, the chain is weighed
+as a whole:
+
+    p_0 = 1,   p_i = min(1, p_{i-1} rho_i)
+    r_i = integral of (p_i P_{i+1} - Q_{i+1})_+ = p_i Phibar(t_i - delta_{i+1}) - Phibar(t_i),
+          t_i = delta_{i+1} / 2 - ln(p_i) / delta_{i+1}                                 (i < L)
+    h_0 = 1,   h_i = r_i / (r_i + 1 - p_i)  (1 where p_i = 1),   h_L = p_L
+    eta = the largest i in 0..L with U_i < h_i
+
+X_1..X_eta are committed bit for bit; when eta < L, so is a draw from the weighted residual
+(p_eta P_{eta+1} - Q_{eta+1})_+ / r_eta. Along e its density is proportional to
+(phi(u - delta) - lambda phi(u))_+ with lambda = 1 / p_eta, the D-GRS residual (dgrs.py), and its
+orthogonal part is fresh: eta depends on the whole drafted subtree of X_{eta+1}, so the z_perp of
+that child is not independent of it, unlike in a node-by-node coupling. When eta = L the round ends
+at the leaf: Sun et al.'s extra draw from P_{L+1} needs the leaf's target output, which starts the
+next round instead (section 4, "a known root").
+
+Contract: the committed path has the law of the target chain given the past, whatever the draft;
+the accepted nodes are returned bit for bit. Sun et al. (Theorem 2) show that no verifier of a
+drafted block commits more steps in expectation, node-by-node maximal coupling (RMC) included.
+A block of one node is a node coupling with RMC's acceptance 2 Phi(-delta/2), which is what
+`verify` and `acceptance` give (the auto planner's per-node model, a lower bound for longer chains).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .base import DELTA_FLOOR, RankOne, Verdict, Verifier, normal_sf
+from .dgrs import sample_residual
+from .rmc import ReflectionMaximalCoupling
+
+# p_eta below exp(-LOG_WEIGHT_FLOOR) gives r_eta = 0 in float64, so such an eta is never chosen; the
+# floor only keeps lambda = 1 / p_eta finite
+LOG_WEIGHT_FLOOR = 600.0
+
+
+@dataclass
+class BlockVerdict:
+    """The outcome of weighing one chain per row.
+
+    eta: (A,) the number of drafted nodes committed as they are.
+    u: (A,) float64, the residual draw's projection where eta < L_b (NaN elsewhere).
+    accept_prob: (A, L) float64, P(eta >= i | the drafted chain) for i = 1..L: the probability that
+        node i was committed, given everything drafted (NaN past a row's depth).
+    """
+
+    eta: torch.Tensor
+    u: torch.Tensor
+    accept_prob: torch.Tensor
+
+
+def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p_i and h_i for i = 0..L, both (A, L + 1) float64, from delta_i, u_i (A, L), i = 1..L.
+
+    Entries past a row's depth L_b (NaN inputs there) get h = 0, and h_{L_b} = p_{L_b}.
+    """
+    a, top = delta.shape
+    i = torch.arange(top + 1, device=delta.device)
+    same = ~(delta >= DELTA_FLOOR)  # P_i = Q_i to float64 precision (NaN past the depth too): rho_i = 1
+    log_rho = torch.where(same, 0.0, delta * u - 0.5 * delta**2)
+    log_p = torch.zeros((a, top + 1), dtype=torch.float64, device=delta.device)
+    for j in range(1, top + 1):
+        log_p[:, j] = (log_p[:, j - 1] + log_rho[:, j - 1]).clamp(max=0.0)
+    p = log_p.exp()
+    d_next = torch.where(same, 1.0, delta)  # delta_{i+1} for i = 0..L-1, a placeholder where it is 0
+    t = d_next / 2 - log_p[:, :top] / d_next
+    r = torch.where(same, 0.0, (p[:, :top] * normal_sf(t - d_next) - normal_sf(t)).clamp_min(0.0))
+    h = torch.where(log_p[:, :top] == 0, 1.0, r / (r - torch.expm1(log_p[:, :top])))
+    h = torch.cat([h, torch.zeros_like(h[:, :1])], 1)
+    last = depth[:, None] == i[None]
+    h = torch.where(last, p, torch.where(i[None] < depth[:, None], h, 0.0))
+    return log_p, h
+
+
+class BlockVerification(Verifier):
+    name = "block"
+    max_children = 1
+    verifies_blocks = True
+
+    def verify_block(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor,
+                     uniforms: torch.Tensor) -> BlockVerdict:
+        """delta, u: (A, L) float64, delta_i and u_i of each row's chain (NaN past its depth L_b);
+        uniforms (A, M), M >= L + 2, on [0, 1): columns 0..L are the coins U_i, the last one is the
+        residual's (so that a row's draws do not depend on the longest chain of its batch)."""
+        top = delta.shape[1]
+        log_p, h = block_weights(delta, u, depth)
+        coins = uniforms[:, :top + 1] < h
+        eta = top - coins.flip(1).int().argmax(1)  # the last i with U_i < h_i (h_0 = 1: always one)
+        # P(eta >= i) = 1 - prod_{j >= i} (1 - h_j): the coins are independent given the chain
+        survive = torch.flip(torch.cumprod(torch.flip(1 - h, [1]), 1), [1])
+        inside = torch.arange(1, top + 1, device=delta.device)[None] <= depth[:, None]
+        accept_prob = torch.where(inside, 1 - survive[:, 1:], float("nan"))
+        u_new = torch.full_like(depth, float("nan"), dtype=torch.float64)
+        cut = (eta < depth).nonzero().squeeze(1)
+        if cut.numel():
+            e = eta[cut]
+            lam = torch.exp(-log_p[cut, e].clamp_min(-LOG_WEIGHT_FLOOR))
+            u_new[cut] = sample_residual(delta[cut, e], lam, uniforms[cut, -1])
+        return BlockVerdict(eta=eta, u=u_new, accept_prob=accept_prob)
+
+    def _verify(self, red: RankOne, s, children, rng, rows) -> Verdict:
+        """A block of one node: accept x_1 with min(1, rho_1), else the residual (lambda = 1),
+        keeping z_perp of x_1 (eta depends on u_1 alone here)."""
+        one = torch.ones_like(red.delta, dtype=torch.long)
+        b = self.verify_block(red.delta[:, None], red.u, one, rng.uniform(rows, 3))
+        accept = b.eta == 1
+        u_new = torch.where(accept, red.u[:, 0], b.u)
+        sample = children[:, 0].clone()
+        rejected = (~accept).nonzero().squeeze(1)
+        if rejected.numel():
+            sample[rejected] = red.select(rejected).move(children[rejected, 0], red.u[rejected, 0], u_new[rejected],
+                                                         s[rejected])
+        return Verdict(kept=torch.where(accept, 0, -1), sample=sample, delta=red.delta,
+                       child_accept_prob=torch.exp((red.delta * red.u[:, 0] - 0.5 * red.delta**2).clamp(max=0.0))[:, None],
+                       accept_prob=self.acceptance(red.delta, 1))
+
+    def acceptance(self, delta, k=1):
+        return ReflectionMaximalCoupling().acceptance(delta, k)
