@@ -291,9 +291,9 @@ def headline(comp: C.Comparison) -> str:
         ratio = h["speedup_chain"] / h["speedup"]
         chain = f"The same chains verified node by node ({h['chain']})"
         if ratio > 1 + TIE:
-            text += (f" {chain} do better: **{h['speedup_chain']:.2f}×**. *With the frozen draft, the block's "
-                     "corrected draw starts the next round away from every evaluated node, so the next frozen output "
-                     "is stale: block verification pays with a draft network.*")
+            text += (f" {chain} do better: **{h['speedup_chain']:.2f}×**. *Block verification commits at least as "
+                     "many steps per round on average; with few samples, try another seed, or longer chains (it "
+                     "gains most where many nodes follow a rejection).*")
         elif ratio < 1 - TIE:
             text += f" {chain} do less well: **{h['speedup_chain']:.2f}×**; weighing the whole chain pays."
         else:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a CUDA machine, in one go: the GPU tests (pytest -m gpu), then the GPU section of
-# docs/benchmarks.md (fp16 digits and a CIFAR-10-sized UNet at batch 1 and 16: plain, chain, tree, auto).
+# docs/benchmarks.md (fp16 digits and a CIFAR-10-sized UNet at batch 1 and 16: plain, chain, block-verified
+# chain, tree, auto).
 # Needs the packages of requirements.txt (gradio and plotly excepted). With $OUT set (the device tool's
 # output folder) the logs and a fresh report holding the GPU section go there; else the section is
 # written into docs/benchmarks.md.

@@ -94,8 +94,12 @@ def _sample(args) -> int:
         samples, cost = result.samples.cpu().numpy(), result.cost
     else:
         indices = my_indices(state, config.num_samples)
-        result = problem.run(indices=indices)
-        gathered = gather(state, indices, result.samples, result.cost)
+        try:
+            result = problem.run(indices=indices)
+            gathered = gather(state, indices, result.samples, result.cost)
+        finally:
+            # every process leaves the group before it exits: a gloo thread that outlives it aborts
+            state.destroy_process_group()
         if gathered is None:
             return 0  # the main process writes the outputs
         samples, cost = gathered
@@ -139,7 +143,7 @@ def main(argv=None) -> int:
     b.add_argument("--trajectories", type=int, default=100, help="trajectories per gm512 cell (default %(default)s)")
     b.add_argument("--quick", action="store_true", help="a small smoke run (few cells, shorter runs)")
     b.add_argument("--sections", help="comma-separated sections to refresh (default: all): "
-                                      "gm512, prefetch, gm2d, auto, digits, quality, throughput, gpu")
+                                      "gm512, prefetch, gm2d, auto, digits, block, quality, throughput, gpu")
     b.set_defaults(func=_bench)
     args = parser.parse_args(argv)
     try:

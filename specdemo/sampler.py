@@ -459,12 +459,12 @@ class _Round:
 
     def walk_block(self):
         """Phase 3 under block verification (chains only): weigh every trajectory's whole chain,
-        then commit its first eta nodes and, where eta < L_b, the draw from the weighted residual
-        with a fresh orthogonal part (verifiers/block.py)."""
+        then commit its first eta nodes and, where eta < L_b, the draw from the weighted residual,
+        which keeps the orthogonal part of X_{eta+1} (verifiers/block.py says why that is exact)."""
         run, dev, count, top = self.run, self.run.device, self.count, self.top
         delta = torch.full((count, top), float("nan"), dtype=torch.float64, device=dev)
         u = torch.full_like(delta, float("nan"))
-        means = []  # (rows, step, mq, mp) per level, for the residual draw
+        levels = []  # (rows, step, mq, mp, child) per level, for the residual draw
         for level in range(top):
             a = (self.depth > level).nonzero().squeeze(1)
             self.cur[a] = level  # a chain's node at depth `level`
@@ -472,7 +472,7 @@ class _Round:
             _, step, mq, mp, kids, _ = self.examine(level, a)
             red = RankOne.reduce(mq, mp, run.scales[step], kids)
             delta[a, level], u[a, level] = red.delta, red.u[:, 0]
-            means.append((a, step, mq, mp))
+            levels.append((a, step, mq, mp, kids[:, 0]))
             leaf = self.depth[a] == level + 1
             self.y_new[a[leaf]] = kids[leaf, 0]  # kept if the whole chain is (eta = L_b)
         # as many uniforms as the topology's full depth needs, whatever the depths of the batch
@@ -482,14 +482,13 @@ class _Round:
         self.corrected = eta < self.depth
         self.end_depth = torch.where(self.corrected, eta + 1, self.depth)
         self.cur = eta.clone()
-        for level, (a, step, mq, mp) in enumerate(means):
+        for level, (a, step, mq, mp, child) in enumerate(levels):
             cut = (eta[a] == level) & self.corrected[a]
             if not cut.any():
                 continue
             rows, s = a[cut], run.scales[step[cut]]
-            fresh = mp[cut] + _rows(s.to(run.dtype), mp[cut]) * run.rng.normal(self.spec[rows], run.shape, run.dtype)
-            red = RankOne.reduce(mq[cut], mp[cut], s, fresh[:, None])
-            self.y_new[rows] = red.move(fresh, red.u[:, 0], verdict.u[rows], s)
+            red = RankOne.reduce(mq[cut], mp[cut], s, child[cut, None])
+            self.y_new[rows] = red.move(child[cut], red.u[:, 0], verdict.u[rows], s)
         rec = self.start_trace() if run.trace is not None else None
         for level in range(top):
             a = ((self.depth > level) & (eta >= level)).nonzero().squeeze(1)
@@ -573,8 +572,9 @@ class _Round:
         rec["corr_parent"][a_c[~ok]] = c_c[~ok]
 
     def record_block(self, rec, level, a, ok, delta, accept_prob):
-        """A block-verified chain: rows a reached `level`; ok: its child was committed. The nodes past
-        the first one not committed were weighed but are not on the path: shown unvisited."""
+        """A block-verified chain: rows a reached `level`; ok: its child was committed. Acceptance is
+        P(eta >= level + 1 | the drafted chain). The nodes past the first one not committed were
+        weighed but are not on the path: shown unvisited."""
         a_c, ok_c, node = a.cpu(), ok.cpu(), level + 1
         rec["delta"][a_c, level] = delta.cpu()
         rec["node_acc"][a_c, level] = accept_prob.cpu()

@@ -111,8 +111,9 @@ class RoundTrace:
     states (A, M + 1, *shape) or None; status (A, M + 1) codes of STATUS_NAMES;
     evaluated (A, M + 1) bool: the target was called there; delta (A, M + 1) at verified nodes
     (NaN elsewhere); node_accept_prob (A, M + 1) the verifier's closed-form acceptance at verified
-    nodes; child_accept_prob (A, M + 1): the probability each examined child was accepted with;
-    committed_steps (A,).
+    nodes; child_accept_prob (A, M + 1): the probability each examined child was accepted with
+    (under block verification both hold P(eta >= i | the drafted chain) at node i and its parent:
+    the chain is weighed as a whole); committed_steps (A,).
     """
 
     round: int

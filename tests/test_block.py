@@ -96,3 +96,37 @@ def test_block_beats_rmc_with_a_draft_network():
                         draft=NetworkDraft(wrong.network(kernel)), verifier=verifier, seed=5)
         speedups[verifier.name] = result.cost.speedup
     assert speedups["block"] > 1.04 * speedups["rmc"], speedups
+
+
+@pytest.mark.parametrize("p,delta", [(1.0, 0.3), (0.6, 0.3), (0.2, 1.0), (1e-3, 2.0), (0.9, 5.0)])
+def test_residual_mass_by_quadrature(p, delta):
+    """r_1 = integral of (p_1 P_2 - Q_2)_+, read back from the coin h_1 = r_1 / (r_1 + 1 - p_1) of a
+    chain whose first node has weight p_1 = p, against numerical integration along e."""
+    from scipy import integrate, stats
+
+    u1 = (math.log(p) + 0.5) / 1.0 if p < 1 else 5.0  # delta_1 = 1: log rho_1 = u_1 - 1/2 = log p
+    d = torch.tensor([[1.0, delta]], dtype=torch.float64)
+    log_p, h = block_weights(d, torch.tensor([[u1, 0.0]], dtype=torch.float64), torch.tensor([2]))
+    assert float(log_p[0, 1].exp()) == pytest.approx(p, rel=1e-12)
+    r, _ = integrate.quad(lambda x: max(p * stats.norm.pdf(x - delta) - stats.norm.pdf(x), 0.0), -12, 20 + delta,
+                          points=[delta / 2 - math.log(p) / delta], epsabs=1e-14, limit=200)
+    expected = 1.0 if p == 1 else r / (r + 1 - p)
+    assert float(h[0, 1]) == pytest.approx(expected, rel=1e-7, abs=1e-14)
+
+
+@pytest.mark.parametrize("u1", [-1.0, 0.2, 1.5])
+def test_stopping_depends_on_the_next_node_through_its_projection_alone(u1):
+    """The lemma behind keeping z_perp of X_{eta+1} in the corrected draw: P(eta = 0 | X_1) = 1 - p_1,
+    whatever the nodes below X_1 (here their deltas vary from chain to chain, as the target and draft
+    means at X_1 would)."""
+    n, length = 200_000, 5
+    g = torch.Generator().manual_seed(6)
+    delta = 0.2 + 1.5 * torch.rand(n, length, generator=g, dtype=torch.float64)
+    delta[:, 0] = 0.8
+    u = torch.randn(n, length, generator=g, dtype=torch.float64)
+    u[:, 0] = u1
+    verdict = BlockVerification().verify_block(delta, u, torch.full((n,), length),
+                                               torch.rand(n, length + 2, generator=g, dtype=torch.float64))
+    p1 = min(1.0, math.exp(0.8 * u1 - 0.32))
+    freq = (verdict.eta == 0).double().mean().item()
+    assert abs(freq - (1 - p1)) <= 4 * math.sqrt(max(p1 * (1 - p1), 1e-12) / n)

@@ -23,7 +23,7 @@ def test_same_seed_same_samples_on_cuda():
     assert a.samples.device.type == "cuda" and torch.equal(a.samples, b.samples)
 
 
-@pytest.mark.parametrize("tree,verifier", [("1x4", "rmc"), ("3,2,2", "dgrs"), ("3,2,2", "rank")])
+@pytest.mark.parametrize("tree,verifier", [("1x4", "rmc"), ("1x6", "block"), ("3,2,2", "dgrs"), ("3,2,2", "rank")])
 def test_exact_on_cuda(tree, verifier):
     base = dict(model="gm16", steps=40, num_samples=10_000, device="cuda")
     plain = build(SamplerConfig(**base, method="target", seed=1)).run(keep_steps=[20])

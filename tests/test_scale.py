@@ -10,6 +10,8 @@ import torch
 
 from specdemo import SamplerConfig, build
 
+from .helpers import free_port
+
 BASE = dict(model="gm2d", steps=30, method="tree", tree="3,2", verifier="dgrs", num_samples=24, seed=5, device="cpu")
 
 
@@ -35,7 +37,7 @@ def cli(*args, launcher=()):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [*launcher, "-m", "specdemo", "sample", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[:3000] + "\n...\n" + done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -44,7 +46,7 @@ def test_two_processes_match_one(tmp_path):
             "--seed", "5"]
     one = cli(*args, "--out", str(tmp_path / "one.npz"), launcher=[sys.executable])
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517"]
+                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port())]
     two = cli(*args, "--out", str(tmp_path / "two.npz"), launcher=accelerate)
     assert two["processes"] == 2 and one["processes"] == 1
     a, b = np.load(tmp_path / "one.npz")["samples"], np.load(tmp_path / "two.npz")["samples"]

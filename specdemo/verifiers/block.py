@@ -16,11 +16,15 @@ as a whole:
 
 X_1..X_eta are committed bit for bit; when eta < L, so is a draw from the weighted residual
 (p_eta P_{eta+1} - Q_{eta+1})_+ / r_eta. Along e its density is proportional to
-(phi(u - delta) - lambda phi(u))_+ with lambda = 1 / p_eta, the D-GRS residual (dgrs.py), and its
-orthogonal part is fresh: eta depends on the whole drafted subtree of X_{eta+1}, so the z_perp of
-that child is not independent of it, unlike in a node-by-node coupling. When eta = L the round ends
-at the leaf: Sun et al.'s extra draw from P_{L+1} needs the leaf's target output, which starts the
-next round instead (section 4, "a known root").
+(phi(u - delta) - lambda phi(u))_+ with lambda = 1 / p_eta, the D-GRS residual (dgrs.py), and it
+keeps the orthogonal part z_perp of X_{eta+1}, as RMC's reflection does, so that it stays next to
+that evaluated node (whose output nearest-sibling prefetch freezes for the next round). That is
+exact although eta looks at the whole chain: since E[p_{i+1} | X_1..X_i] = p_i - r_i, backward
+induction from h_L = p_L gives E[prod_{j > i} (1 - h_j) | X_1..X_{i+1}] = 1 - p_{i+1}, so
+P(eta = i | X_1..X_{i+1}) = h_i (1 - p_{i+1}) depends on X_{i+1} through u_{i+1} alone, and given
+eta = i the z_perp of X_{i+1} is still N(0, I) and independent of u. When eta = L the round ends at
+the leaf: Sun et al.'s extra draw from P_{L+1} needs the leaf's target output, which starts the next
+round instead (section 4, "a known root").
 
 Contract: the committed path has the law of the target chain given the past, whatever the draft;
 the accepted nodes are returned bit for bit. Sun et al. (Theorem 2) show that no verifier of a
@@ -110,7 +114,7 @@ class BlockVerification(Verifier):
 
     def _verify(self, red: RankOne, s, children, rng, rows) -> Verdict:
         """A block of one node: accept x_1 with min(1, rho_1), else the residual (lambda = 1),
-        keeping z_perp of x_1 (eta depends on u_1 alone here)."""
+        keeping z_perp of x_1."""
         one = torch.ones_like(red.delta, dtype=torch.long)
         b = self.verify_block(red.delta[:, None], red.u, one, rng.uniform(rows, 3))
         accept = b.eta == 1
