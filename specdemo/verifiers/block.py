@@ -27,8 +27,8 @@ the leaf: Sun et al.'s extra draw from P_{L+1} needs the leaf's target output, w
 round instead (section 4, "a known root").
 
 Contract: the committed path has the law of the target chain given the past, whatever the draft;
-the accepted nodes are returned bit for bit. Sun et al. (Theorem 2) show that no verifier of a
-drafted block commits more steps in expectation, node-by-node maximal coupling (RMC) included.
+the accepted nodes are returned bit for bit. Sun et al. show that no valid verifier of a drafted
+block accepts more of it in expectation, node-by-node maximal coupling (RMC) included.
 A block of one node is a node coupling with RMC's acceptance 2 Phi(-delta/2), which is what
 `verify` and `acceptance` give (the auto planner's per-node model, a lower bound for longer chains).
 """
