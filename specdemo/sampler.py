@@ -464,15 +464,16 @@ class _Round:
         run, dev, count, top = self.run, self.run.device, self.count, self.top
         delta = torch.full((count, top), float("nan"), dtype=torch.float64, device=dev)
         u = torch.full_like(delta, float("nan"))
-        levels = []  # (rows, step, mq, mp, child) per level, for the residual draw
+        levels = []  # (rows, scale, reduction, child) per level, for the residual draw
         for level in range(top):
             a = (self.depth > level).nonzero().squeeze(1)
             self.cur[a] = level  # a chain's node at depth `level`
-            self.path[a, level] = level + 1
+            self.path[a, level] = level + 1  # the drafted chain: commit() reads it up to the last kept node
             _, step, mq, mp, kids, _ = self.examine(level, a)
-            red = RankOne.reduce(mq, mp, run.scales[step], kids)
+            s = run.scales[step]
+            red = RankOne.reduce(mq, mp, s, kids)
             delta[a, level], u[a, level] = red.delta, red.u[:, 0]
-            levels.append((a, step, mq, mp, kids[:, 0]))
+            levels.append((a, s, red, kids[:, 0]))
             leaf = self.depth[a] == level + 1
             self.y_new[a[leaf]] = kids[leaf, 0]  # kept if the whole chain is (eta = L_b)
         # as many uniforms as the topology's full depth needs, whatever the depths of the batch
@@ -482,13 +483,10 @@ class _Round:
         self.corrected = eta < self.depth
         self.end_depth = torch.where(self.corrected, eta + 1, self.depth)
         self.cur = eta.clone()
-        for level, (a, step, mq, mp, child) in enumerate(levels):
-            cut = (eta[a] == level) & self.corrected[a]
-            if not cut.any():
-                continue
-            rows, s = a[cut], run.scales[step[cut]]
-            red = RankOne.reduce(mq[cut], mp[cut], s, child[cut, None])
-            self.y_new[rows] = red.move(child[cut], red.u[:, 0], verdict.u[rows], s)
+        for level, (a, s, red, child) in enumerate(levels):
+            cut = ((eta[a] == level) & self.corrected[a]).nonzero().squeeze(1)
+            if cut.numel():
+                self.y_new[a[cut]] = red.select(cut).move(child[cut], red.u[cut, 0], verdict.u[a[cut]], s[cut])
         rec = self.start_trace() if run.trace is not None else None
         for level in range(top):
             a = ((self.depth > level) & (eta >= level)).nonzero().squeeze(1)
