@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .pipeline import SamplerConfig, build
-from .trees import Topology
+from .trees import Topology, TopologyPlan
 
 # the draft-tree authors' own code on gm512 (algorithms.md section 5): (verifier, K, L, leaves) -> speedup
 AUTHORS = {
@@ -45,6 +45,7 @@ def run_cell(config: SamplerConfig, repeats: int = 1) -> dict:
     summary["wall_ms_per_sample"] = 1e3 * summary["wall_s"] / config.num_samples
     summary["non_target_fraction"] = statistics.median(1 - c.target_s / c.wall_s for c in runs)
     summary["rows_per_round"] = problem.tree.rows_per_round(config.prefetch == "leaves") if problem.tree.widths else 1
+    summary["planned_calls"] = problem.tree.expected_calls if isinstance(problem.tree, TopologyPlan) else None
     return summary
 
 
@@ -226,9 +227,9 @@ def _delta_by_step(problem, samples: int = 8) -> list[tuple[int, float]]:
 
 
 def image_rows(model: str, steps: int, samples: int, device: str, configs, class_label: int | None = 3,
-               repeats: int = 1) -> list[str]:
-    """Markdown cells (from the method on) per configuration, each against the plain sampler run
-    first, all in one process."""
+               repeats: int = 1) -> list[tuple[str, dict]]:
+    """Markdown cells (from the method on) and the run's summary per configuration, each against the
+    plain sampler run first, all in one process."""
     rows, plain = [], None
     for name, extra in configs:
         cfg = SamplerConfig(model=model, steps=steps, num_samples=samples, device=device, seed=0,
@@ -236,9 +237,15 @@ def image_rows(model: str, steps: int, samples: int, device: str, configs, class
         s = run_cell(cfg, repeats)
         plain = plain or s
         acceptance = "" if s["acceptance"] is None else f"{s['acceptance']:.3f}"
-        rows.append(f"{name} | {s['speedup']:.2f} | {s['target_calls']} | {s['rows_per_call']:.1f} | {acceptance} | "
-                    f"{s['wall_s']:.2f} | {plain['wall_s'] / s['wall_s']:.2f}x | {s['non_target_fraction']:.0%} |")
+        rows.append((f"{name} | {s['speedup']:.2f} | {s['target_calls']} | {s['rows_per_call']:.1f} | {acceptance} | "
+                     f"{s['wall_s']:.2f} | {plain['wall_s'] / s['wall_s']:.2f}x | {s['non_target_fraction']:.0%} |", s))
     return rows
+
+
+def _planned_gain(tree: dict, chain: dict) -> str:
+    """What the planner, which picks the best tree shape within the rows by its model, expected."""
+    return (f"the planner expected {100 * (chain['planned_calls'] / tree['planned_calls'] - 1):+.0f}%: "
+            f"{tree['planned_calls']:.1f} against {chain['planned_calls']:.1f} calls per trajectory")
 
 
 DIGITS_CONFIGS = [
@@ -268,19 +275,21 @@ def section_digits(trajectories: int, quick: bool, report: Path) -> str:
              "wall-clock; on a GPU (section below) a call of a few rows costs about as much as one row.", "",
              "| steps | samples | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain | not in target call |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    speedups = {}
+    speedups, runs = {}, {}
     for steps in ((100,) if quick else (100, 1000)):
         rows = image_rows("digits", steps, samples[steps], "cpu", DIGITS_CONFIGS)
-        lines += [f"| {steps} | {samples[steps]} | {row}" for row in rows]
-        speedups[steps] = {name: float(row.split(" | ")[1]) for (name, _), row in zip(DIGITS_CONFIGS, rows)}
+        lines += [f"| {steps} | {samples[steps]} | {row}" for row, _ in rows]
+        runs[steps] = {name: summary for (name, _), (_, summary) in zip(DIGITS_CONFIGS, rows)}
+        speedups[steps] = {name: round(summary["speedup"], 2) for name, summary in runs[steps].items()}
     lines.append("")
     for steps, by_name in speedups.items():
         best = max(by_name, key=by_name.get)
         lines.append(f"- {steps} steps: best {by_name[best]:.2f}x ({best}).")
         for budget in (16, 48):
-            chain, tree = (by_name[f"auto {m} ({budget} rows), freeze auto"] for m in ("chain", "tree"))
-            lines.append(f"  At {budget} target rows per round, auto tree {tree:.2f}x against auto chain {chain:.2f}x "
-                         f"({100 * (tree / chain - 1):+.0f}%).")
+            chain, tree = (f"auto {m} ({budget} rows), freeze auto" for m in ("chain", "tree"))
+            lines.append(f"  At {budget} target rows per round, auto tree {by_name[tree]:.2f}x against auto chain "
+                         f"{by_name[chain]:.2f}x ({100 * (by_name[tree] / by_name[chain] - 1):+.0f}%), where "
+                         f"{_planned_gain(runs[steps][tree], runs[steps][chain])}.")
     problem = build(SamplerConfig(model="digits", steps=100, class_label=3, device="cpu"))
     deltas = _delta_by_step(problem)
     lines += ["", "Delta of the frozen draft (freeze out) at the root's children, by step (100 DDPM steps, median "
@@ -314,15 +323,18 @@ def section_block(trajectories: int, quick: bool) -> str:
     lines = ["Block verification (`--verifier block`, Sun et al. 2024) weighs a drafted chain as a whole and "
              "commits its longest prefix that an exact coupling of the whole block allows; node-by-node RMC stops at "
              "the first rejected node. Same chains, same drafts, each pair in one process. The embedded digits "
-             "UNet, class 3, as in the digits section; auto rows are planned with each verifier's per-node acceptance "
-             "(RMC's for block verification, which commits more: the plan is conservative there).", "",
+             "UNet, class 3, as in the digits section; auto rows are planned per verifier: node by node with each "
+             "verifier's per-node acceptance, block-verified chains with the distribution of eta that the pilot's "
+             "deltas give (specdemo/trees/auto.py). Planned calls: the planner's expected target calls per "
+             "trajectory, against the measured ones in the target calls column.", "",
              "| steps | samples | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain | "
              "not in target call |", "|---|---|---|---|---|---|---|---|---|---|"]
-    speedups = {}
+    speedups, runs = {}, {}
     for steps, count in samples.items():
         rows = image_rows("digits", steps, count, "cpu", BLOCK_CONFIGS)
-        lines += [f"| {steps} | {count} | {row}" for row in rows]
-        speedups[steps] = {name: float(row.split(" | ")[1]) for (name, _), row in zip(BLOCK_CONFIGS, rows)}
+        lines += [f"| {steps} | {count} | {row}" for row, _ in rows]
+        runs[steps] = {name: summary for (name, _), (_, summary) in zip(BLOCK_CONFIGS, rows)}
+        speedups[steps] = {name: round(summary["speedup"], 2) for name, summary in runs[steps].items()}
     lines.append("")
     for steps, by_name in speedups.items():
         pairs = [(name[:-len(", rmc")], by_name[name], by_name[name[:-len("rmc")] + "block"])
@@ -330,11 +342,15 @@ def section_block(trajectories: int, quick: bool) -> str:
         lines.append(f"- {steps} steps, block against RMC: " + "; ".join(
             f"{name} {block:.2f}x vs {rmc:.2f}x ({100 * (block / rmc - 1):+.0f}%)" for name, rmc, block in pairs) + ".")
         for budget in (16, 48):
-            tree, rmc, block = (by_name[f"digits-draft network, auto {m} ({budget} rows), {v}"]
+            tree, rmc, block = (f"digits-draft network, auto {m} ({budget} rows), {v}"
                                 for m, v in (("tree", "rank"), ("chain", "rmc"), ("chain", "block")))
-            lines.append(f"  At {budget} target rows per round (digits-draft network): auto tree {tree:.2f}x, "
-                         f"{100 * (tree / rmc - 1):+.0f}% against the auto chain verified node by node ({rmc:.2f}x) "
-                         f"and {100 * (tree / block - 1):+.0f}% against the block-verified one ({block:.2f}x).")
+            planned = runs[steps][block]["planned_calls"]
+            lines.append(f"  At {budget} target rows per round (digits-draft network): auto tree {by_name[tree]:.2f}x: "
+                         f"{100 * (by_name[tree] / by_name[rmc] - 1):+.0f}% against the auto chain verified node by node "
+                         f"({by_name[rmc]:.2f}x; {_planned_gain(runs[steps][tree], runs[steps][rmc])}) and "
+                         f"{100 * (by_name[tree] / by_name[block] - 1):+.0f}% against the block-verified one "
+                         f"({by_name[block]:.2f}x; {runs[steps][block]['target_calls_per_sample']:.1f} calls per trajectory, "
+                         f"{planned:.1f} planned).")
     gm = {v: run_cell(SamplerConfig(model="gm512", method="chain", tree="1x5", verifier=v, num_samples=trajectories,
                                     device="cpu")) for v in ("rmc", "block")}
     lines.append(
@@ -379,7 +395,7 @@ def section_gpu(trajectories: int, quick: bool) -> str:
         for name, model, label in (("digits", "digits", 3), ("CIFAR-10-sized random UNet", cifar, None)):
             for batch in (1, 16):
                 rows = image_rows(model, 100, batch, "cuda", configs, class_label=label, repeats=3)
-                lines += [f"| {name} | {batch} | {row}" for row in rows]
+                lines += [f"| {name} | {batch} | {row}" for row, _ in rows]
     return "\n".join(lines)
 
 

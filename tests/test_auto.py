@@ -98,13 +98,15 @@ def test_auto_needs_a_budget():
         build(SamplerConfig(model="gm2d", method="tree", tree="auto", device="cpu"))
 
 
-def test_a_planned_run_is_exact():
+@pytest.mark.parametrize("method,verifier", [("tree", "rank"), ("chain", "block")])
+def test_a_planned_run_is_exact(method, verifier):
     base = dict(model="gm2d", steps=40, num_samples=10_000, device="cpu")
     plain = build(SamplerConfig(**base, method="target", seed=1)).run(keep_steps=[20])
-    problem = build(SamplerConfig(**base, method="tree", tree="auto", budget=12, verifier="rank", freeze="auto",
+    problem = build(SamplerConfig(**base, method=method, tree="auto", budget=12, verifier=verifier, freeze="auto",
                                   prefetch="auto", draft_bias=1.0, seed=2))
     leaves = problem.tree.leaves[:39]  # the stochastic steps
     assert any(leaves) and not all(leaves)  # leaves evaluated at some steps only
+    assert method == "tree" or all(t.is_chain for t in problem.tree.topologies)
     auto = problem.run(keep_steps=[20])
     assert min_pvalue_bonferroni(auto.samples, plain.samples) > 1e-3
     assert min_pvalue_bonferroni(auto.states[20], plain.states[20]) > 1e-3

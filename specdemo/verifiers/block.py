@@ -30,7 +30,7 @@ Contract: the committed path has the law of the target chain given the past, wha
 the accepted nodes are returned bit for bit. Sun et al. show that no valid verifier of a drafted
 block accepts more of it in expectation, node-by-node maximal coupling (RMC) included.
 A block of one node is a node coupling with RMC's acceptance 2 Phi(-delta/2), which is what
-`verify` and `acceptance` give (the auto planner's per-node model, a lower bound for longer chains).
+`verify` and `acceptance` give; the auto planner models whole blocks (trees/auto.py).
 """
 
 from __future__ import annotations
