@@ -38,7 +38,7 @@ every L. For a chain truncated at L the weights h_0..h_{L-1} do not change and h
 P(eta = j | L) = E[h_j prod_{j < i < L} (1 - h_i) (1 - p_L)] for j < L and E[p_L] for j = L.
 The pilot is verified node by node, so its deltas at depth d come from chains whose first d - 1
 levels were accepted, and depths are drawn independently: the plan's expected calls were within
-5% of the measured ones on the digits model (docs/benchmarks.md, block section).
+6% of the measured ones on the digits model (docs/benchmarks.md, block section).
 """
 
 from __future__ import annotations
