@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from specdemo.drafts import NetworkDraft
-from specdemo.pipeline import SamplerConfig, build
 from specdemo.kernels import DDPMKernel, default_ddpm_scheduler
+from specdemo.pipeline import SamplerConfig, build
 from specdemo.sampler import sample
 from specdemo.targets import GaussianMixture, gm2d
 from specdemo.trees import Topology

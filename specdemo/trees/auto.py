@@ -150,12 +150,12 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
         plans = []
         for known in (0, 1):
             first_exact = known and exact_known_root
-            level_accept = lambda d: exact if first_exact and d == 1 else accept(n + d - 1, d)
             if verifier.verifies_blocks:
                 longest = min(horizon, budget + known)  # a chain of L nodes has L - k rows, and a leaf row
                 stops = block_stops(n, longest, first_exact)
                 after, widths, leaves = _best_block_chain(stops, calls[n:], budget - 1 + known, leaf_options)
             else:
+                level_accept = lambda d: exact if first_exact and d == 1 else accept(n + d - 1, d)
                 after, widths, leaves = _best_round(level_accept, calls[n:], horizon, budget - 1 + known, leaf_options)
             options = [(1 + after, widths, leaves)]
             if first_exact and False in leaf_options:
