@@ -6,6 +6,7 @@ Each section writes between markers in the report, so `--sections` can refresh o
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import platform
 import re
@@ -18,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .pipeline import SamplerConfig, build
+from .pipeline import SamplerConfig, build, plan
 from .trees import Topology, TopologyPlan
+from .verifiers import get_verifier
 
 # the draft-tree authors' own code on gm512 (algorithms.md section 5): (verifier, K, L, leaves) -> speedup
 AUTHORS = {
@@ -361,6 +363,53 @@ def section_block(trajectories: int, quick: bool) -> str:
     return "\n".join(lines)
 
 
+EQUAL_ROWS_DRAFTS = (("frozen, freeze auto", {"freeze": "auto"}), ("digits-draft network", NETWORK))
+
+
+def _mean_and_error(calls: np.ndarray) -> tuple[float, float]:
+    return float(calls.mean()), float(calls.std(ddof=1) / len(calls) ** 0.5)
+
+
+def section_equal_rows(trajectories: int, quick: bool, report: Path) -> str:
+    """Auto trees (rank-aware) against auto chains (RMC) at equal target rows per round: the
+    planner's expected margin by budget, and the measured one at the largest budget."""
+    import plotly.graph_objects as go
+
+    samples = {100: 8} if quick else {100: 64, 1000: 32}
+    budgets = (8, 16) if quick else (8, 16, 32, 48, 64, 96)
+    top = budgets[-1]
+    lines = ["The embedded digits UNet, class 3. For each rows budget R the planner (specdemo/trees/auto.py) picks "
+             "the best chain (RMC) and the best tree of widths up to 8 (rank-aware) that use at most R target rows a "
+             "round, from one pilot's deltas (16 trajectories); the margin is the chain's expected target calls per "
+             "trajectory over the tree's, minus one. At the largest budget both plans are also run (same pilot, "
+             "same seed): measured margin in calls per trajectory, with its standard error from the per-trajectory "
+             "calls.", "",
+             "| steps | draft | " + " | ".join(f"{b} rows" for b in budgets) + f" | measured at {top} rows |",
+             "|---|---|" + "---|" * (len(budgets) + 1)]
+    fig = go.Figure()
+    for steps, count in samples.items():
+        for name, extra in EQUAL_ROWS_DRAFTS:
+            cfg = SamplerConfig(model="digits", steps=steps, num_samples=count, device="cpu", seed=0, class_label=3,
+                                method="tree", tree="auto", budget=top, verifier="rank", pilot_samples=16, **extra)
+            tree = build(cfg)
+            # the chain's pilot would be the same run (pilots are RMC chains with their own seed)
+            chain = replace(tree, config=replace(cfg, method="chain", verifier="rmc"), verifier=get_verifier("rmc"))
+            margins = [plan(chain, b).expected_calls / plan(tree, b).expected_calls - 1 for b in budgets]
+            chain.tree = plan(chain, top)
+            (c, c_err), (t, t_err) = (_mean_and_error(p.run().cost.calls_per_trajectory) for p in (chain, tree))
+            error = c / t * math.hypot(c_err / c, t_err / t)
+            lines.append(f"| {steps} | {name} | " + " | ".join(f"{100 * m:+.0f}%" for m in margins) +
+                         f" | {100 * (c / t - 1):+.0f}% ± {100 * error:.0f}% ({c:.1f} against {t:.1f} calls) |")
+            fig.add_scatter(x=budgets, y=[100 * m for m in margins], mode="lines+markers",
+                            name=f"{steps} steps, {name}")
+    fig.add_hline(y=8, line_dash="dot", annotation_text="8%")
+    fig.update_layout(title="digits: planned tree (rank) over chain (RMC) margin at equal rows",
+                      template="plotly_white", xaxis=dict(title="target rows per round"),
+                      yaxis=dict(title="chain calls / tree calls - 1 (%)"))
+    lines += ["", _plot(fig, "digits_equal_rows", report)]
+    return "\n".join(lines)
+
+
 def cifar_sized_unet(folder: Path) -> str:
     """A random UNet2DModel of google/ddpm-cifar10-32's size, saved as a pipeline folder."""
     from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
@@ -557,13 +606,14 @@ SECTIONS = {
     "auto": ("Beyond the papers: auto topology and per-step freezing on gm512", section_auto),
     "digits": ("The embedded digits model on CPU", section_digits),
     "block": ("Beyond the papers: block verification of chains", section_block),
+    "equal_rows": ("Trees against chains at equal target rows", section_equal_rows),
     "quality": ("The embedded digits model: quality", section_quality),
     "throughput": ("Continuous batching", section_throughput),
     "gpu": ("GPU", section_gpu),
 }
 
 
-WITH_PLOTS = {"auto", "digits", "quality"}
+WITH_PLOTS = {"auto", "digits", "equal_rows", "quality"}
 
 
 def _header() -> str:

@@ -19,7 +19,7 @@ from .models import KERNEL_NAMES, DiffusersTarget, Target, resolve_target
 from .parallel import process_state
 from .sampler import SampleResult, sample
 from .trace import Cost
-from .trees import Topology
+from .trees import Topology, TopologyPlan
 from .trees.auto import DeltaStats, plan_topology
 from .verifiers import VERIFIERS, Verifier, get_verifier
 
@@ -90,6 +90,7 @@ class Problem:
     device: torch.device
     cond: dict
     pilot: Cost | None = None  # the pilot run of an auto topology (calibration, not part of the run)
+    stats: DeltaStats | None = None  # the pilot's deltas, which an auto topology is planned from
 
     def run(self, indices=None, **kwargs) -> SampleResult:
         """Sample every trajectory, or only trajectories `indices` (a process's share)."""
@@ -191,15 +192,24 @@ def calibrate(problem: Problem) -> None:
         problem.pilot = _add_costs(out[1], x0[1])
     elif auto_tree:
         stats, problem.pilot = _pilot(problem, problem.draft)
-    frozen = problem.draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
     if c.draft_bias:
         problem.draft = BiasedDraft(problem.draft, c.draft_bias)
     if auto_tree:
-        problem.tree = plan_topology(stats, problem.verifier, c.budget, problem.kernel.stochastic_run_lengths(),
-                                     max_width=1 if c.method == "chain" else 8,
-                                     leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
-                                     exact_known_root=frozen and not c.draft_bias, warm_up=frozen)
+        problem.stats = stats
+        problem.tree = plan(problem, c.budget)
     problem.draft.check(problem.kernel)
+
+
+def plan(problem: Problem, budget: int) -> TopologyPlan:
+    """The auto topology of the problem's verifier and method for `budget` target rows a round,
+    planned from the pilot's deltas (problem.stats): chains for method chain, trees of widths up
+    to 8 otherwise."""
+    c = problem.config
+    frozen = problem.draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
+    return plan_topology(problem.stats, problem.verifier, budget, problem.kernel.stochastic_run_lengths(),
+                         max_width=1 if c.method == "chain" else 8,
+                         leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
+                         exact_known_root=frozen and not c.draft_bias, warm_up=frozen)
 
 
 def _pilot(problem: Problem, draft: Draft) -> tuple[DeltaStats, Cost]:

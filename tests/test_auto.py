@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from specdemo import SamplerConfig, build
+from specdemo.pipeline import plan
 from specdemo import figures as F
 from specdemo.errors import SpecdemoError
 from specdemo.trace import ACCEPTED
@@ -59,6 +60,15 @@ def test_dynamic_programme_matches_brute_force(budget, seed, leaf_options):
     assert calls_after(widths, leaves, accept, calls_ahead) == pytest.approx(value, abs=1e-12)
 
 
+@pytest.mark.parametrize("leaf_options", [(False,), (True,), (False, True)])
+def test_ties_go_to_the_narrower_tree(leaf_options):
+    accept = lambda d: (0.5,) * 4  # a wider level keeps no more: width only costs rows
+    unknown = np.linspace(20, 5, 6)
+    calls_ahead = np.stack([unknown, unknown - 1], 1)
+    value, widths, leaves = _best_round(accept, calls_ahead, 5, 30, leaf_options)
+    assert set(widths) == {1} and value == pytest.approx(brute_force(accept, calls_ahead, 5, 30, 4, leaf_options))
+
+
 def test_auto_plans_every_step_within_the_budget():
     problem = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="auto", budget=15, verifier="dgrs",
                                   num_samples=8, device="cpu"))
@@ -69,6 +79,17 @@ def test_auto_plans_every_step_within_the_budget():
     assert not any(plan.leaves + plan.known_leaves)  # prefetch nearest: leaves never evaluated
     assert problem.pilot is not None and problem.pilot.target_calls > 0
     assert 0 < plan.expected_calls < 40
+
+
+def test_replanning_from_the_pilot_reproduces_the_plan_and_more_rows_never_cost_calls():
+    problem = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="auto", budget=6, verifier="rank",
+                                  num_samples=8, device="cpu"))
+    again = plan(problem, 6)
+    assert again.trees == problem.tree.trees and again.known_trees == problem.tree.known_trees
+    assert again.expected_calls == problem.tree.expected_calls
+    wider = plan(problem, 20)  # every plan within 6 rows is within 20: the best is no worse
+    assert wider.expected_calls <= again.expected_calls and max(t.rows_per_round() for t in wider.trees) > 6
+    assert max(t.rows_per_round() for t in wider.trees) <= 20
 
 
 def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_plan():

@@ -177,27 +177,73 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
 def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf_options: tuple[bool, ...]):
     """min over widths (and leaf evaluation) of sum_d P(stop at d) V(n + d, .) for a round rooted
     at n: C(1, 1, budget) of the module docstring. accept(d)[w - 1] = a_d(w); calls_ahead[j] =
-    V(n + j, .). Returns (expected calls after the round, widths, leaves evaluated)."""
+    V(n + j, .). Returns (expected calls after the round, widths, leaves evaluated).
 
-    @lru_cache(maxsize=None)
-    def value(d: int, m: int, rows: int) -> tuple[float, tuple[int, ...], bool]:
-        rejected = calls_ahead[d, 0]
-        best = (rejected, (1,), False) if False in leaf_options else (math.inf, (), False)
-        for w, a in enumerate(accept(d), start=1):
-            if m * w > rows:
-                break  # this level's nodes would be evaluated (as leaves or internal nodes): no room
-            options = [(calls_ahead[d, 1], (), True)] if True in leaf_options else []
-            if d < horizon:
-                options.append(value(d + 1, m * w, rows - m * w))
-            for after, tail, leaves in options:
-                if after == math.inf:
-                    continue
-                total = a * after + (1 - a) * rejected
-                if total < best[0] - 1e-12:  # ties go to the narrower, shallower tree (fewer rows)
-                    best = (total, (w, *tail), leaves)
-        return best
+    C(d, m, B) is computed level by level from the deepest, for every node count m (a product of
+    widths) and every rows-left B at once; options are, in this order, a single leaf left
+    unevaluated, then for w = 1, 2, ...: w children as evaluated leaves, or w children and the
+    levels below. Ties within 1e-12 go to the first: the narrower, shallower tree."""
+    widths = _width_options(len(accept(1)), budget)
+    counts, index, fits = widths.counts, widths.index, widths.fits
+    horizon = min(horizon, budget + 1)  # every level but an unevaluated last one takes a row
+    below = np.full(fits.shape[1:], math.inf)  # C(d + 1, m, B)
+    choices = []
+    for d in range(horizon, 0, -1):
+        rejected, a = calls_ahead[d, 0], np.asarray(accept(d))[:, None, None]
+        afters = ([np.full(fits.shape, calls_ahead[d, 1])] if True in leaf_options else []) + [
+            below[index[:, :, None], widths.left] if d < horizon else np.full(fits.shape, math.inf)]
+        by_width = []
+        for after in afters:  # (w, m, B)
+            ok = fits & (after < math.inf)
+            by_width.append(np.where(ok, a * np.where(ok, after, 0.0) + (1 - a) * rejected, math.inf))
+        first = np.full((1, *below.shape), rejected if False in leaf_options else math.inf)
+        options = np.concatenate([first, np.stack(by_width, 1).reshape(-1, *below.shape)])
+        best = options.min(0)
+        choices.append(np.argmax(options <= best + 1e-12, 0))  # the first within 1e-12 of the best
+        below = best
+    value = float(below[0, budget])  # C(1, 1, budget): counts[0] = 1
+    if value == math.inf:
+        return math.inf, (), False
+    # follow the choices from the root: option k > 0 is width (k - 1) // per_width + 1
+    per_width = 1 + (True in leaf_options)
+    chosen, m, rows = [], 0, budget
+    for choice in reversed(choices):
+        k = int(choice[m, rows])
+        if k == 0:
+            return value, (*chosen, 1), False
+        w, leaf_stop = (k - 1) // per_width + 1, per_width == 2 and (k - 1) % 2 == 0
+        chosen.append(w)
+        if leaf_stop:
+            return value, tuple(chosen), True
+        rows -= counts[m] * w
+        m = int(index[w - 1, m])
+    raise AssertionError("a plan deeper than its horizon")
 
-    return value(1, 1, budget)
+
+@dataclass(frozen=True)
+class _WidthOptions:
+    """For node counts m (every product of widths up to the rows) and widths w: counts[i] = m,
+    index[w - 1, i] = the position of m w in counts, fits[w - 1, i, B] = m w <= B, left[w - 1, i, B]
+    = B - m w (0 where it does not fit)."""
+
+    counts: np.ndarray
+    index: np.ndarray
+    fits: np.ndarray
+    left: np.ndarray
+
+
+@lru_cache(maxsize=None)
+def _width_options(max_width: int, budget: int) -> _WidthOptions:
+    counts, frontier = {1}, {1}
+    while frontier:
+        frontier = {m * w for m in frontier for w in range(2, max_width + 1) if m * w <= budget} - counts
+        counts |= frontier
+    counts = np.array(sorted(counts))
+    position = {int(m): i for i, m in enumerate(counts)}
+    children = np.arange(1, max_width + 1)[:, None] * counts[None, :]  # (w, m)
+    index = np.vectorize(lambda c: position.get(int(c), 0), otypes=[np.int64])(children)
+    left = np.arange(budget + 1)[None, None, :] - children[:, :, None]
+    return _WidthOptions(counts, index, left >= 0, np.maximum(left, 0))
 
 
 def block_stop_probabilities(delta: torch.Tensor, u: torch.Tensor) -> np.ndarray:
