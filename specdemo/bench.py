@@ -383,7 +383,7 @@ def section_equal_rows(trajectories: int, quick: bool, report: Path) -> str:
              "round, from one pilot's deltas (16 trajectories); the margin is the chain's expected target calls per "
              "trajectory over the tree's, minus one. At the largest budget both plans are also run (same pilot, "
              "same seed): measured margin in calls per trajectory, with its standard error from the per-trajectory "
-             "calls.", "",
+             "calls (as for independent runs; the two share their seeds, so it is if anything too large).", "",
              "| steps | draft | " + " | ".join(f"{b} rows" for b in budgets) + f" | measured at {top} rows |",
              "|---|---|" + "---|" * (len(budgets) + 1)]
     fig = go.Figure()

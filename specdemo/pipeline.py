@@ -202,8 +202,10 @@ def calibrate(problem: Problem) -> None:
 
 def plan(problem: Problem, budget: int) -> TopologyPlan:
     """The auto topology of the problem's verifier and method for `budget` target rows a round,
-    planned from the pilot's deltas (problem.stats): chains for method chain, trees of widths up
-    to 8 otherwise."""
+    planned from the pilot's deltas (problem.stats): chains for method chain or a verifier of
+    blocks, trees of widths up to 8 (or the verifier's limit) otherwise."""
+    if problem.stats is None:
+        raise SpecdemoError("planning needs the pilot's deltas: build the problem with tree auto and a budget")
     c = problem.config
     frozen = problem.draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
     return plan_topology(problem.stats, problem.verifier, budget, problem.kernel.stochastic_run_lengths(),

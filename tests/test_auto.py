@@ -90,6 +90,9 @@ def test_replanning_from_the_pilot_reproduces_the_plan_and_more_rows_never_cost_
     wider = plan(problem, 20)  # every plan within 6 rows is within 20: the best is no worse
     assert wider.expected_calls <= again.expected_calls and max(t.rows_per_round() for t in wider.trees) > 6
     assert max(t.rows_per_round() for t in wider.trees) <= 20
+    fixed = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="2,2", num_samples=8, device="cpu"))
+    with pytest.raises(SpecdemoError, match="pilot's deltas"):
+        plan(fixed, 6)
 
 
 def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_plan():

@@ -10,6 +10,7 @@ import torch
 from specdemo import STATUS_NAMES, SamplerConfig, SpecdemoError, build
 from specdemo import compare as C
 from specdemo import figures as F
+from specdemo.trees import MAX_DEPTH
 from .helpers import tiny_pipeline_folder
 
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
@@ -61,7 +62,8 @@ def test_matched_chain_and_method():
     assert C.matched_chain("3,2,1", 100) == "1x10"
     assert C.matched_chain("2x5", 100) == "1x31"
     assert C.matched_chain("4x4", 30) == "1x30"  # capped at the stochastic steps
-    assert C.matched_chain("4x4", 1000) == "1x64"  # and at the deepest topology allowed
+    assert C.matched_chain("4x4", 1000) == "1x85"
+    assert C.matched_chain("4x5", 1000) == f"1x{MAX_DEPTH}"  # and at the deepest topology allowed
     assert C.matched_chain("2,1", 100, evaluate_leaves=True) == "1x5"
     assert C.speculative_method("1x5") == "chain" and C.speculative_method("3,2,1") == "tree"
     with pytest.raises(SpecdemoError, match="cannot read tree"):

@@ -182,7 +182,7 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
     C(d, m, B) is computed level by level from the deepest, for every node count m (a product of
     widths) and every rows-left B at once; options are, in this order, a single leaf left
     unevaluated, then for w = 1, 2, ...: w children as evaluated leaves, or w children and the
-    levels below. Ties within 1e-12 go to the first: the narrower, shallower tree."""
+    levels below. Ties within 1e-12 go to the first option in that order."""
     widths = _width_options(len(accept(1)), budget)
     counts, index, fits = widths.counts, widths.index, widths.fits
     horizon = min(horizon, budget + 1)  # every level but an unevaluated last one takes a row
@@ -199,7 +199,7 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
         first = np.full((1, *below.shape), rejected if False in leaf_options else math.inf)
         options = np.concatenate([first, np.stack(by_width, 1).reshape(-1, *below.shape)])
         best = options.min(0)
-        choices.append(np.argmax(options <= best + 1e-12, 0))  # the first within 1e-12 of the best
+        choices.append(np.argmax(options <= best + 1e-12, 0).astype(np.int8))  # the first within 1e-12 of the best
         below = best
     value = float(below[0, budget])  # C(1, 1, budget): counts[0] = 1
     if value == math.inf:
@@ -223,8 +223,8 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
 @dataclass(frozen=True)
 class _WidthOptions:
     """For node counts m (every product of widths up to the rows) and widths w: counts[i] = m,
-    index[w - 1, i] = the position of m w in counts, fits[w - 1, i, B] = m w <= B, left[w - 1, i, B]
-    = B - m w (0 where it does not fit)."""
+    index[w - 1, i] = the position of m w in counts (0 where m w is over the rows), fits[w - 1, i, B]
+    = m w <= B, left[w - 1, i, B] = B - m w (0 where it does not fit)."""
 
     counts: np.ndarray
     index: np.ndarray
