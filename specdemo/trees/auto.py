@@ -183,15 +183,15 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
     widths) and every rows-left B at once; options are, in this order, a single leaf left
     unevaluated, then for w = 1, 2, ...: w children as evaluated leaves, or w children and the
     levels below. Ties within 1e-12 go to the first option in that order."""
-    widths = _width_options(len(accept(1)), budget)
-    counts, index, fits = widths.counts, widths.index, widths.fits
+    grid = _width_options(len(accept(1)), budget)
+    counts, index, fits = grid.counts, grid.index, grid.fits
     horizon = min(horizon, budget + 1)  # every level but an unevaluated last one takes a row
     below = np.full(fits.shape[1:], math.inf)  # C(d + 1, m, B)
     choices = []
     for d in range(horizon, 0, -1):
         rejected, a = calls_ahead[d, 0], np.asarray(accept(d))[:, None, None]
         afters = ([np.full(fits.shape, calls_ahead[d, 1])] if True in leaf_options else []) + [
-            below[index[:, :, None], widths.left] if d < horizon else np.full(fits.shape, math.inf)]
+            below[index[:, :, None], grid.left] if d < horizon else np.full(fits.shape, math.inf)]
         by_width = []
         for after in afters:  # (w, m, B)
             ok = fits & (after < math.inf)
