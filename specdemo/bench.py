@@ -394,8 +394,9 @@ def section_equal_rows(trajectories: int, quick: bool, report: Path) -> str:
             tree = build(cfg)
             # the chain's pilot would be the same run (pilots are RMC chains with their own seed)
             chain = replace(tree, config=replace(cfg, method="chain", verifier="rmc"), verifier=get_verifier("rmc"))
-            margins = [plan(chain, b).expected_calls / plan(tree, b).expected_calls - 1 for b in budgets]
-            chain.tree = plan(chain, top)
+            plans = [(plan(chain, b), tree.tree if b == top else plan(tree, b)) for b in budgets]
+            margins = [c.expected_calls / t.expected_calls - 1 for c, t in plans]
+            chain.tree = plans[-1][0]
             (c, c_err), (t, t_err) = (_mean_and_error(p.run().cost.calls_per_trajectory) for p in (chain, tree))
             error = c / t * math.hypot(c_err / c, t_err / t)
             lines.append(f"| {steps} | {name} | " + " | ".join(f"{100 * m:+.0f}%" for m in margins) +
