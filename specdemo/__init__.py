@@ -14,9 +14,9 @@ from .drafts import BiasedDraft, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .models import KERNEL_NAMES, MODEL_HELP, Target, resolve_target
 from .pipeline import METHODS, Problem, SamplerConfig, build, generate
-from .sampler import SampleResult, sample
+from .sampling import SampleResult, sample
 from .targets import PRESETS, GaussianMixture
-from .trace import STATUS_NAMES, Cost, RoundTrace
+from .sampling import STATUS_NAMES, Cost, RoundTrace
 from .trees import TOPOLOGY_HELP, Topology
 from .verifiers import VERIFIERS, GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling, get_verifier
 

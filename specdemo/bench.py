@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .pipeline import SamplerConfig, build, plan
+from .calibration import plan
+from .pipeline import SamplerConfig, build
 from .trees import Topology, TopologyPlan
 from .verifiers import get_verifier
 
@@ -46,7 +47,7 @@ def run_cell(config: SamplerConfig, repeats: int = 1) -> dict:
     summary["target_s"] = statistics.median(c.target_s for c in runs)
     summary["wall_ms_per_sample"] = 1e3 * summary["wall_s"] / config.num_samples
     summary["non_target_fraction"] = statistics.median(1 - c.target_s / c.wall_s for c in runs)
-    summary["rows_per_round"] = problem.tree.rows_per_round(config.prefetch == "leaves") if problem.tree.widths else 1
+    summary["rows_per_round"] = problem.tree.rows_per_round(problem.config.prefetch == "leaves") if problem.tree.widths else 1
     summary["planned_calls"] = problem.tree.expected_calls if isinstance(problem.tree, TopologyPlan) else None
     return summary
 
@@ -552,13 +553,13 @@ def section_throughput(trajectories: int, quick: bool) -> str:
     problem = build(SamplerConfig(model="gm512", method="tree", tree="auto", budget=85, verifier="rank", freeze="auto",
                                   num_samples=total, device="cpu"))
     for slots in (total, total // 4, total // 16):
-        problem.config = replace(problem.config, max_batch=slots)
+        problem = replace(problem, config=replace(problem.config, max_batch=slots))
         costs = [problem.run().cost]
         kind = "continuous"
         if slots < total:
             lines.append(_throughput_row(slots, kind, costs, total))
             # the same slots as fixed batches, one after another: each waits for its slowest trajectory
-            problem.config = replace(problem.config, max_batch=None)
+            problem = replace(problem, config=replace(problem.config, max_batch=None))
             costs = [problem.run(indices=range(i, i + slots)).cost for i in range(0, total, slots)]
             kind = "fixed batches, one after another"
         lines.append(_throughput_row(slots, kind if slots < total else "one batch", costs, total))
@@ -586,8 +587,7 @@ def section_quality(trajectories: int, quick: bool, report: Path) -> str:
     problem = build(SamplerConfig(model="digits", steps=100, method="target", num_samples=per_class * NUM_CLASSES,
                                   device="cpu"))
     labels = torch.arange(NUM_CLASSES).repeat_interleave(per_class)
-    problem.cond = {"class_labels": labels}
-    predicted = classifier.predict(problem.run().samples)
+    predicted = classifier.predict(replace(problem, cond={"class_labels": labels}).run().samples)
     right = (predicted == labels).float()
     per_digit = right.view(NUM_CLASSES, per_class).mean(1)
     lines.append("| read as asked | " + " | ".join(f"{a:.0%}" for a in per_digit.tolist()) + f" | {right.mean():.1%} |")

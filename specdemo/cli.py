@@ -14,14 +14,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .drafts import FREEZE, PREFETCH
+from .drafts import FREEZE
 from .errors import SpecdemoError
 from .images import save_grid
 from .models import KERNEL_NAMES
 from .parallel import gather, launched_by_torchrun, my_indices, process_state
-from .pipeline import METHODS, SamplerConfig, build
+from .pipeline import METHODS, OBJECTIVES, SamplerConfig, build
+from .sampling import PREFETCH
 from .targets.presets import PRESETS
-from .trees import TOPOLOGY_HELP
+from .trees import TOPOLOGY_HELP, TopologyPlan
 from .verifiers import VERIFIERS
 
 
@@ -46,27 +47,37 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
                    help="what an analytic mixture's network predicts under ddpm/ddim (default %(default)s)")
     p.add_argument("--method", default=d.method, choices=METHODS,
                    help="plain target sampling, a chain or a tree (default %(default)s)")
-    p.add_argument("--tree", metavar="WIDTHS", help=f"topology: {TOPOLOGY_HELP}; or auto, planned per step for "
-                                                    "--budget rows (default: 1x5 chain, 2x5 tree)")
+    p.add_argument("--tree", metavar="WIDTHS", help=f"topology: {TOPOLOGY_HELP}; or auto, planned per step "
+                                                    "(default: 1x5 chain, 2x5 tree)")
     p.add_argument("--budget", type=int, metavar="R",
-                   help="with --tree auto: target rows per round; a pilot run measures delta, then a dynamic "
-                        "programme picks the widths of every step")
+                   help="with --tree auto: at most R target rows per round; a pilot run measures delta, then a "
+                        "dynamic programme picks the widths of every step (default: the fastest measured on the "
+                        "device, 16 on a CPU)")
+    p.add_argument("--objective", default=d.objective, choices=OBJECTIVES,
+                   help="with --tree auto: minimise the expected wall-clock (time; a call's cost by its rows is "
+                        "measured on the device) or the expected target calls (calls) (default %(default)s)")
     p.add_argument("--verifier", choices=tuple(VERIFIERS),
                    help="rmc or block (chains only; block weighs the whole chain at once), dgrs or rank "
-                        "(default: rmc for a chain, dgrs for a tree)")
+                        "(default: rmc for a chain, dgrs for a tree, block for --tree auto)")
     p.add_argument("--draft", default=d.draft,
                    help="frozen (the training-free frozen target), or a draft network for an image model: "
                         "digits-draft, a folder or a Hub id (default %(default)s)")
-    p.add_argument("--freeze", default=d.freeze, choices=FREEZE,
+    p.add_argument("--freeze", choices=FREEZE,
                    help="freeze the network output (out), the denoised estimate x0-hat (x0), or choose per step "
-                        "from pilot runs (auto) (default %(default)s)")
+                        "from pilot runs (auto) (default: out; auto with --tree auto)")
     p.add_argument("--draft-bias", type=float, default=d.draft_bias, metavar="B",
                    help="shift the draft mean by B times the step's scale along a fixed direction; "
                         "samples stay exact (default %(default)s)")
-    p.add_argument("--prefetch", default=d.prefetch, choices=PREFETCH,
+    p.add_argument("--prefetch", choices=tuple(PREFETCH),
                    help="frozen output that starts a round: nearest sibling, parent, none (re-evaluate the root), "
                         "leaves (evaluate leaves too), or auto (nearest, leaves evaluated at the steps where "
-                        "--tree auto plans it) (default %(default)s)")
+                        "--tree auto plans it) (default: nearest; auto with --tree auto)")
+    p.add_argument("--pilot-samples", type=int, default=d.pilot_samples, metavar="P",
+                   help="trajectories of the pilot runs that plan --tree auto and --freeze auto (default %(default)s)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="where plans are kept between runs, or off (default: $SPECDEMO_CACHE, else "
+                        "~/.cache/specdemo)")
+    p.add_argument("--replan", action="store_true", help="run the pilots and plan again, even if a plan is cached")
     p.add_argument("--num-samples", type=int, default=d.num_samples, metavar="M", help="(default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="same seed, same device: same samples (default %(default)s)")
     p.add_argument("--max-batch", type=int, metavar="B",
@@ -82,20 +93,21 @@ def _sample(args) -> int:
         model=args.model, kernel=args.kernel, steps=args.steps, eta=args.eta, churn=args.churn, gamma=args.gamma,
         prediction=args.prediction, method=args.method, tree=args.tree, verifier=args.verifier, draft=args.draft,
         freeze=args.freeze, draft_bias=args.draft_bias, prefetch=args.prefetch, budget=args.budget,
-        num_samples=args.num_samples, max_batch=args.max_batch,
-        seed=args.seed, device=args.device, class_label=args.class_label,
+        objective=args.objective, pilot_samples=args.pilot_samples, num_samples=args.num_samples,
+        max_batch=args.max_batch, seed=args.seed, device=args.device, class_label=args.class_label,
+        cache_dir=args.cache_dir, replan=args.replan,
     )
     if args.trace and launched_by_torchrun():
         raise SpecdemoError("--trace is for single-process runs; leave it out under accelerate launch")
     problem = build(config)
     state = process_state()
     if state is None:
-        result = problem.run(trace=args.trace is not None, trace_states=False)
+        result = problem.run(trace=args.trace is not None, trace_states=False, with_pilot=True)
         samples, cost = result.samples.cpu().numpy(), result.cost
     else:
         indices = my_indices(state, config.num_samples)
         try:
-            result = problem.run(indices=indices)
+            result = problem.run(indices=indices, with_pilot=True)
             gathered = gather(state, indices, result.samples, result.cost)
         finally:
             # every process leaves the group before it exits: a gloo thread that outlives it aborts
@@ -103,19 +115,23 @@ def _sample(args) -> int:
         if gathered is None:
             return 0  # the main process writes the outputs
         samples, cost = gathered
-    summary = {**cost.summary(), "model": config.model, "kernel": problem.kernel.name,
-               "tree": str(problem.tree), "verifier": problem.verifier.name if problem.verifier else None,
-               "device": str(problem.device), "seed": config.seed, "processes": state.num_processes if state else 1}
-    if problem.pilot is not None:
-        summary["pilot_target_calls"] = problem.pilot.target_calls
+    plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
+    c = problem.config
+    summary = {**cost.summary(), "model": c.model, "kernel": problem.kernel.name, "tree": str(problem.tree),
+               "verifier": problem.verifier.name if problem.verifier else None, "freeze": c.freeze,
+               "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective if plan else None,
+               "plan_source": problem.plan_source, "plan_cached": problem.plan_source in ("cache", "shipped")
+               if problem.plan_source else None, "planned_calls": plan.expected_calls if plan else None,
+               "planned_s": plan.expected_s if plan else None, "device": str(problem.device), "seed": c.seed,
+               "processes": state.num_processes if state else 1}
     if args.out:
-        np.savez(args.out, samples=samples, config=json.dumps(config.to_dict()), cost=json.dumps(summary))
+        np.savez(args.out, samples=samples, config=json.dumps(c.to_dict()), cost=json.dumps(summary))
     if args.grid:
         if samples.ndim != 4:
             raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {samples.shape[1:]}")
         save_grid(torch.from_numpy(samples), args.grid)
     if args.trace:
-        Path(args.trace).write_text(json.dumps({"config": config.to_dict(), "cost": summary,
+        Path(args.trace).write_text(json.dumps({"config": c.to_dict(), "cost": summary,
                                                 "rounds": [r.to_json() for r in result.trace]}))
     print(json.dumps(summary, allow_nan=False))
     return 0

@@ -20,13 +20,13 @@ import torch
 from .errors import SpecdemoError
 from .models import EMBEDDED, Target, resolve_target
 from .pipeline import Problem, SamplerConfig, build
-from .sampler import SampleResult
+from .sampling import SampleResult
 from .targets import GaussianMixture
 from .targets.presets import PRESETS
-from .trace import Cost, RoundTrace
+from .sampling import Cost, RoundTrace
 from .trees import Topology, TopologyPlan
 from .trees.topology import MAX_DEPTH
-from .verifiers import get_verifier
+from .verifiers import ChainVerifier, get_verifier
 
 VERIFIER_LABELS = {"rmc": "RMC", "dgrs": "D-GRS", "rank": "rank-aware", "block": "block", None: ""}
 
@@ -285,6 +285,7 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
         progress(0.0, f"pilot run of {config.pilot_samples} trajectories: planning the "
                       + ("topology" if is_auto(config.tree) else "frozen draft"))
     problem = build(config, target)
+    config = problem.config  # every default resolved
     kind = target_kind(target)
     steps = problem.kernel.num_steps
     stochastic = int((problem.kernel.scales > 0).sum())
@@ -300,7 +301,7 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
                                                 verifier=get_verifier("rmc"))))
             else:
                 others.append(("chain", build(chain_cfg, target)))
-        elif problem.verifier.verifies_blocks:
+        elif isinstance(problem.verifier, ChainVerifier):
             # the same chains (the same plan) verified node by node: what weighing the block gains
             others.append(("chain", replace(problem, config=replace(config, verifier="rmc"),
                                             verifier=get_verifier("rmc"))))

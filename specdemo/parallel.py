@@ -12,7 +12,7 @@ import os
 import numpy as np
 import torch
 
-from .trace import Cost
+from .sampling import Cost
 
 
 def launched_by_torchrun() -> bool:

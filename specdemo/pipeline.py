@@ -8,32 +8,37 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
-import numpy as np
 import torch
-from scipy.special import ndtr
 
-from .drafts import FREEZE, PREFETCH, BiasedDraft, Draft, FrozenDraft, NetworkDraft
+from .calibration import calibrate
+from .drafts import FREEZE, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .kernels import Kernel
 from .models import KERNEL_NAMES, DiffusersTarget, Target, resolve_target
 from .parallel import process_state
-from .sampler import SampleResult, sample
-from .trace import Cost
+from .sampling import PREFETCH, Cost, SampleResult, sample
 from .trees import Topology, TopologyPlan
-from .trees.auto import DeltaStats, plan_topology
+from .trees.auto import DeltaStats
+from .trees.cost_model import CostModel
 from .verifiers import VERIFIERS, Verifier, get_verifier
 
 METHODS = ("target", "chain", "tree")
+OBJECTIVES = ("time", "calls")
 DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
 DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
 MAX_SAMPLES = 100_000
-PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
-LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
+# What --tree auto alone uses, by device (a model may override it in Target.defaults["auto"]): the
+# settings the latency benchmark found fastest (docs/benchmarks.md, section "latency").
+AUTO_DEFAULTS = {
+    "cpu": {"freeze": "auto", "prefetch": "auto", "verifier": "block", "budget": 16},
+    "cuda": {"freeze": "auto", "prefetch": "auto", "verifier": "block", "budget": 64},
+}
 
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """Everything that defines a run. None means "the model's default" (see Target.defaults)."""
+    """Everything that defines a run. None means "the default": the model's (Target.defaults), and
+    for --tree auto the fastest settings measured on the device (AUTO_DEFAULTS)."""
 
     model: str = "digits"
     kernel: str | None = None
@@ -46,16 +51,19 @@ class SamplerConfig:
     tree: str | None = None
     verifier: str | None = None
     draft: str = "frozen"
-    freeze: str = "out"
+    freeze: str | None = None
     draft_bias: float = 0.0
-    prefetch: str = "nearest"
+    prefetch: str | None = None
     budget: int | None = None
+    objective: str = "time"
     pilot_samples: int = 32
     num_samples: int = 16
     max_batch: int | None = None
     seed: int = 0
     device: str = "auto"
     class_label: int | None = None
+    cache_dir: str | None = None  # where plans are kept ("off": nowhere); default $SPECDEMO_CACHE or the user cache
+    replan: bool = False  # pilot and plan again, even if the cache holds this setting
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -76,29 +84,47 @@ class SamplerConfig:
                        prefetch="nearest" if self.prefetch == "auto" and not planned else self.prefetch)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Problem:
-    """A resolved configuration: what `sample` is called with."""
+    """A resolved configuration: what `sample` is called with. Built by `build`; calibration (pilots,
+    plans) returns a new Problem. tree is None only between the two, for --tree auto."""
 
     config: SamplerConfig
     target: Target
     kernel: Kernel
     network: object
-    tree: Topology
+    tree: Topology | TopologyPlan | None
     draft: Draft | None
     verifier: Verifier | None
     device: torch.device
     cond: dict
-    pilot: Cost | None = None  # the pilot run of an auto topology (calibration, not part of the run)
+    pilot: Cost | None = None  # the pilot runs, when this build ran them (not part of the run's cost)
     stats: DeltaStats | None = None  # the pilot's deltas, which an auto topology is planned from
+    cost_model: CostModel | None = None  # what a round costs, for the time objective
+    plan_source: str | None = None  # "pilot", "cache" or "shipped", for calibrated settings
+    calibration_s: float = 0.0  # pilots, cost measurement and planning, when this build ran them
 
-    def run(self, indices=None, **kwargs) -> SampleResult:
-        """Sample every trajectory, or only trajectories `indices` (a process's share)."""
+    @property
+    def slots(self) -> int:
+        """Trajectories in flight at once."""
+        return min(self.config.max_batch or self.config.num_samples, self.config.num_samples)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32
+
+    def run(self, indices=None, *, with_pilot: bool = False, **kwargs) -> SampleResult:
+        """Sample every trajectory, or only trajectories `indices` (a process's share). with_pilot:
+        charge this build's pilot runs to the run's cost (pilot_calls, pilot_s, speedup_total)."""
         num = self.config.num_samples if indices is None else len(indices)
         cond = self.cond if indices is None else {k: v[list(indices)] for k, v in self.cond.items()}
-        return sample(self.network, self.kernel, self.target.shape, num, tree=self.tree, draft=self.draft,
-                      verifier=self.verifier, seed=self.config.seed, indices=indices, cond=cond, device=self.device,
-                      max_batch=self.config.max_batch, **kwargs)
+        result = sample(self.network, self.kernel, self.target.shape, num, tree=self.tree, draft=self.draft,
+                        verifier=self.verifier, prefetch=self.config.prefetch, seed=self.config.seed,
+                        indices=indices, cond=cond, device=self.device, dtype=self.dtype,
+                        max_batch=self.config.max_batch, **kwargs)
+        if with_pilot and self.pilot is not None:
+            result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s
+        return result
 
 
 def resolve_device(name: str) -> torch.device:
@@ -119,12 +145,35 @@ def _choice(value, accepted, what):
         raise SpecdemoError(f"unknown {what} {value!r}; accepted: {', '.join(accepted)}")
 
 
+def resolve(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> SamplerConfig:
+    """The configuration with every default filled in: for --tree auto the fastest settings measured
+    on this device, elsewhere the network output frozen, nearest-sibling prefetch, RMC for chains and
+    D-GRS for trees."""
+    c = config
+    if c.method == "target":
+        return replace(c, freeze=c.freeze or "out", prefetch=c.prefetch or "nearest")
+    auto = (c.tree or "").strip().lower() == "auto"
+    frozen = c.draft == "frozen"
+    best = {**AUTO_DEFAULTS[device.type], **target.defaults.get("auto", {})} if auto else {}
+    freeze = c.freeze or (best.get("freeze", "out") if frozen else "out")
+    if c.freeze is None and freeze != "out" and not kernel.has_denoised:
+        freeze = "out"  # the kernel has no x0-hat (Langevin)
+    return replace(c, tree="auto" if auto else c.tree, freeze=freeze,
+                   prefetch=c.prefetch or (best.get("prefetch", "nearest") if frozen else "nearest"),
+                   verifier=c.verifier or best.get("verifier", DEFAULT_VERIFIERS[c.method]),
+                   budget=c.budget if c.budget is not None else best.get("budget"))
+
+
 def build(config: SamplerConfig, target: Target | None = None) -> Problem:
-    """Resolve and check a configuration; every refusal names the problem and what is accepted."""
+    """Resolve and check a configuration, then calibrate it (pilots and plans, or the plan cache);
+    every refusal names the problem and what is accepted."""
     c = config
     _choice(c.method, METHODS, "method")
-    _choice(c.freeze, FREEZE, "freeze")
-    _choice(c.prefetch, PREFETCH, "prefetch")
+    _choice(c.objective, OBJECTIVES, "objective")
+    if c.freeze is not None:
+        _choice(c.freeze, FREEZE, "freeze")
+    if c.prefetch is not None:
+        _choice(c.prefetch, tuple(PREFETCH), "prefetch")
     for name in ("eta", "draft_bias") + tuple(n for n in ("churn", "gamma") if getattr(c, n) is not None):
         if not math.isfinite(getattr(c, name)):
             raise SpecdemoError(f"{name} must be a finite number, got {getattr(c, name)}")
@@ -142,17 +191,20 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
                            gamma=c.gamma if c.gamma is not None else defaults.get("gamma", 0.01),
                            prediction=c.prediction)
     device = resolve_device(c.device)
+    c = resolve(c, target, kernel, device)
 
     if c.method == "target":
         tree, draft, verifier = Topology(()), None, None
     else:
-        auto = (c.tree or "").strip().lower() == "auto"
+        auto = c.tree == "auto"
+        if auto and (c.budget is None or c.budget < 1):
+            raise SpecdemoError("--tree auto needs a rows budget of at least 1 (--budget R: the target rows a round "
+                                "may use)")
         tree = None if auto else Topology.parse(c.tree or DEFAULT_TREES[c.method])
         if c.method == "chain" and tree is not None and not tree.is_chain:
             raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
-        verifier_name = c.verifier or DEFAULT_VERIFIERS[c.method]
-        _choice(verifier_name, tuple(VERIFIERS), "verifier")
-        verifier = get_verifier(verifier_name)
+        _choice(c.verifier, tuple(VERIFIERS), "verifier")
+        verifier = get_verifier(c.verifier)
         draft = build_draft(c, target, kernel, device)
 
     cond = {}
@@ -164,89 +216,13 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
     elif c.class_label is not None:
         raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")
     problem = Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
-    if c.method != "target":
-        calibrate(problem)
-    return problem
-
-
-def calibrate(problem: Problem) -> None:
-    """What needs pilot runs: --freeze auto (a per-step choice between freezing the output and
-    x0-hat) and --tree auto (widths planned per step, specdemo.trees.auto). Pilots are chains
-    with their own seeds; their cost is kept in problem.pilot, apart from the run's."""
-    c = problem.config
-    auto_tree, auto_freeze = problem.tree is None, isinstance(problem.draft, FrozenDraft) and c.freeze == "auto"
-    if auto_tree and (c.budget is None or c.budget < 1):
-        raise SpecdemoError("--tree auto needs --budget R: the target rows a round may use (R >= 1)")
-    if c.prefetch == "auto" and not auto_tree:
-        raise SpecdemoError(f"--prefetch auto lets the planner choose leaf evaluation per step, which needs --tree auto; "
-                            f"with tree {problem.tree} use {', '.join(p for p in PREFETCH if p != 'auto')}")
-    if auto_freeze:
-        if not problem.kernel.has_denoised:
-            raise SpecdemoError(f"--freeze auto chooses between the output and x0-hat, which the {problem.kernel.name} "
-                                "kernel has not; use --freeze out")
-        out, x0 = (_pilot(problem, FrozenDraft(mode, c.prefetch)) for mode in ("out", "x0"))
-        x0_steps = tuple(_mean_acceptance(x0[0], m) > _mean_acceptance(out[0], m) for m in range(problem.kernel.num_steps))
-        problem.draft = FrozenDraft("auto", c.prefetch, x0_steps)
-        stats = DeltaStats({k: v for k, v in out[0].deltas.items() if not x0_steps[k[0]]}
-                           | {k: v for k, v in x0[0].deltas.items() if x0_steps[k[0]]}, problem.kernel.num_steps)
-        problem.pilot = _add_costs(out[1], x0[1])
-    elif auto_tree:
-        stats, problem.pilot = _pilot(problem, problem.draft)
-    if c.draft_bias:
-        problem.draft = BiasedDraft(problem.draft, c.draft_bias)
-    if auto_tree:
-        problem.stats = stats
-        problem.tree = plan(problem, c.budget)
-    problem.draft.check(problem.kernel)
-
-
-def plan(problem: Problem, budget: int) -> TopologyPlan:
-    """The auto topology of the problem's verifier and method for `budget` target rows a round,
-    planned from the pilot's deltas (problem.stats): chains for method chain or a verifier of
-    blocks, trees of widths up to 8 (or the verifier's limit) otherwise."""
-    if problem.stats is None:
-        raise SpecdemoError("planning needs the pilot's deltas: build the problem with tree auto and a budget")
-    c = problem.config
-    frozen = problem.draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
-    return plan_topology(problem.stats, problem.verifier, budget, problem.kernel.stochastic_run_lengths(),
-                         max_width=1 if c.method == "chain" else 8,
-                         leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
-                         exact_known_root=frozen and not c.draft_bias, warm_up=frozen)
-
-
-def _pilot(problem: Problem, draft: Draft) -> tuple[DeltaStats, Cost]:
-    """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain.
-    PILOT_DEPTH, not the deepest level a plan may reach: a chain's deep levels are reached only by
-    the trajectories whose draft fits best, so their deltas flatter the wider trees a plan builds
-    (on gm512, a pilot as deep as the horizon, 28, planned trees 2% slower than a pilot of 12)."""
-    c = problem.config
-    if c.draft_bias:
-        draft = BiasedDraft(draft, c.draft_bias)
-    depth = max(1, min(PILOT_DEPTH, int(problem.kernel.stochastic_run_lengths().max())))
-    pilot = sample(problem.network, problem.kernel, problem.target.shape, c.pilot_samples, tree=Topology.chain(depth),
-                   draft=draft, verifier=get_verifier("rmc"), seed=c.seed + PILOT_SEED_OFFSET,
-                   cond={k: v[:1].expand(c.pilot_samples, *v.shape[1:]) for k, v in problem.cond.items()},
-                   device=problem.device, trace=True, trace_states=False)
-    return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
-
-
-def _mean_acceptance(stats: DeltaStats, step: int) -> float:
-    """Mean single-child acceptance 2 Phi(-delta/2) of the nodes verified at `step`, all depths."""
-    deltas = [v for (s, _), vals in stats.deltas.items() if s == step for v in vals]
-    return float(np.mean(2 * ndtr(-np.asarray(deltas) / 2))) if deltas else 0.0
-
-
-def _add_costs(a: Cost, b: Cost) -> Cost:
-    return Cost(method="pilot", steps=a.steps, stochastic_steps=a.stochastic_steps,
-                calls_per_trajectory=a.calls_per_trajectory + b.calls_per_trajectory,
-                counted_calls=a.counted_calls + b.counted_calls, rows_per_trajectory=a.rows_per_trajectory + b.rows_per_trajectory,
-                target_calls=a.target_calls + b.target_calls, wall_s=a.wall_s + b.wall_s, target_s=a.target_s + b.target_s)
+    return problem if c.method == "target" else calibrate(problem)
 
 
 def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> Draft:
     """"frozen", or a draft model (an embedded name, a folder or a Hub id) for a diffusers target."""
     if config.draft == "frozen":
-        return FrozenDraft(config.freeze, config.prefetch)
+        return FrozenDraft(config.freeze)
     if not isinstance(target, DiffusersTarget):
         raise SpecdemoError(f"{target.name} takes only the frozen draft; got draft {config.draft!r}")
     draft_target = resolve_target(config.draft)
@@ -259,6 +235,7 @@ def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: t
 
 
 def generate(config: SamplerConfig, **kwargs) -> tuple[SampleResult, Problem]:
-    """Build and run; kwargs go to `sample` (trace, keep_steps, callback)."""
+    """Build and run; kwargs go to `sample` (trace, keep_steps, callback). The run's cost counts the
+    pilot runs when the build ran them (not for a plan from the cache)."""
     problem = build(config)
-    return problem.run(**kwargs), problem
+    return problem.run(with_pilot=True, **kwargs), problem

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from specdemo import SamplerConfig, build
-from specdemo.pipeline import plan
+from specdemo.calibration import plan
+from specdemo.pipeline import AUTO_DEFAULTS
 from specdemo import figures as F
 from specdemo.errors import SpecdemoError
-from specdemo.trace import ACCEPTED
+from specdemo.sampling import ACCEPTED
 from specdemo.trees import Topology
 from specdemo.trees.auto import DeltaStats, _best_round
 
@@ -71,7 +72,7 @@ def test_ties_go_to_the_narrower_tree(leaf_options):
 
 def test_auto_plans_every_step_within_the_budget():
     problem = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="auto", budget=15, verifier="dgrs",
-                                  num_samples=8, device="cpu"))
+                                  freeze="out", prefetch="nearest", objective="calls", num_samples=8, device="cpu"))
     plan = problem.tree
     assert len(plan.trees) == len(plan.known_trees) == 40
     assert all(t.rows_per_round() <= 15 for t in plan.trees if t.widths)
@@ -83,7 +84,7 @@ def test_auto_plans_every_step_within_the_budget():
 
 def test_replanning_from_the_pilot_reproduces_the_plan_and_more_rows_never_cost_calls():
     problem = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="auto", budget=6, verifier="rank",
-                                  num_samples=8, device="cpu"))
+                                  freeze="out", prefetch="nearest", objective="calls", num_samples=8, device="cpu"))
     again = plan(problem, 6)
     assert again.trees == problem.tree.trees and again.known_trees == problem.tree.known_trees
     assert again.expected_calls == problem.tree.expected_calls
@@ -97,7 +98,7 @@ def test_replanning_from_the_pilot_reproduces_the_plan_and_more_rows_never_cost_
 
 def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_plan():
     problem = build(SamplerConfig(model="gm2d", steps=60, method="tree", tree="auto", budget=10, verifier="rank",
-                                  freeze="x0", prefetch="auto", num_samples=64, device="cpu", seed=3))
+                                  freeze="x0", prefetch="auto", objective="calls", num_samples=64, device="cpu", seed=3))
     plan = problem.tree
     assert any(plan.leaves) and not plan.leaves[59]  # no leaves where the horizon is 0 (the deterministic last step)
     assert all(t.rows_per_round(ev) <= 10 for t, ev in zip(plan.trees, plan.leaves) if t.widths)
@@ -117,20 +118,28 @@ def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_
     assert known_rounds > 64  # more than the warm-ups: committed evaluated leaves
 
 
-def test_auto_needs_a_budget():
+def test_auto_alone_takes_the_fastest_measured_settings():
+    """--tree auto with nothing else: the device's AUTO_DEFAULTS, a plan priced in seconds."""
+    problem = build(SamplerConfig(model="gm2d", method="tree", tree="auto", steps=30, num_samples=4, device="cpu"))
+    best = AUTO_DEFAULTS["cpu"]
+    c = problem.config
+    assert (c.freeze, c.prefetch, c.verifier, c.budget, c.objective) == (
+        best["freeze"], best["prefetch"], best["verifier"], best["budget"], "time")
+    assert problem.tree.objective == "time" and problem.tree.expected_s > 0 and problem.cost_model is not None
     with pytest.raises(SpecdemoError, match="budget"):
-        build(SamplerConfig(model="gm2d", method="tree", tree="auto", device="cpu"))
+        build(SamplerConfig(model="gm2d", method="tree", tree="auto", budget=0, device="cpu"))
 
 
-@pytest.mark.parametrize("method,verifier", [("tree", "rank"), ("chain", "block")])
-def test_a_planned_run_is_exact(method, verifier):
+@pytest.mark.parametrize("method,verifier,objective", [("tree", "rank", "calls"), ("chain", "block", "calls"),
+                                                       ("tree", "rank", "time"), ("tree", "block", "time")])
+def test_a_planned_run_is_exact(method, verifier, objective):
     base = dict(model="gm2d", steps=40, num_samples=10_000, device="cpu")
     plain = build(SamplerConfig(**base, method="target", seed=1)).run(keep_steps=[20])
     problem = build(SamplerConfig(**base, method=method, tree="auto", budget=12, verifier=verifier, freeze="auto",
-                                  prefetch="auto", draft_bias=1.0, seed=2))
+                                  prefetch="auto", draft_bias=1.0, objective=objective, seed=2))
     leaves = problem.tree.leaves[:39]  # the stochastic steps
-    assert any(leaves) and not all(leaves)  # leaves evaluated at some steps only
-    assert method == "tree" or all(t.is_chain for t in problem.tree.topologies)
+    assert objective == "time" or (any(leaves) and not all(leaves))  # leaves evaluated at some steps only
+    assert verifier != "block" or all(t.is_chain for t in problem.tree.topologies)
     auto = problem.run(keep_steps=[20])
     assert min_pvalue_bonferroni(auto.samples, plain.samples) > 1e-3
     assert min_pvalue_bonferroni(auto.states[20], plain.states[20]) > 1e-3

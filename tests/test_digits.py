@@ -1,5 +1,7 @@
 """The embedded digits models: they load offline, sample, and the target draws the digits it is asked for."""
 
+from dataclasses import replace
+
 import torch
 
 from specdemo import SamplerConfig, build
@@ -23,8 +25,7 @@ def test_samples_show_the_requested_digit():
     problem = build(SamplerConfig(model="digits", steps=100, method="target", num_samples=PER_CLASS * NUM_CLASSES,
                                   seed=0, device="cpu"))
     labels = torch.arange(NUM_CLASSES).repeat_interleave(PER_CLASS)
-    problem.cond = {"class_labels": labels}
-    samples = problem.run().samples
+    samples = replace(problem, cond={"class_labels": labels}).run().samples
     classifier = DigitClassifier()
     assert classifier.held_out_accuracy > 0.97
     predicted = classifier.predict(samples)

@@ -237,7 +237,8 @@ def test_figures_do_not_import_gradio():
 @pytest.fixture(scope="module")
 def planned():
     """A topology planned per step (tree "auto") on gm2d, with a small pilot."""
-    return C.run_comparison(SamplerConfig(model="gm2d", tree="auto", budget=8, freeze="x0", pilot_samples=8, steps=24,
+    return C.run_comparison(SamplerConfig(model="gm2d", tree="auto", budget=8, freeze="x0", verifier="dgrs",
+                                          prefetch="nearest", pilot_samples=8, steps=24,
                                           num_samples=16, seed=2))
 
 

@@ -6,28 +6,29 @@ import numpy as np
 import pytest
 import torch
 
+from specdemo import figures as F
 from specdemo.drafts import BiasedDraft, FrozenDraft
 from specdemo.errors import SpecdemoError
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.pipeline import SamplerConfig, build
-from specdemo.sampler import sample
+from specdemo.sampling import sample
 from specdemo.targets import gm2d, gm16, gm512
-from specdemo.trace import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED
+from specdemo.sampling import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED
 from specdemo.trees import Topology
 from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection,
                                 ReflectionMaximalCoupling)
 
-PLAIN = (Topology(()), None, None)
+PLAIN = (Topology(()), None, None, "nearest")
 
 
 def methods():
-    """(tree, verifier, draft) per method; fresh objects each time."""
+    """(tree, verifier, draft, prefetch) per method; fresh objects each time."""
     return {
         "plain": PLAIN,
-        "chain-rmc": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenDraft()),
-        "chain-block": (Topology.chain(4), BlockVerification(), FrozenDraft()),
-        "tree-dgrs": (Topology((3, 2, 2)), GreedyRejectionSampling(), FrozenDraft()),
-        "tree-rank-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0", "leaves")),
+        "chain-rmc": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenDraft(), "nearest"),
+        "chain-block": (Topology.chain(4), BlockVerification(), FrozenDraft(), "nearest"),
+        "tree-dgrs": (Topology((3, 2, 2)), GreedyRejectionSampling(), FrozenDraft(), "nearest"),
+        "tree-rank-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0"), "leaves"),
     }
 
 
@@ -42,8 +43,9 @@ def gm512_flow():
 
 
 def run(network, kernel, shape, num_samples, method, **kwargs):
-    tree, verifier, draft = methods()[method]
-    return sample(network, kernel, shape, num_samples, tree=tree, verifier=verifier, draft=draft, **kwargs)
+    tree, verifier, draft, prefetch = methods()[method]
+    return sample(network, kernel, shape, num_samples, tree=tree, verifier=verifier, draft=draft, prefetch=prefetch,
+                  **kwargs)
 
 
 def row_by_row(network):
@@ -183,7 +185,7 @@ def test_chain_accounting_on_gm512(length):
     assert cost.speedup == pytest.approx(28 / cost.counted_calls.mean())
     assert cost.speedup_total == pytest.approx(30 / cost.calls_per_trajectory.mean())
     assert cost.draft_calls == 0  # the frozen draft calls no network
-    assert cost.rounds >= len(result.trace) + 2
+    assert cost.rounds >= len({rt.round for rt in result.trace}) + 2
 
 
 def test_single_trajectory_batch_calls_equal_its_calls():
@@ -300,21 +302,25 @@ def test_trace_sanity(method, verifier_name, leaves):
     assert torch.equal(result.states[20], result.samples)
 
 
-def test_trace_states_outside_a_truncated_tree_are_nan():
-    """Rows of a round whose tree is truncated (near the end) have no nodes past their depth: the
-    padded slots must say so (NaN), not hold leftover memory."""
+def test_a_tree_cut_short_near_the_end_is_recorded_as_the_shorter_tree():
+    """Rounds whose tree is truncated near the end of the schedule are recorded with the truncated
+    topology (a prefix of the widths): every node of a record lies within its rows' depth, drafted
+    internal nodes hold states, and leaves the walk never reached hold NaN (they were never drawn)."""
     target, kernel, net = gm16_ddpm(20)
     result = run(net, kernel, target.shape, 6, "tree-dgrs", seed=0, trace=True)
-    checked = 0
+    truncated = 0
     for rt in result.trace:
+        depth = rt.node_depth[:-1].max()
+        assert (rt.depth == depth).all()
+        assert F.round_widths(rt) == (3, 2, 2)[:depth]
+        internal = np.flatnonzero((rt.node_depth >= 0) & (rt.node_depth < depth))
+        assert np.isfinite(rt.states[:, internal]).all()
         for a in range(len(rt.trajectories)):
-            outside = [i for i in range(rt.status.shape[1] - 1) if rt.node_depth[i] > rt.depth[a]]
-            if outside:
-                checked += 1
-                assert np.isnan(rt.states[a, outside]).all(), (
-                    f"round at step {rt.step[a]}, depth {rt.depth[a]}: nodes {outside} hold non-NaN states")
-                assert not rt.evaluated[a, outside].any() and (rt.status[a, outside] == UNVISITED).all()
-    assert checked > 0
+            leaves = np.flatnonzero(rt.node_depth == depth)
+            unreached = leaves[np.isnan(rt.delta[a, rt.parent[leaves]])]  # their parent was not verified
+            assert np.isnan(rt.states[a, unreached]).all()
+        truncated += int(depth < 3) * len(rt.trajectories)
+    assert truncated > 0
 
 
 # ---------------------------------------------------------------- intermediate states

@@ -2,13 +2,14 @@
 closed form, accepted children returned bit for bit; and broken verifiers caught by the same tests."""
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
-from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection,
+from specdemo.verifiers import (BlockVerification, Decision, GreedyRejectionSampling, RankAwareSelection,
                                 ReflectionMaximalCoupling, Verdict)
 from specdemo.verifiers.base import RankOne
 from specdemo.verifiers.dgrs import grs_levels
@@ -45,9 +46,22 @@ def projections(direction, mq, sample):
     return (z @ d).numpy(), (z @ other).numpy()
 
 
+def block_of_one(verifier: BlockVerification, mq, mp, s, children, rng, rows) -> Verdict:
+    """Block verification of a chain of one node: accept x_1 with min(1, rho_1), else the residual
+    (lambda = 1 / p_0 = 1), keeping z_perp of x_1."""
+    red = RankOne.reduce(mq, mp, s, children)
+    uniforms = rng.uniform(rows, verifier.uniforms_per_chain(1))
+    chain = verifier.verify_chain(red.delta[:, None], red.u, torch.ones(len(rows), dtype=torch.long), uniforms)
+    accept = chain.eta == 1
+    corrected = red.move(children[:, 0], red.u[:, 0], verifier.residual(red.delta, chain.log_p[:, 0], uniforms[:, -1]), s)
+    return Verdict(kept=torch.where(accept, 0, -1), sample=torch.where(accept[:, None], children[:, 0], corrected),
+                   delta=red.delta, child_accept_prob=chain.accept_prob, accept_prob=verifier.acceptance(red.delta))
+
+
 def run(verifier, delta, k, seed, fast_uniforms) -> tuple[Verdict, tuple]:
     direction, mp, mq, s, children = draw_node(delta, k, seed)
-    verdict = verifier.verify(mq, mp, s, children, fast_uniforms(seed + 1), torch.arange(ROWS))
+    verify = partial(block_of_one, verifier) if isinstance(verifier, BlockVerification) else verifier.verify
+    verdict = verify(mq, mp, s, children, fast_uniforms(seed + 1), torch.arange(ROWS))
     return verdict, (direction, mp, mq, s, children)
 
 
@@ -108,30 +122,38 @@ def test_grs_stairs_sum_to_one():
 class AlwaysAccept(ReflectionMaximalCoupling):
     """Broken: keeps the first child whatever it is (the draft's law, not the target's)."""
 
-    def _verify(self, red: RankOne, s, children, rng, rows):
-        v = super()._verify(red, s, children, rng, rows)
-        v.kept[:] = 0
-        v.sample = children[:, 0].clone()
-        return v
+    def _decide(self, red: RankOne, uniforms):
+        d = super()._decide(red, uniforms)
+        return Decision(kept=torch.zeros_like(d.kept), child_accept_prob=d.child_accept_prob, accept_prob=d.accept_prob)
 
 
 class GreedyBestFirst(GreedyRejectionSampling):
     """Broken subtly: runs D-GRS over the children sorted by projection (closest to the target
     first) instead of drafting order. Algorithms.md: another order is no longer exact."""
 
-    def _verify(self, red: RankOne, s, children, rng, rows):
+    @staticmethod
+    def _best_first(red: RankOne):
         order = red.u.argsort(dim=1, descending=True)
-        red = RankOne(red.delta, red.e, red.u.gather(1, order))
-        children = children[torch.arange(children.shape[0])[:, None], order]
-        return super()._verify(red, s, children, rng, rows)
+        return order, RankOne(red.delta, red.e, red.u.gather(1, order))
+
+    def _decide(self, red: RankOne, uniforms):
+        order, red = self._best_first(red)
+        d = super()._decide(red, uniforms)
+        kept = torch.where(d.kept >= 0, order.gather(1, d.kept.clamp_min(0)[:, None])[:, 0], -1)
+        return Decision(kept=kept, child_accept_prob=d.child_accept_prob, accept_prob=d.accept_prob)
+
+    def correct(self, red: RankOne, uniforms, rng, rows):
+        order, sorted_red = self._best_first(red)
+        _, u_new = super().correct(sorted_red, uniforms, rng, rows)
+        return order[:, 0], u_new
 
 
 class RankFreshResidual(RankAwareSelection):
     """Broken subtly: on rejection draws u from N(delta, 1) itself instead of the residual."""
 
     @staticmethod
-    def _residual(delta, log_w, rng, rows):
-        return delta + torch.special.ndtri(rng.uniform(rows, 1)[:, 0] + 2.0**-54)
+    def _residual(delta, log_w, draws, rng, rows):
+        return delta + torch.special.ndtri(draws[:, 0] + 2.0**-54)
 
 
 @pytest.mark.parametrize("broken,k,delta", [(AlwaysAccept, 1, 1.0), (GreedyBestFirst, 4, 1.0),

@@ -2,7 +2,7 @@
 
 from .base import Draft
 from .biased import BiasedDraft
-from .frozen import FREEZE, PREFETCH, FrozenDraft
+from .frozen import FREEZE, FrozenDraft
 from .network import NetworkDraft
 
-__all__ = ["Draft", "FrozenDraft", "NetworkDraft", "BiasedDraft", "FREEZE", "PREFETCH"]
+__all__ = ["Draft", "FrozenDraft", "NetworkDraft", "BiasedDraft", "FREEZE"]

@@ -18,7 +18,6 @@ class Draft:
 
     uses_frozen = False
     calls_network = False
-    prefetch = "none"
 
     def means(self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor | None,
               cond: dict[str, torch.Tensor]) -> torch.Tensor:

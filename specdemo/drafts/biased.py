@@ -15,7 +15,7 @@ class BiasedDraft(Draft):
 
     def __init__(self, base: Draft, bias: float):
         self.base, self.bias = base, float(bias)
-        self.uses_frozen, self.calls_network, self.prefetch = base.uses_frozen, base.calls_network, base.prefetch
+        self.uses_frozen, self.calls_network = base.uses_frozen, base.calls_network
 
     def check(self, kernel):
         self.base.check(kernel)

@@ -10,14 +10,8 @@ With freeze="auto" both are kept and a per-step table chooses which one drafts a
 (the pipeline fills it from pilot runs: x0-hat wins where the denoised estimate moves slowly,
 the raw output near the end of a flow-matching schedule, where x0-hat tracks the state).
 
-prefetch chooses which output starts the next round:
-  nearest  the evaluated sibling nearest to the committed state (same step), else the parent's;
-  parent   the parent's output (one step stale);
-  none     none: the target re-evaluates every root (one extra call a round);
-  leaves   as nearest, and the leaves are evaluated too, so that a round that commits a leaf
-           knows the exact target output there;
-  auto     as nearest, and the leaves evaluated at the steps where a planned topology
-           (--tree auto, specdemo.trees.auto) finds it pays.
+Which target output is frozen after a round is the sampling driver's prefetch policy
+(specdemo.sampling.prefetch).
 """
 
 from __future__ import annotations
@@ -28,18 +22,15 @@ from ..errors import SpecdemoError
 from .base import Draft
 
 FREEZE = ("out", "x0", "auto")
-PREFETCH = ("nearest", "parent", "none", "leaves", "auto")
 
 
 class FrozenDraft(Draft):
     uses_frozen = True
 
-    def __init__(self, freeze: str = "out", prefetch: str = "nearest", x0_steps: tuple[bool, ...] = ()):
+    def __init__(self, freeze: str = "out", x0_steps: tuple[bool, ...] = ()):
         if freeze not in FREEZE:
             raise SpecdemoError(f"unknown freeze {freeze!r}; accepted: {', '.join(FREEZE)}")
-        if prefetch not in PREFETCH:
-            raise SpecdemoError(f"unknown prefetch {prefetch!r}; accepted: {', '.join(PREFETCH)}")
-        self.freeze, self.prefetch = freeze, prefetch
+        self.freeze = freeze
         self.x0_steps = torch.tensor(x0_steps, dtype=torch.bool)  # freeze="auto": x0-hat drafts step n
 
     def check(self, kernel) -> None:
@@ -71,4 +62,4 @@ class FrozenDraft(Draft):
         return kernel.mean(out, x, n)
 
     def config(self):
-        return {"draft": "frozen", "freeze": self.freeze, "prefetch": self.prefetch}
+        return {"draft": "frozen", "freeze": self.freeze}

@@ -10,7 +10,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from ..images import to_uint8
-from ..trace import RoundTrace
+from ..sampling import RoundTrace
 from .style import DENSITY_COLORSCALE, STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, base_layout, legend_below, message_figure
 from .tree import FOUR_STATUSES, hover_texts, round_nodes, trajectory_rounds
 

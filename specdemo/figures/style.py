@@ -6,7 +6,7 @@ import json
 
 import plotly.graph_objects as go
 
-from ..trace import STATUS_NAMES
+from ..sampling import STATUS_NAMES
 
 # node statuses (specdemo.trace.STATUS_NAMES order): the legend the app shows uses the same colours
 STATUS_COLORS = {

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..trace import CORRECTED, ROOT, STATUS_NAMES, RoundTrace
+from ..sampling import CORRECTED, ROOT, STATUS_NAMES, RoundTrace
 from .style import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, base_layout, message_figure
 
 CORRECTED_X_OFFSET = 0.28  # the corrected sample sits just right of the children it replaces

@@ -76,3 +76,9 @@ class Kernel:
     def config(self) -> dict:
         """A JSON-serialisable description (enough to rebuild the kernel)."""
         raise NotImplementedError
+
+
+def scheduler_settings(scheduler) -> dict:
+    """A diffusers scheduler's config without its bookkeeping entries (names starting with "_", such
+    as the set of defaulted names, whose order varies): what rebuilds it, in a stable form."""
+    return {k: v for k, v in scheduler.config.items() if not k.startswith("_")}

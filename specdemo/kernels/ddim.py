@@ -6,6 +6,7 @@ import torch
 from diffusers import DDIMScheduler
 
 from ..errors import SpecdemoError
+from .base import scheduler_settings
 from .vp import VPKernel
 
 
@@ -47,4 +48,4 @@ class DDIMKernel(VPKernel):
         )
 
     def config(self):
-        return {"kernel": "ddim", "steps": self.num_steps, "eta": self.eta, "scheduler": dict(self.scheduler.config)}
+        return {"kernel": "ddim", "steps": self.num_steps, "eta": self.eta, "scheduler": scheduler_settings(self.scheduler)}

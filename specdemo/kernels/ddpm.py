@@ -6,6 +6,7 @@ import torch
 from diffusers import DDPMScheduler
 
 from ..errors import SpecdemoError
+from .base import scheduler_settings
 from .vp import VPKernel
 
 VARIANCE_TYPES = ("fixed_small", "fixed_small_log", "fixed_large")  # fixed_large_log: diffusers' own step gives NaN
@@ -62,4 +63,4 @@ class DDPMKernel(VPKernel):
         )
 
     def config(self):
-        return {"kernel": "ddpm", "steps": self.num_steps, "scheduler": dict(self.scheduler.config)}
+        return {"kernel": "ddpm", "steps": self.num_steps, "scheduler": scheduler_settings(self.scheduler)}

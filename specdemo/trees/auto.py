@@ -1,13 +1,15 @@
 """Auto topology: widths per depth and leaf evaluation chosen for each step by dynamic programming.
 
-The objective is the expected number of target calls from a state to the end of the schedule,
-V(n, k), where k says whether the target output at Y_n is already known (after a warm-up, or a
-round that committed an evaluated leaf). A round rooted at step n verifies level d (the children
+The objective is the expected cost from a state to the end of the schedule, V(n, k), where k says
+whether the target output at Y_n is already known (after a warm-up, or a round that committed an
+evaluated leaf). A round of R target rows costs price(R): one call ([R > 0], the calls objective),
+or its seconds t(R) on the run's device (the time objective, trees/cost_model.py), so that a wider
+or deeper round is chosen only where the steps it is expected to commit pay for its rows. A round rooted at step n verifies level d (the children
 of the node kept at depth d - 1) only if levels 1..d-1 kept a drafted child. Level d rejected:
 d steps committed (the corrected draw), the next root's output unknown. Every level kept: L
 steps committed, the next root's output known iff the leaves were evaluated. So
 
-    V(n, k) = [rows > 0] + sum_d P(stop at d) V(n + d, 0) + P(all kept) V(n + L, leaves),
+    V(n, k) = price(rows) + sum_d P(stop at d) V(n + d, 0) + P(all kept) V(n + L, leaves),
 
 for 1 - k + w_1 + w_1 w_2 + ... + w_1...w_{L-1} (+ w_1...w_L with leaves) target rows, at most
 the budget. P comes from a_d(w), the probability that a node at depth d - 1 with w children keeps
@@ -21,7 +23,10 @@ left,
     C(d, m, B) = min_w a_d(w) [C(d + 1, m w, B - m w) or, stopping at d, V(n + d, leaves)]
                      + (1 - a_d(w)) V(n + d, 0),
 
-and V is filled backwards from V(N, .) = 0. Without leaf evaluation the last level's width does
+and V is filled backwards from V(N, .) = 0. C(1, 1, B) comes out for every rows budget B at once:
+the calls objective takes the full budget, the time objective the B that minimises
+price(rows of its shape) + C(1, 1, B) (the cheapest shape of at most B rows is among those).
+Without leaf evaluation the last level's width does
 not matter (both outcomes leave the next root unknown), so such plans end in a single leaf; with
 it, a wider last level keeps a leaf, hence a known next root, more often. Parent and no prefetch
 are never better than the nearest sibling (docs/benchmarks.md), so the per-step prefetch choice
@@ -30,7 +35,7 @@ is between nearest and nearest with the leaves evaluated.
 Block verification (verifiers/block.py) weighs a chain as a whole: where it stops depends on every
 node's delta and u, not on one level's acceptance. Its plans are chains whose length L minimises
 
-    V(n, k) = 1 + sum_{j < L} P(eta = j) V(n + j + 1, 0) + P(eta = L) V(n + L, leaves),
+    V(n, k) = price(L - k + leaves) + sum_{j < L} P(eta = j) V(n + j + 1, 0) + P(eta = L) V(n + L, leaves),
 
 with P(eta = j | L) estimated from BLOCK_PLAN_CHAINS chains drawn per step: delta_d from the pilot's
 deltas at (n + d - 1, d), u_d ~ N(0, 1) (the drafted node under its draft), the same chains for
@@ -45,14 +50,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
 import torch
 
 from ..errors import SpecdemoError
-from ..verifiers import Verifier
+from ..verifiers import ChainVerifier, Verifier
 from ..verifiers.block import block_weights
+from .cost_model import CostModel
 from .plan import TopologyPlan
 from .topology import MAX_DEPTH, Topology
 
@@ -108,20 +115,30 @@ def acceptance_curves(verifier: Verifier, max_width: int) -> np.ndarray:
     return _acceptance_curves(type(verifier), max_width)
 
 
+Objective = Callable[[int], float]
+
+
+def calls_price(rows: int) -> float:
+    """The calls objective: a round costs one target call if it evaluates any row."""
+    return 1.0 if rows else 0.0
+
+
 def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_lengths, max_width: int = 8,
                   max_depth: int = MAX_DEPTH, leaf_options: tuple[bool, ...] = (False,),
-                  exact_known_root: bool = True, warm_up: bool = True) -> TopologyPlan:
+                  exact_known_root: bool = True, warm_up: bool = True, cost: CostModel | None = None) -> TopologyPlan:
     """The tree (and whether its leaves are evaluated, among leaf_options) for every step and both
-    root states that minimises the expected target calls to the end, at most `budget` target rows
-    a round (the root included when its output is not known). exact_known_root: the draft is
-    exact at a root whose output is known (the frozen draft, unbiased); warm_up: trajectories
-    start with a call that makes the first root's output known (the frozen draft), which the
-    plan's expected calls count."""
+    root states that minimises the expected target calls to the end (cost None), or the expected
+    wall-clock to the end priced by `cost`, with at most `budget` target rows a round (the root
+    included when its output is not known). exact_known_root: the draft is exact at a root whose
+    output is known (the frozen draft, unbiased); warm_up: trajectories start with a call that
+    makes the first root's output known (the frozen draft), which the plan's expectations count.
+    The plan states its expected calls, and its expected seconds when priced by a cost model."""
     if budget < 1:
         raise SpecdemoError(f"the rows budget must be >= 1, got {budget}")
     curves = acceptance_curves(verifier, max_width)
     log_grid = np.log(DELTA_GRID)
     exact = (1.0,) * len(curves)
+    price = calls_price if cost is None else cost.round_time
 
     @lru_cache(maxsize=None)
     def accept(step: int, depth: int) -> tuple[float, ...]:
@@ -139,45 +156,82 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
         return block_stop_probabilities(torch.from_numpy(deltas), torch.from_numpy(chains.standard_normal(deltas.shape)))
 
     num_steps = stats.num_steps
-    calls = np.zeros((num_steps + 1, 2))  # V(n, k)
+    value = np.zeros((num_steps + 1, 2))  # V(n, k) in the objective's unit
+    calls = np.zeros((num_steps + 1, 2))  # expected target calls to the end under the plan
+    seconds = np.zeros((num_steps + 1, 2))  # expected seconds to the end under the plan (with a cost model)
     rounds: list[tuple[tuple[Topology, bool], ...]] = [()] * num_steps
     for n in reversed(range(num_steps)):
         horizon = min(int(run_lengths[n]), max_depth, MAX_DEPTH)
         if not horizon:  # a deterministic step: one target call, none when the output at Y_n is known
-            calls[n] = 1 + calls[n + 1, 0], calls[n + 1, 0]
+            for known in (0, 1):
+                rows = 1 - known
+                value[n, known] = price(rows) + value[n + 1, 0]
+                calls[n, known] = rows + calls[n + 1, 0]
+                seconds[n, known] = (cost.round_time(rows) if cost else 0.0) + seconds[n + 1, 0]
             rounds[n] = ((Topology(()), False),) * 2
             continue
         plans = []
         for known in (0, 1):
             first_exact = known and exact_known_root
-            if verifier.verifies_blocks:
+            ahead = value[n:]
+            if isinstance(verifier, ChainVerifier):
                 longest = min(horizon, budget + known)  # a chain of L nodes has L - k rows, and a leaf row
                 stops = block_stops(n, longest, first_exact)
-                after, widths, leaves = _best_block_chain(stops, calls[n:], budget - 1 + known, leaf_options)
+                after, widths, leaves = _best_block_chain(stops, ahead, budget - 1 + known, leaf_options,
+                                                          lambda r: price(r + 1 - known))
+                outcomes = _chain_outcomes(stops, len(widths), leaves)
             else:
                 level_accept = lambda d: exact if first_exact and d == 1 else accept(n + d - 1, d)
-                after, widths, leaves = _best_round(level_accept, calls[n:], horizon, budget - 1 + known, leaf_options)
-            options = [(1 + after, widths, leaves)]
+                after, widths, leaves = _best_round(level_accept, ahead, horizon, budget - 1 + known, leaf_options,
+                                                    None if cost is None else lambda r: price(r + 1 - known))
+                outcomes = _tree_outcomes(level_accept, widths, leaves)
+            rows = Topology(widths).rows_per_round(leaves) - known if widths else 0
+            options = [(price(rows) + after, widths, leaves, rows, outcomes)]
             if first_exact and False in leaf_options:
                 # one exact level, leaves not evaluated: no target row, a free step that also
                 # refreshes the frozen output
-                options.append((calls[n + 1, 0], (1,), False))
-            if not known:
-                options.append((1 + calls[n + 1, 0], (), False))  # a plain step, when no tree fits
-            value, widths, leaves = min(options, key=lambda o: o[0])  # the first of equals
-            calls[n, known] = value
+                options.append((price(0) + value[n + 1, 0], (1,), False, 0, [(1, 0, 1.0)]))
+            if not known:  # a plain step, when no tree fits
+                options.append((price(1) + value[n + 1, 0], (), False, 1, [(1, 0, 1.0)]))
+            best, widths, leaves, rows, outcomes = min(options, key=lambda o: o[0])  # the first of equals
+            value[n, known] = best
+            calls[n, known] = (rows > 0) + sum(p * calls[n + j, k] for j, k, p in outcomes)
+            seconds[n, known] = (cost.round_time(rows) if cost else 0.0) + sum(p * seconds[n + j, k] for j, k, p in outcomes)
             plans.append((Topology(widths), leaves))
         rounds[n] = tuple(plans)
+    start = 1 if warm_up else 0  # the warm-up call makes the first root's output known
     return TopologyPlan(tuple(r[0][0] for r in rounds), name=f"auto({budget} rows)",
                         leaves=tuple(r[0][1] for r in rounds), known_trees=tuple(r[1][0] for r in rounds),
                         known_leaves=tuple(r[1][1] for r in rounds),
-                        expected_calls=float(1 + calls[0, 1] if warm_up else calls[0, 0]))
+                        expected_calls=float(start + calls[0, start]),
+                        expected_s=None if cost is None else float((cost.round_time(1) if warm_up else 0.0)
+                                                                   + seconds[0, start]),
+                        objective="calls" if cost is None else "time")
 
 
-def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf_options: tuple[bool, ...]):
+def _tree_outcomes(accept, widths: tuple[int, ...], leaves: bool) -> list[tuple[int, int, float]]:
+    """(steps committed, next root known, probability) of a node-by-node verified round."""
+    outcomes, reach = [], 1.0
+    for d, w in enumerate(widths, start=1):
+        a = accept(d)[w - 1]
+        outcomes.append((d, 0, reach * (1 - a)))
+        reach *= a
+    return outcomes + [(len(widths), int(leaves), reach)]
+
+
+def _chain_outcomes(stops: np.ndarray, length: int, leaves: bool) -> list[tuple[int, int, float]]:
+    """The same for a block-verified chain of `length` nodes: eta = j < L commits j + 1 steps."""
+    p = stops[length - 1]
+    return [(j + 1, 0, float(p[j])) for j in range(length)] + [(length, int(leaves), float(p[length]))]
+
+
+def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf_options: tuple[bool, ...],
+                price: Objective | None = None):
     """min over widths (and leaf evaluation) of sum_d P(stop at d) V(n + d, .) for a round rooted
     at n: C(1, 1, budget) of the module docstring. accept(d)[w - 1] = a_d(w); calls_ahead[j] =
-    V(n + j, .). Returns (expected calls after the round, widths, leaves evaluated).
+    V(n + j, .). With `price` (of the rows below the root), the round minimising price + that sum
+    over every rows count up to the budget instead. Returns (expected value after the round,
+    widths, leaves evaluated).
 
     C(d, m, B) is computed level by level from the deepest, for every node count m (a product of
     widths) and every rows-left B at once; options are, in this order, a single leaf left
@@ -201,23 +255,35 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
         best = options.min(0)
         choices.append(np.argmax(options <= best + 1e-12, 0).astype(np.int8))  # the first within 1e-12 of the best
         below = best
-    value = float(below[0, budget])  # C(1, 1, budget): counts[0] = 1
-    if value == math.inf:
-        return math.inf, (), False
-    # follow the choices from the root: option k > 0 is width (k - 1) // per_width + 1
     per_width = 1 + (True in leaf_options)
-    chosen, m, rows = [], 0, budget
-    for choice in reversed(choices):
-        k = int(choice[m, rows])
-        if k == 0:
-            return value, (*chosen, 1), False
-        w, leaf_stop = (k - 1) // per_width + 1, per_width == 2 and (k - 1) % 2 == 0
-        chosen.append(w)
-        if leaf_stop:
-            return value, tuple(chosen), True
-        rows -= counts[m] * w
-        m = int(index[w - 1, m])
-    raise AssertionError("a plan deeper than its horizon")
+
+    def shape(rows: int) -> tuple[tuple[int, ...], bool, int]:
+        """Follow the choices from the root with `rows` rows below it: (widths, leaves, rows used)."""
+        chosen, m, left = [], 0, rows
+        for choice in reversed(choices):
+            k = int(choice[m, left])
+            if k == 0:
+                return (*chosen, 1), False, rows - left
+            w, leaf_stop = (k - 1) // per_width + 1, per_width == 2 and (k - 1) % 2 == 0
+            chosen.append(w)
+            left -= counts[m] * w
+            if leaf_stop:
+                return tuple(chosen), True, rows - left
+            m = int(index[w - 1, m])
+        raise AssertionError("a plan deeper than its horizon")
+
+    values = below[0]  # C(1, 1, B) for every B: counts[0] = 1
+    if price is None:
+        rows = budget
+    else:
+        finite = [b for b in range(budget + 1) if values[b] < math.inf]
+        if not finite:
+            return math.inf, (), False
+        rows = min(finite, key=lambda b: price(shape(b)[2]) + values[b])  # the first (fewest rows) of equals
+    if values[rows] == math.inf:
+        return math.inf, (), False
+    widths, leaves, _ = shape(rows)
+    return float(values[rows]), widths, leaves
 
 
 @dataclass(frozen=True)
@@ -264,16 +330,19 @@ def block_stop_probabilities(delta: torch.Tensor, u: torch.Tensor) -> np.ndarray
     return probs.mean(0).numpy()
 
 
-def _best_block_chain(stops: np.ndarray, calls_ahead: np.ndarray, budget: int, leaf_options: tuple[bool, ...]):
-    """The chain length (and leaf evaluation) that minimises the expected calls after a
-    block-verified round: stops[L - 1, j] = P(eta = j | L); budget: rows left after the root."""
-    best = (math.inf, (), False)
+def _best_block_chain(stops: np.ndarray, calls_ahead: np.ndarray, budget: int, leaf_options: tuple[bool, ...],
+                      price: Objective = lambda rows: 0.0):
+    """The chain length (and leaf evaluation) that minimises the expected value after a
+    block-verified round plus its price (of the rows below the root): stops[L - 1, j] =
+    P(eta = j | L); budget: rows left after the root. Returns (expected value after, widths, leaves)."""
+    best = (math.inf, math.inf, (), False)
     for length in range(1, stops.shape[0] + 1):
         for leaves in leaf_options:
-            if length - 1 + leaves > budget:
+            rows = length - 1 + leaves
+            if rows > budget:
                 continue
             p = stops[length - 1]
             after = float(p[:length] @ calls_ahead[1:length + 1, 0] + p[length] * calls_ahead[length, int(leaves)])
-            if after < best[0] - 1e-12:  # ties go to the shorter chain (fewer rows)
-                best = (after, (1,) * length, leaves)
-    return best
+            if price(rows) + after < best[0] - 1e-12:  # ties go to the shorter chain (fewer rows)
+                best = (price(rows) + after, after, (1,) * length, leaves)
+    return best[1:]

@@ -13,14 +13,17 @@ class TopologyPlan:
     """trees[n] is the tree of a round whose root is at step n with its target output not yet
     known, leaves[n] whether that round's leaves are evaluated; known_trees[n] and known_leaves[n]
     the same for a root whose output is known (after a warm-up, or a committed evaluated leaf).
-    Trees are truncated at the horizon as any tree. expected_calls: the planner's prediction of
-    the target calls per trajectory, the warm-up included."""
+    Trees are truncated at the horizon as any tree. expected_calls, expected_s: the planner's
+    prediction of the target calls per trajectory and of the run's seconds (None without a cost
+    model), the warm-up included; objective: what the plan minimises, "calls" or "time"."""
 
     trees: tuple[Topology, ...]
     leaves: tuple[bool, ...]
     known_trees: tuple[Topology, ...]
     known_leaves: tuple[bool, ...]
     expected_calls: float
+    expected_s: float | None = None
+    objective: str = "calls"
     name: str = "plan"
 
     def __post_init__(self):

@@ -1,10 +1,24 @@
-"""What every verifier shares: the rank-one reduction of algorithms.md section 3 and its result.
+"""What every verifier shares: the rank-one reduction of algorithms.md section 3, and the two kinds
+of verifier the sampling driver dispatches on.
 
 At an evaluated node with target mean mq, draft mean mp and scale s, the K children were drawn
 i.i.d. from N(mp, s^2 I) before anything was verified. With delta = ||mq - mp|| / s and
 e = (mq - mp) / (s delta), a child x has projection u = <e, (x - mp) / s>; u ~ N(0, 1) under P,
 N(delta, 1) under Q, and the rest of z = (x - mp) / s has the same law under both. All scalar work
 below is one-dimensional, in float64.
+
+A `NodeVerifier` couples one node's children with the target kernel there. It works in two parts,
+so that the driver can decide many nodes at once (every level of a chain in one call) and draw
+corrections only where a round stops:
+  decide(red, uniforms)   which child is kept (or none), from the node's projections and a fixed
+                          number of uniforms (`uniforms_per_node(K)`) drawn before anything is looked at;
+  correct(red, uniforms)  the corrected draw's projection u_new and the child whose orthogonal part
+                          z_perp it keeps, from the same uniforms (a function of them, so deciding
+                          and correcting separately is the same coupling as doing both at once).
+Contract (checked by tests/test_verifiers.py for every subclass): the committed state, the kept child
+or mp + s (u_new e + z_perp), is an exact draw from N(mq, s^2 I); a kept child is returned bit for bit.
+
+A `ChainVerifier` weighs every node of a drafted chain at once (block verification).
 """
 
 from __future__ import annotations
@@ -14,24 +28,30 @@ from dataclasses import dataclass
 
 import torch
 
-from ..rng import TrajectoryRandom
-
 # below this delta, P and Q are the same to float64 precision: child 1 is accepted as is
 DELTA_FLOOR = math.sqrt(torch.finfo(torch.float64).eps)
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 @dataclass
-class Verdict:
-    """The outcome of verifying one node per row.
+class Decision:
+    """Which child each of A nodes keeps.
 
     kept: (A,) index of the kept child, -1 where a corrected draw ends the round.
-    sample: (A, *shape) the committed state: the kept child bit for bit, or the corrected draw.
-    delta: (A,) float64.
     child_accept_prob: (A, K) float64, the probability with which each examined child was accepted
         given that it was examined (NaN for children never examined).
     accept_prob: (A,) float64, the probability that the node keeps a drafted child.
     """
+
+    kept: torch.Tensor
+    child_accept_prob: torch.Tensor
+    accept_prob: torch.Tensor
+
+
+@dataclass
+class Verdict:
+    """A decision with its committed state: `sample` (A, *shape) is the kept child bit for bit, or
+    the corrected draw; delta (A,) float64."""
 
     kept: torch.Tensor
     sample: torch.Tensor
@@ -50,11 +70,13 @@ class RankOne:
 
     @classmethod
     def reduce(cls, mq: torch.Tensor, mp: torch.Tensor, s: torch.Tensor, children: torch.Tensor) -> "RankOne":
+        """mq, mp (A, *shape), s (A,) float64, children (A, K, *shape)."""
         diff = (mq - mp).flatten(1).double()
         norm = diff.norm(dim=1)
         delta = norm / s
         e = diff / norm.clamp_min(torch.finfo(torch.float64).tiny)[:, None]
-        u = torch.einsum("akd,ad->ak", children.flatten(2).double() - mp.flatten(1).double()[:, None], e) / s[:, None]
+        z = children.flatten(2).double() - mp.flatten(1).double()[:, None]
+        u = torch.bmm(z, e[:, :, None])[:, :, 0] / s[:, None]
         return cls(delta, e, u)
 
     def select(self, idx: torch.Tensor) -> "RankOne":
@@ -81,38 +103,11 @@ def normal_sf(x: torch.Tensor) -> torch.Tensor:
 
 
 class Verifier:
-    """Verifies one node per row: `verify` returns a Verdict whose committed state is an exact
-    draw from N(mq, s^2 I) given everything drafted before, and, when a child is kept, that child
-    bit for bit (its pre-drafted subtree is used next).
-    """
+    """Base of every verifier: a name, how many children a node may have, the closed-form acceptance
+    the planner uses, and a JSON description."""
 
     name: str
     max_children: int | None = None
-    verifies_blocks = False  # True: weighs a whole chain at once (BlockVerification.verify_block)
-
-    def verify(self, mq, mp, s, children, rng: TrajectoryRandom, rows) -> Verdict:
-        """mq, mp: (A, *shape); s: (A,) float64 scales; children: (A, K, *shape) in drafting order;
-        rows: the trajectory of each row (its random stream in rng)."""
-        a, k = children.shape[:2]
-        red = RankOne.reduce(mq, mp, s, children)
-        # where P and Q coincide to float64 precision, child 1 is kept: no randomness spent
-        verdict = Verdict(
-            kept=torch.zeros(a, dtype=torch.long, device=children.device),
-            sample=children[:, 0].clone(),
-            delta=red.delta,
-            child_accept_prob=torch.full((a, k), float("nan"), dtype=torch.float64, device=children.device),
-            accept_prob=torch.ones(a, dtype=torch.float64, device=children.device),
-        )
-        verdict.child_accept_prob[:, 0] = 1.0
-        live = (red.delta >= DELTA_FLOOR).nonzero().squeeze(1)
-        if live.numel():
-            sub = self._verify(red.select(live), s[live], children[live], rng, rows[live])
-            verdict.kept[live], verdict.sample[live] = sub.kept, sub.sample
-            verdict.child_accept_prob[live], verdict.accept_prob[live] = sub.child_accept_prob, sub.accept_prob
-        return verdict
-
-    def _verify(self, red: RankOne, s, children, rng, rows) -> Verdict:
-        raise NotImplementedError
 
     def acceptance(self, delta: torch.Tensor, k: int) -> torch.Tensor:
         """Closed-form probability that a node with this delta and K children keeps a child."""
@@ -120,3 +115,59 @@ class Verifier:
 
     def config(self) -> dict:
         return {"verifier": self.name}
+
+
+class NodeVerifier(Verifier):
+    """Verifies the K children of one node per row (module docstring: decide, then correct)."""
+
+    def uniforms_per_node(self, k: int) -> int:
+        raise NotImplementedError
+
+    def decide(self, red: RankOne, uniforms: torch.Tensor) -> Decision:
+        """uniforms (A, uniforms_per_node(K)) float64 on [0, 1). Where delta < DELTA_FLOOR, P and Q
+        coincide to float64 precision and child 1 is kept."""
+        d = self._decide(red, uniforms)
+        same = red.delta < DELTA_FLOOR  # masked, not branched on: no host synchronisation
+        first_only = torch.full_like(d.child_accept_prob[:1], float("nan"))
+        first_only[:, 0] = 1.0
+        return Decision(kept=torch.where(same, 0, d.kept),
+                        child_accept_prob=torch.where(same[:, None], first_only, d.child_accept_prob),
+                        accept_prob=torch.where(same, 1.0, d.accept_prob))
+
+    def correct(self, red: RankOne, uniforms: torch.Tensor, rng, rows) -> tuple[torch.Tensor, torch.Tensor]:
+        """(child (A,), u_new (A,)): the corrected draw is the child `child` moved to projection u_new.
+        Call it only for rows where `decide` kept no child (elsewhere the residual may have no mass
+        to draw from); rng and rows serve draws beyond `uniforms` (rank-aware selection's rejection
+        sampler, rarely)."""
+        raise NotImplementedError
+
+    def _decide(self, red: RankOne, uniforms: torch.Tensor) -> Decision:
+        raise NotImplementedError
+
+    def verify(self, mq, mp, s, children, rng, rows) -> Verdict:
+        """One node per row, decided and corrected: mq, mp (A, *shape); s (A,) float64 scales;
+        children (A, K, *shape) in drafting order; rows: each row's random stream in rng."""
+        red = RankOne.reduce(mq, mp, s, children)
+        uniforms = rng.uniform(rows, self.uniforms_per_node(children.shape[1]))
+        d = self.decide(red, uniforms)
+        ar = torch.arange(children.shape[0], device=children.device)
+        sample = children[ar, d.kept.clamp_min(0)]  # a copy: a kept child bit for bit
+        rejected = (d.kept < 0).nonzero().squeeze(1)
+        if rejected.numel():
+            r = rejected
+            child, u_new = self.correct(red.select(r), uniforms[r], rng, rows[r])
+            sample[r] = red.select(r).move(children[r, child], red.u[r, child], u_new, s[r])
+        return Verdict(kept=d.kept, sample=sample, delta=red.delta, child_accept_prob=d.child_accept_prob,
+                       accept_prob=d.accept_prob)
+
+
+class ChainVerifier(Verifier):
+    """Weighs every node of a drafted chain at once (children of one node each: chains only)."""
+
+    max_children = 1
+
+    def uniforms_per_chain(self, length: int) -> int:
+        raise NotImplementedError
+
+    def verify_chain(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor, uniforms: torch.Tensor):
+        raise NotImplementedError

@@ -30,7 +30,8 @@ Contract: the committed path has the law of the target chain given the past, wha
 the accepted nodes are returned bit for bit. Sun et al. show that no valid verifier of a drafted
 block accepts more of it in expectation, node-by-node maximal coupling (RMC) included.
 A block of one node is a node coupling with RMC's acceptance 2 Phi(-delta/2), which is what
-`verify` and `acceptance` give; the auto planner models whole blocks (trees/auto.py).
+`acceptance` gives; the auto planner models whole blocks (trees/auto.py). The residual is drawn only
+for the rows whose round it ends (`residual`), once the driver knows them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import DELTA_FLOOR, RankOne, Verdict, Verifier, normal_sf
+from .base import DELTA_FLOOR, ChainVerifier, normal_sf
 from .dgrs import sample_residual
 from .rmc import ReflectionMaximalCoupling
 
@@ -53,13 +54,13 @@ class BlockVerdict:
     """The outcome of weighing one chain per row.
 
     eta: (A,) the number of drafted nodes committed as they are.
-    u: (A,) float64, the residual draw's projection where eta < L_b (NaN elsewhere).
+    log_p: (A, L + 1) float64, log p_i for i = 0..L (the residual where eta < L_b uses log p_eta).
     accept_prob: (A, L) float64, P(eta >= i | the drafted chain) for i = 1..L: the probability that
         node i was committed, given everything drafted (NaN past a row's depth).
     """
 
     eta: torch.Tensor
-    u: torch.Tensor
+    log_p: torch.Tensor
     accept_prob: torch.Tensor
 
 
@@ -86,12 +87,13 @@ def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor) -> 
     return log_p, h
 
 
-class BlockVerification(Verifier):
+class BlockVerification(ChainVerifier):
     name = "block"
-    max_children = 1
-    verifies_blocks = True
 
-    def verify_block(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor,
+    def uniforms_per_chain(self, length: int) -> int:
+        return length + 2  # the coins U_0..U_L, and the residual's
+
+    def verify_chain(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor,
                      uniforms: torch.Tensor) -> BlockVerdict:
         """delta, u: (A, L) float64, delta_i and u_i of each row's chain (NaN past its depth L_b);
         uniforms (A, M), M >= L + 2, on [0, 1): columns 0..L are the coins U_i, the last one is the
@@ -104,29 +106,13 @@ class BlockVerification(Verifier):
         survive = torch.flip(torch.cumprod(torch.flip(1 - h, [1]), 1), [1])
         inside = torch.arange(1, top + 1, device=delta.device)[None] <= depth[:, None]
         accept_prob = torch.where(inside, 1 - survive[:, 1:], float("nan"))
-        u_new = torch.full_like(depth, float("nan"), dtype=torch.float64)
-        cut = (eta < depth).nonzero().squeeze(1)
-        if cut.numel():
-            e = eta[cut]
-            lam = torch.exp(-log_p[cut, e].clamp_min(-LOG_WEIGHT_FLOOR))
-            u_new[cut] = sample_residual(delta[cut, e], lam, uniforms[cut, -1])
-        return BlockVerdict(eta=eta, u=u_new, accept_prob=accept_prob)
+        return BlockVerdict(eta=eta, log_p=log_p, accept_prob=accept_prob)
 
-    def _verify(self, red: RankOne, s, children, rng, rows) -> Verdict:
-        """A block of one node: accept x_1 with min(1, rho_1), else the residual (lambda = 1),
-        keeping z_perp of x_1."""
-        one = torch.ones_like(red.delta, dtype=torch.long)
-        b = self.verify_block(red.delta[:, None], red.u, one, rng.uniform(rows, 3))
-        accept = b.eta == 1
-        u_new = torch.where(accept, red.u[:, 0], b.u)
-        sample = children[:, 0].clone()
-        rejected = (~accept).nonzero().squeeze(1)
-        if rejected.numel():
-            sample[rejected] = red.select(rejected).move(children[rejected, 0], red.u[rejected, 0], u_new[rejected],
-                                                         s[rejected])
-        return Verdict(kept=torch.where(accept, 0, -1), sample=sample, delta=red.delta,
-                       child_accept_prob=torch.exp((red.delta * red.u[:, 0] - 0.5 * red.delta**2).clamp(max=0.0))[:, None],
-                       accept_prob=self.acceptance(red.delta, 1))
+    def residual(self, delta: torch.Tensor, log_p: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+        """u_new from the weighted residual (p_eta P - Q)_+ at the first node not committed: delta
+        and log_p = log p_eta (A,) of those rows, and each row's residual uniform."""
+        lam = torch.exp(-log_p.clamp_min(-LOG_WEIGHT_FLOOR))
+        return sample_residual(delta, lam, uniform)
 
     def acceptance(self, delta, k=1):
         return ReflectionMaximalCoupling().acceptance(delta, k)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import DELTA_FLOOR, RankOne, Verdict, Verifier, normal_sf, std_normal_pdf
+from .base import DELTA_FLOOR, Decision, NodeVerifier, RankOne, normal_sf, std_normal_pdf
 
 MAX_ITERATIONS = 100  # safeguarded Newton needs under 20; the bracket alone halves every step
 
@@ -64,29 +64,29 @@ def sample_residual(delta: torch.Tensor, lam: torch.Tensor, v: torch.Tensor) -> 
     return x
 
 
-class GreedyRejectionSampling(Verifier):
+class GreedyRejectionSampling(NodeVerifier):
     name = "dgrs"
 
-    def _verify(self, red: RankOne, s, children, rng, rows) -> Verdict:
-        a, k = red.u.shape
+    def uniforms_per_node(self, k: int) -> int:
+        return k + 1  # one per child, and the residual's
+
+    def _decide(self, red: RankOne, uniforms) -> Decision:
+        k = red.u.shape[1]
         delta = red.delta
         lam, reach = grs_levels(delta, k)
         excess = torch.exp((delta[:, None] * red.u - 0.5 * delta[:, None] ** 2).clamp(max=700.0)) - lam[:, :k]
         p = (excess.clamp_min(0.0) / reach[:, :k]).nan_to_num(0.0).clamp(max=1.0)
-        draws = rng.uniform(rows, k + 1)
-        accepted = draws[:, :k] < p
+        accepted = uniforms[:, :k] < p
         any_accepted = accepted.any(1)
         kept = torch.where(any_accepted, accepted.int().argmax(1), -1)
         examined = torch.arange(k, device=p.device)[None] <= torch.where(any_accepted, kept, k - 1)[:, None]
-        sample = children[torch.arange(a, device=children.device), kept.clamp_min(0)]  # a copy, bit for bit
-        rejected = (~any_accepted).nonzero().squeeze(1)
-        if rejected.numel():
-            r = rejected
-            u_new = sample_residual(delta[r], lam[r, k], draws[r, k])
-            sample[r] = red.select(r).move(children[r, 0], red.u[r, 0], u_new, s[r])
-        return Verdict(kept=kept, sample=sample, delta=delta,
-                       child_accept_prob=torch.where(examined, p, float("nan")),
-                       accept_prob=1 - reach[:, k])
+        return Decision(kept=kept, child_accept_prob=torch.where(examined, p, float("nan")),
+                        accept_prob=1 - reach[:, k])
+
+    def correct(self, red: RankOne, uniforms, rng, rows):
+        k = red.u.shape[1]
+        lam = grs_levels(red.delta, k)[0][:, k]
+        return torch.zeros_like(red.u[:, 0], dtype=torch.long), sample_residual(red.delta, lam, uniforms[:, k])
 
     def acceptance(self, delta, k):
         return 1 - grs_levels(delta.double().clamp_min(DELTA_FLOOR), k)[1][:, k]

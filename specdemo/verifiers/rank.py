@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from scipy import optimize, sparse
 
-from .base import DELTA_FLOOR, RankOne, Verdict, Verifier, std_normal_log_pdf
+from .base import DELTA_FLOOR, Decision, NodeVerifier, RankOne, std_normal_log_pdf
 
 DELTA_BUCKET_RATIO = 1.04  # weights are solved at the geometric centre of [ratio^b, ratio^(b+1))
 DELTA_MIN, DELTA_MAX = 1e-3, 64.0
@@ -128,17 +128,32 @@ def write_weight_table(path: Path = WEIGHT_TABLE) -> None:
                         weights=weights, acceptance=np.array([a for _, a in solved]))
 
 
+@lru_cache(maxsize=None)
+def _dense_table(k: int, device: torch.device) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """(first bucket, weights (B, K), acceptance at each bucket's ends (B, 2)) over every bucket of
+    [DELTA_MIN, DELTA_MAX], on `device`: rows are gathered by bucket, with no host round trip."""
+    lo, hi = delta_buckets(torch.tensor([DELTA_MIN, DELTA_MAX], dtype=torch.float64)).tolist()
+    rows = [_bucket(b, k) for b in range(lo, hi + 1)]
+    weights = torch.tensor([w for w, _ in rows], dtype=torch.float64, device=device)
+    ends = torch.tensor([a for _, a in rows], dtype=torch.float64, device=device)
+    return lo, weights, ends
+
+
 def weights_for(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, K) weights for each row's delta (float64), and the acceptance they give: the integral
     of min(phi(. - delta), g), interpolated in log delta between the bucket's ends."""
     buckets = delta_buckets(delta)
-    uniq, inverse = buckets.unique(return_inverse=True)
-    table = torch.tensor([rank_weights(b, k) for b in uniq.tolist()], dtype=torch.float64, device=delta.device)
-    ends = torch.tensor([bucket_acceptance(b, k) for b in uniq.tolist()], dtype=torch.float64, device=delta.device)
+    if k <= TABLE_MAX_K:  # the shipped range: one gather
+        first, table, ends = _dense_table(k, delta.device)
+        index = buckets - first
+    else:  # wider nodes: solve the buckets met, once each
+        uniq, index = buckets.unique(return_inverse=True)
+        table = torch.tensor([rank_weights(b, k) for b in uniq.tolist()], dtype=torch.float64, device=delta.device)
+        ends = torch.tensor([bucket_acceptance(b, k) for b in uniq.tolist()], dtype=torch.float64, device=delta.device)
     lo = DELTA_BUCKET_RATIO ** buckets.double()
     frac = ((delta.clamp_min(DELTA_MIN) / lo).log() / math.log(DELTA_BUCKET_RATIO)).clamp(0.0, 1.0)
-    acceptance = torch.lerp(ends[inverse, 0], ends[inverse, 1], frac)
-    return table[inverse].reshape(-1, k), acceptance
+    acceptance = torch.lerp(ends[index, 0], ends[index, 1], frac)
+    return table[index].reshape(-1, k), acceptance
 
 
 def integrated_acceptance(delta: torch.Tensor, w: torch.Tensor, points: int = 4001) -> torch.Tensor:
@@ -150,40 +165,45 @@ def integrated_acceptance(delta: torch.Tensor, w: torch.Tensor, points: int = 40
     return torch.trapezoid(dens, u, dim=1)
 
 
-class RankAwareSelection(Verifier):
+class RankAwareSelection(NodeVerifier):
     name = "rank"
 
-    def _verify(self, red: RankOne, s, children, rng, rows) -> Verdict:
+    def uniforms_per_node(self, k: int) -> int:
+        return 2 + 2 * PROPOSALS_PER_DRAW  # the rank, the coin, then the residual's first proposals
+
+    def _select(self, red: RankOne, uniforms):
+        """The selected child, its u, and log-weights: a rank drawn with w(delta, K) before the children
+        are looked at, applied to the children sorted by u."""
         a, k = red.u.shape
-        delta, dev = red.delta, red.u.device
-        w, acceptance = weights_for(delta, k)
-        log_w = w.clamp_min(1e-300).log()
+        w, acceptance = weights_for(red.delta, k)
         sorted_u, order = red.u.sort(dim=1)
-        draws = rng.uniform(rows, 2)
-        rank = (w.cumsum(1) <= draws[:, :1]).sum(1).clamp(max=k - 1)
-        chosen = order[torch.arange(a, device=dev), rank]
-        u_sel = sorted_u[torch.arange(a, device=dev), rank]
-        log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]
+        rank = (w.cumsum(1) <= uniforms[:, :1]).sum(1).clamp(max=k - 1)
+        ar = torch.arange(a, device=red.u.device)
+        return order[ar, rank], sorted_u[ar, rank], w.clamp_min(1e-300).log(), acceptance
+
+    def _decide(self, red: RankOne, uniforms) -> Decision:
+        a, k = red.u.shape
+        chosen, u_sel, log_w, acceptance = self._select(red, uniforms)
+        log_ratio = std_normal_log_pdf(u_sel - red.delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]
         p = log_ratio.clamp(max=0.0).exp()
-        accept = draws[:, 1] < p
-        sample = children[torch.arange(a, device=dev), chosen]  # a copy, bit for bit
-        rejected = (~accept).nonzero().squeeze(1)
-        if rejected.numel():
-            r = rejected
-            u_new = self._residual(delta[r], log_w[r], rng, rows[r])
-            sample[r] = red.select(r).move(sample[r], u_sel[r], u_new, s[r])
-        child_p = torch.full((a, k), float("nan"), dtype=torch.float64, device=dev)
-        child_p[torch.arange(a, device=dev), chosen] = p
-        return Verdict(kept=torch.where(accept, chosen, -1), sample=sample, delta=delta,
-                       child_accept_prob=child_p, accept_prob=acceptance)
+        accept = uniforms[:, 1] < p
+        ar = torch.arange(a, device=red.u.device)
+        child_p = torch.full((a, k), float("nan"), dtype=torch.float64, device=red.u.device)
+        child_p[ar, chosen] = p
+        return Decision(kept=torch.where(accept, chosen, -1), child_accept_prob=child_p, accept_prob=acceptance)
+
+    def correct(self, red: RankOne, uniforms, rng, rows):
+        chosen, _, log_w, _ = self._select(red, uniforms)
+        return chosen, self._residual(red.delta, log_w, uniforms[:, 2:], rng, rows)
 
     @staticmethod
-    def _residual(delta, log_w, rng, rows) -> torch.Tensor:
-        """Draw u from (phi(. - delta) - g)_+ normalised, by rejection from N(delta, 1)."""
+    def _residual(delta, log_w, draws, rng, rows) -> torch.Tensor:
+        """Draw u from (phi(. - delta) - g)_+ normalised, by rejection from N(delta, 1): the first
+        PROPOSALS_PER_DRAW proposals from `draws`, more from the rows' streams in the rare case that
+        none of them is accepted."""
         out = torch.empty_like(delta)
         todo = torch.arange(delta.numel(), device=delta.device)
         while todo.numel():
-            draws = rng.uniform(rows[todo], 2 * PROPOSALS_PER_DRAW)
             # half a grid step keeps the uniforms inside (0, 1), where ndtri is finite
             v = delta[todo, None] + torch.special.ndtri(draws[:, :PROPOSALS_PER_DRAW] + 2.0**-54)
             g_over_target = (log_order_stat_mixture(v, log_w[todo]) - std_normal_log_pdf(v - delta[todo, None])).exp()
@@ -192,6 +212,8 @@ class RankAwareSelection(Verifier):
             first = ok.int().argmax(1)
             out[todo[found]] = v[found, first[found]]
             todo = todo[~found]
+            if todo.numel():
+                draws = rng.uniform(rows[todo], 2 * PROPOSALS_PER_DRAW)
         return out
 
     def acceptance(self, delta, k):

@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import torch
 
-from .base import RankOne, Verdict, Verifier
+from .base import Decision, NodeVerifier, RankOne
 
 
-class ReflectionMaximalCoupling(Verifier):
+class ReflectionMaximalCoupling(NodeVerifier):
     name = "rmc"
     max_children = 1
 
-    def _verify(self, red: RankOne, s, children, rng, rows) -> Verdict:
-        u, delta = red.u[:, 0], red.delta
-        p = torch.exp((delta * u - 0.5 * delta**2).clamp(max=0.0))
-        accept = rng.uniform(rows, 1)[:, 0] < p
-        # torch.where copies the accepted child bit for bit
-        sample = torch.where(accept.view(-1, *[1] * (children.dim() - 2)),
-                             children[:, 0], red.move(children[:, 0], u, delta - u, s))
-        return Verdict(kept=torch.where(accept, 0, -1), sample=sample, delta=delta,
-                       child_accept_prob=p[:, None], accept_prob=self.acceptance(delta, 1))
+    def uniforms_per_node(self, k: int) -> int:
+        return 1
+
+    def _decide(self, red: RankOne, uniforms) -> Decision:
+        p = torch.exp((red.delta * red.u[:, 0] - 0.5 * red.delta**2).clamp(max=0.0))
+        accept = uniforms[:, 0] < p
+        return Decision(kept=torch.where(accept, 0, -1), child_accept_prob=p[:, None],
+                        accept_prob=self.acceptance(red.delta, 1))
+
+    def correct(self, red: RankOne, uniforms, rng, rows):
+        # the reflection of x_1 through the hyperplane halfway between mp and mq: u -> delta - u
+        return torch.zeros_like(red.u[:, 0], dtype=torch.long), red.delta - red.u[:, 0]
 
     def acceptance(self, delta, k=1):
         return 2 * torch.special.ndtr(-delta / 2)

@@ -1,17 +1,15 @@
-"""What a run records: the cost accounting of algorithms.md section 4 and, optionally, every round.
+"""The cost accounting of algorithms.md section 4: calls and rows next to wall-clock, per phase.
 
-Figures are drawn from these records alone (numpy arrays, JSON-serialisable through `to_json`).
+Every speedup the library reports is defined here, once.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
-
-# node status in a round's tree
-UNVISITED, ACCEPTED, REJECTED, CORRECTED, ROOT = range(5)
-STATUS_NAMES = ("unvisited", "accepted", "rejected", "corrected", "root")
+import torch
 
 
 @dataclass
@@ -22,7 +20,8 @@ class Cost:
     calls_per_trajectory counts, per trajectory, the calls that had a row of it. counted_calls
     leaves out calls spent on deterministic steps whose output no draft uses (the endpoint steps
     of section 5), and keeps a warm-up call. speedup = stochastic steps / mean counted calls, as
-    the table of section 5 counts; speedup_total = all steps / mean calls, everything counted.
+    the table of section 5 counts; speedup_total = all steps / (mean calls + the pilot's sequential
+    calls when this run paid for a pilot), everything counted.
     """
 
     method: str
@@ -40,6 +39,8 @@ class Cost:
     verify_s: float = 0.0  # walking the trees: verification, commits, prefetch
     examined_per_depth: list[int] = field(default_factory=list)
     accepted_per_depth: list[int] = field(default_factory=list)
+    pilot_calls: int = 0  # sequential target calls of the pilot this run paid for (0: none, or a cached plan)
+    pilot_s: float = 0.0  # its wall-clock, planning included
 
     @property
     def num_trajectories(self) -> int:
@@ -51,7 +52,7 @@ class Cost:
 
     @property
     def speedup_total(self) -> float:
-        return self.steps / float(np.mean(self.calls_per_trajectory))
+        return self.steps / (float(np.mean(self.calls_per_trajectory)) + self.pilot_calls)
 
     @property
     def acceptance_per_depth(self) -> list[float | None]:
@@ -94,47 +95,38 @@ class Cost:
             "non_target_fraction": 1 - self.target_s / self.wall_s if self.wall_s else None,
             "draft_s": self.draft_s,
             "verify_s": self.verify_s,
+            "pilot_calls": self.pilot_calls,
+            "pilot_s": self.pilot_s,
         }
 
 
-@dataclass
-class RoundTrace:
-    """One round of the trajectories that shared a topology in it (round: the batch's round index;
-    a topology plan can give one round several records), padded to the largest tree among them.
+class PhaseClock:
+    """Seconds spent per phase of the driver. On CUDA the marks are events, read once at the end:
+    timing a phase adds no host synchronisation."""
 
-    Node M (the last slot) holds the corrected sample, if the round drew one.
-    trajectories (A,): the trajectories that speculated in the round (direct target steps are not
-    recorded); step (A,): n at the root; root_known (A,): its target output was known when the
-    round began (a warm-up or an evaluated leaf; the first level is then exact); depth (A,):
-    speculated depth L_b; parent (M + 1,), node_depth (M + 1,): the shared topology, the
-    corrected slot's parent per trajectory in corrected_parent (A,), -1 when none;
-    states (A, M + 1, *shape) or None; status (A, M + 1) codes of STATUS_NAMES;
-    evaluated (A, M + 1) bool: the target was called there; delta (A, M + 1) at verified nodes
-    (NaN elsewhere); node_accept_prob (A, M + 1) the verifier's closed-form acceptance at verified
-    nodes; child_accept_prob (A, M + 1): the probability each examined child was accepted with
-    (under block verification both hold P(eta >= i | the drafted chain) at node i and its parent:
-    the chain is weighed as a whole); committed_steps (A,).
-    """
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.spans: list[tuple[str, object, object]] = []
+        self.seconds: dict[str, float] = {}
 
-    round: int
-    trajectories: np.ndarray
-    step: np.ndarray
-    root_known: np.ndarray
-    depth: np.ndarray
-    parent: np.ndarray
-    node_depth: np.ndarray
-    corrected_parent: np.ndarray
-    status: np.ndarray
-    evaluated: np.ndarray
-    delta: np.ndarray
-    node_accept_prob: np.ndarray
-    child_accept_prob: np.ndarray
-    committed_steps: np.ndarray
-    states: np.ndarray | None = None
+    def mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
 
-    def to_json(self) -> dict:
-        # NaN is not JSON: unverified nodes' values become null
-        out = {k: (np.where(np.isnan(v), None, v).tolist() if v.dtype.kind == "f" else v.tolist())
-               if isinstance(v, np.ndarray) else v for k, v in asdict(self).items()}
-        out["status_names"] = list(STATUS_NAMES)
-        return out
+    def add(self, phase: str, start) -> None:
+        """Count the time from `start` (a mark) to now against `phase`."""
+        if self.cuda:
+            self.spans.append((phase, start, self.mark()))
+        else:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def totals(self) -> dict[str, float]:
+        if self.cuda and self.spans:
+            torch.cuda.synchronize()
+            for phase, start, end in self.spans:
+                self.seconds[phase] = self.seconds.get(phase, 0.0) + start.elapsed_time(end) / 1e3
+            self.spans.clear()
+        return self.seconds

@@ -1,0 +1,275 @@
+"""What a run measures before it samples, and keeps: pilot runs, the cost of a round, the plan.
+
+An auto topology (--tree auto) is planned per step from the deltas a pilot run measured
+(trees/auto.py); --freeze auto picks, per step, what the frozen draft freezes from two pilots; the
+time objective prices each round with the target's measured cost of a call by its rows and the
+driver's own cost (trees/cost_model.py). All of that is stored per setting in a plan cache (a JSON
+file per key), so that the second run of the same setting pays no pilot; plans of the app's
+default settings ship with the package (specdemo/plans/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from scipy.special import ndtr
+
+from .drafts import BiasedDraft, Draft, FrozenDraft
+from .errors import SpecdemoError
+from .sampling import Cost, sample
+from .trees import Topology, TopologyPlan
+from .trees.auto import DeltaStats, plan_topology
+from .trees.cost_model import CostModel
+from .verifiers import get_verifier
+
+if TYPE_CHECKING:
+    from .pipeline import Problem
+
+PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
+LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
+PLAN_FORMAT = "specdemo-plan/1"
+SHIPPED_PLANS = Path(__file__).with_name("plans")
+CALL_REPEATS = 5
+COST_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def cache_folder(setting: str | None) -> Path | None:
+    """Where plans are kept: `setting` (a folder, or "off" for none), else $SPECDEMO_CACHE, else
+    $XDG_CACHE_HOME/specdemo, else ~/.cache/specdemo."""
+    setting = setting or os.environ.get("SPECDEMO_CACHE")
+    if setting == "off":
+        return None
+    if setting:
+        return Path(setting).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdemo"
+
+
+def plan_key(problem: Problem) -> dict:
+    """Everything a plan depends on: the model, kernel, draft, verifier and budget, the pilot's
+    size and seed, and for the time objective the batch, device and dtype it was priced for."""
+    c = problem.config
+    from . import __version__
+
+    key = {"format": PLAN_FORMAT, "version": __version__, "model": c.model, "kernel": problem.kernel.config(),
+           "method": c.method, "tree": c.tree, "verifier": problem.verifier.name, "draft": c.draft, "freeze": c.freeze,
+           "draft_bias": c.draft_bias, "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective,
+           "class_label": c.class_label, "pilot_samples": c.pilot_samples, "seed": c.seed,
+           "device": problem.device.type, "dtype": str(problem.dtype)}
+    if c.objective == "time":
+        key["batch"] = problem.slots
+    return key
+
+
+def key_name(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20] + ".json"
+
+
+def load_plan(key: dict, folder: Path | None) -> tuple[dict, str] | None:
+    """A stored calibration for this key: from the cache folder, else shipped with the package."""
+    for where, source in ((folder, "cache"), (SHIPPED_PLANS, "shipped")):
+        if where is None:
+            continue
+        path = where / key_name(key)
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if stored.get("key") == json.loads(json.dumps(key, default=str)):
+            return stored, source
+    return None
+
+
+def store_plan(key: dict, record: dict, folder: Path | None) -> None:
+    """Write atomically; a cache that cannot be written is skipped (the run goes on)."""
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{key_name(key)}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"key": key, **record}, default=str))
+        tmp.replace(folder / key_name(key))
+    except OSError:
+        pass
+
+
+def plan_to_dict(plan: TopologyPlan) -> dict:
+    return {"trees": [list(t.widths) for t in plan.trees], "leaves": list(plan.leaves),
+            "known_trees": [list(t.widths) for t in plan.known_trees], "known_leaves": list(plan.known_leaves),
+            "expected_calls": plan.expected_calls, "expected_s": plan.expected_s, "objective": plan.objective,
+            "name": plan.name}
+
+
+def plan_from_dict(d: dict) -> TopologyPlan:
+    trees = {}
+    topology = lambda widths: trees.setdefault(tuple(widths), Topology(tuple(widths)))
+    return TopologyPlan(trees=tuple(topology(w) for w in d["trees"]), leaves=tuple(d["leaves"]),
+                        known_trees=tuple(topology(w) for w in d["known_trees"]),
+                        known_leaves=tuple(d["known_leaves"]), expected_calls=float(d["expected_calls"]),
+                        expected_s=d["expected_s"], objective=d["objective"], name=d["name"])
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+def calibrate(problem: Problem) -> Problem:
+    """What needs pilot runs: --freeze auto (a per-step choice between freezing the output and
+    x0-hat) and --tree auto (widths planned per step, specdemo.trees.auto, priced by a measured
+    cost model for the time objective). Returns the calibrated problem, from the plan cache when
+    this setting was calibrated before; pilots are chains with their own seeds, their cost is kept
+    in problem.pilot, apart from the run's."""
+    c = problem.config
+    auto_tree, auto_freeze = problem.tree is None, isinstance(problem.draft, FrozenDraft) and c.freeze == "auto"
+    if c.prefetch == "auto" and not auto_tree:
+        raise SpecdemoError("--prefetch auto lets the planner choose leaf evaluation per step, which needs --tree auto; "
+                            f"with tree {problem.tree} use nearest, parent, none or leaves")
+    if auto_freeze and not problem.kernel.has_denoised:
+        raise SpecdemoError(f"--freeze auto chooses between the output and x0-hat, which the {problem.kernel.name} "
+                            "kernel has not; use --freeze out")
+    if not (auto_tree or auto_freeze):
+        return _with_bias(problem)
+    folder = cache_folder(c.cache_dir)
+    key = plan_key(problem)
+    stored = None if c.replan else load_plan(key, folder)
+    if stored is not None:
+        record, source = stored
+        draft = FrozenDraft("auto", tuple(record["x0_steps"])) if auto_freeze else problem.draft
+        cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
+        tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
+        return _with_bias(replace(problem, draft=draft, tree=tree, cost_model=cost, plan_source=source))
+    t0 = time.perf_counter()
+    stats, pilot, draft = _pilots(problem, auto_freeze)
+    problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
+    if auto_tree:
+        cost = measure_cost(problem) if c.objective == "time" else None
+        problem = replace(problem, cost_model=cost)
+        problem = replace(problem, tree=plan(problem, c.budget))
+    problem = replace(problem, calibration_s=time.perf_counter() - t0)
+    store_plan(key, {"plan": plan_to_dict(problem.tree) if auto_tree else None,
+                     "x0_steps": list(problem.draft.x0_steps.tolist()) if auto_freeze else None,
+                     "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
+                     "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s}}, folder)
+    return _with_bias(problem)
+
+
+def _with_bias(problem: Problem) -> Problem:
+    c = problem.config
+    draft = BiasedDraft(problem.draft, c.draft_bias) if c.draft_bias and problem.draft is not None else problem.draft
+    if draft is not None:
+        draft.check(problem.kernel)
+    return replace(problem, draft=draft)
+
+
+def _pilots(problem: Problem, auto_freeze: bool) -> tuple[DeltaStats, Cost, Draft]:
+    """The pilot's deltas, its cost and the draft: with --freeze auto, one pilot freezing the
+    output and one freezing x0-hat, and the per-step choice of the better."""
+    if not auto_freeze:
+        stats, cost = _pilot(problem, problem.draft)
+        return stats, cost, problem.draft
+    n_steps = problem.kernel.num_steps
+    out, x0 = (_pilot(problem, FrozenDraft(mode)) for mode in ("out", "x0"))
+    x0_steps = tuple(_mean_acceptance(x0[0], m) > _mean_acceptance(out[0], m) for m in range(n_steps))
+    stats = DeltaStats({k: v for k, v in out[0].deltas.items() if not x0_steps[k[0]]}
+                       | {k: v for k, v in x0[0].deltas.items() if x0_steps[k[0]]}, n_steps)
+    return stats, _add_costs(out[1], x0[1]), FrozenDraft("auto", x0_steps)
+
+
+def plan(problem: Problem, budget: int) -> TopologyPlan:
+    """The auto topology of the problem's verifier, method and objective for `budget` target rows
+    a round, planned from the pilot's deltas (problem.stats): chains for method chain or a
+    verifier of chains, trees of widths up to 8 (or the verifier's limit) otherwise."""
+    if problem.stats is None:
+        raise SpecdemoError("planning needs the pilot's deltas: build the problem with tree auto and a budget "
+                            "(and replan, not a plan from the cache)")
+    c = problem.config
+    draft = problem.draft.base if isinstance(problem.draft, BiasedDraft) else problem.draft
+    frozen = draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
+    return plan_topology(problem.stats, problem.verifier, budget, problem.kernel.stochastic_run_lengths(),
+                         max_width=1 if c.method == "chain" else 8,
+                         leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
+                         exact_known_root=frozen and not c.draft_bias, warm_up=frozen,
+                         cost=problem.cost_model if c.objective == "time" else None)
+
+
+def _pilot(problem: Problem, draft: Draft) -> tuple[DeltaStats, Cost]:
+    """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain.
+    PILOT_DEPTH, not the deepest level a plan may reach: a chain's deep levels are reached only by
+    the trajectories whose draft fits best, so their deltas flatter the wider trees a plan builds
+    (on gm512, a pilot as deep as the horizon, 28, planned trees 2% slower than a pilot of 12)."""
+    c = problem.config
+    if c.draft_bias:
+        draft = BiasedDraft(draft, c.draft_bias)
+    depth = max(1, min(PILOT_DEPTH, int(problem.kernel.stochastic_run_lengths().max())))
+    pilot = sample(problem.network, problem.kernel, problem.target.shape, c.pilot_samples, tree=Topology.chain(depth),
+                   draft=draft, verifier=get_verifier("rmc"), prefetch=c.prefetch, seed=c.seed + PILOT_SEED_OFFSET,
+                   cond={k: v[:1].expand(c.pilot_samples, *v.shape[1:]) for k, v in problem.cond.items()},
+                   device=problem.device, dtype=problem.dtype, trace=True, trace_states=False)
+    return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
+
+
+def _mean_acceptance(stats: DeltaStats, step: int) -> float:
+    """Mean single-child acceptance 2 Phi(-delta/2) of the nodes verified at `step`, all depths."""
+    deltas = [v for (s, _), vals in stats.deltas.items() if s == step for v in vals]
+    return float(np.mean(2 * ndtr(-np.asarray(deltas) / 2))) if deltas else 0.0
+
+
+def _add_costs(a: Cost, b: Cost) -> Cost:
+    return Cost(method="pilot", steps=a.steps, stochastic_steps=a.stochastic_steps,
+                calls_per_trajectory=a.calls_per_trajectory + b.calls_per_trajectory,
+                counted_calls=a.counted_calls + b.counted_calls, rows_per_trajectory=a.rows_per_trajectory + b.rows_per_trajectory,
+                target_calls=a.target_calls + b.target_calls, wall_s=a.wall_s + b.wall_s, target_s=a.target_s + b.target_s)
+
+
+# ---------------------------------------------------------------------------------------------- cost model
+def measure_cost(problem: Problem) -> CostModel:
+    """The cost of a round on the run's device, dtype and batch: the target's call at a few row
+    counts up to the batch times the budget (median of CALL_REPEATS after a warm-up call each),
+    and the driver's own cost per round and per level, from chains of two depths sampled with an
+    instant network (0.5 x) in place of the target."""
+    c = problem.config
+    batch = problem.slots
+    top = batch * (c.budget + 1)
+    rows = tuple(r for r in COST_ROWS if r < top) + (top,)
+    generator = torch.Generator().manual_seed(0)
+    call_s = []
+    with torch.inference_mode():
+        for r in rows:
+            x = torch.randn((r, *problem.target.shape), generator=generator).to(problem.device, problem.dtype)
+            n = torch.randint(0, problem.kernel.num_steps, (r,), generator=generator).to(problem.device)
+            cond = {k: v[:1].expand(r, *v.shape[1:]).to(problem.device) for k, v in problem.cond.items()}
+            times = []
+            for i in range(CALL_REPEATS + 1):
+                _sync(problem.device)
+                t0 = time.perf_counter()
+                problem.network(x, n, **cond)
+                _sync(problem.device)
+                if i:  # the first call of a shape sets up its kernels
+                    times.append(time.perf_counter() - t0)
+            call_s.append(statistics.median(times))
+    shallow, deep = 1, max(2, min(8, c.budget, int(problem.kernel.stochastic_run_lengths().max())))
+    per_round = [_driver_seconds(problem, depth) for depth in (shallow, deep)]
+    level_s = max(0.0, (per_round[1] - per_round[0]) / (deep - shallow))
+    return CostModel(rows=rows, call_s=tuple(call_s), round_s=max(0.0, per_round[0] - level_s * shallow),
+                     level_s=level_s, batch=batch)
+
+
+def _driver_seconds(problem: Problem, depth: int) -> float:
+    """Seconds per round outside the target call: a chain of `depth` with an instant network."""
+    slots = problem.slots
+    result = sample(lambda x, n, **cond: 0.5 * x, problem.kernel, problem.target.shape, slots,
+                    tree=Topology.chain(depth), draft=problem.draft, verifier=problem.verifier, prefetch="nearest",
+                    seed=problem.config.seed, cond={k: v[:slots] for k, v in problem.cond.items()},
+                    device=problem.device, dtype=problem.dtype)
+    cost = result.cost
+    return (cost.wall_s - cost.target_s) / max(cost.rounds, 1)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,454 @@
+"""The one batched driver: plain target sampling, chains and trees (algorithms.md section 4).
+
+A batch of B trajectories moves in rounds. In a round each trajectory at step n with r stochastic
+steps ahead speculates to depth L_b = min(L, r) with its own tree (L = 0 is plain sampling, and a
+deterministic step is a round of depth 0). The trajectories that share a (truncated) tree, leaf
+evaluation and root state form one RoundState, and every RoundState goes through the phases of
+specdemo.sampling.phases: draft; one batched target call for the whole batch (each row with its
+own state and step); walk; then the round's one host synchronisation (the committed depths, which
+the next round's trees depend on, and the check that the call returned finite values); the
+corrections; commit.
+
+A trajectory without a frozen output (before its first speculative round, or every round under
+prefetch "none") spends a round on a warm-up: its root alone is evaluated, in the round's batched
+call, and it speculates from that exact output the round after. This is the draft-tree authors'
+warm-up call (a deterministic step's output is not reused as a frozen output either), placed so
+that trajectories starting at different times (continuous batching) add no sequential call. Every
+random draw of trajectory i comes from its own generator (specdemo.sampling.rng), so a
+trajectory's samples do not depend on the batch it runs in.
+
+The batch's bookkeeping (each slot's step, root state, calls and rows) lives on the host, so that
+choosing the next round's trees needs no device round trip.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..drafts import Draft
+from ..errors import SpecdemoError
+from ..kernels import Kernel
+from ..trees import Topology, TopologyPlan
+from ..verifiers import Verifier
+from . import phases
+from .cost import Cost, PhaseClock
+from .phases import Layout, RoundState
+from .prefetch import PREFETCH, NearestSibling, Prefetch
+from .record import RoundTrace, round_trace
+from .rng import TrajectoryRandom
+
+MEMORY_LIMIT_BYTES = 8 * 2**30
+
+
+@dataclass
+class SampleResult:
+    """samples (B, *shape) on the run's device; states: {step: (B, *shape)} for the steps asked for
+    in keep_steps; trace: one RoundTrace per round and topology when asked for."""
+
+    samples: torch.Tensor
+    cost: Cost
+    states: dict[int, torch.Tensor] = field(default_factory=dict)
+    trace: list[RoundTrace] | None = None
+
+
+def method_name(tree: Topology | TopologyPlan) -> str:
+    if not tree.max_depth:
+        return "target"
+    return "chain" if all(t.is_chain for t in tree.topologies) else "tree"
+
+
+def check_run(kernel: Kernel, tree: Topology | TopologyPlan, draft: Draft | None, verifier: Verifier | None,
+              shape: Sequence[int], num_samples: int, dtype: torch.dtype = torch.float32) -> None:
+    """Refuse a run that cannot work, with the reason and what is accepted."""
+    if num_samples < 1:
+        raise SpecdemoError(f"the number of samples must be >= 1, got {num_samples}")
+    if tree.max_depth:
+        if draft is None or verifier is None:
+            raise SpecdemoError("speculative sampling needs a draft and a verifier")
+        draft.check(kernel)
+        widest = max(max(t.widths, default=1) for t in tree.topologies)
+        if verifier.max_children is not None and widest > verifier.max_children:
+            raise SpecdemoError(
+                f"the {verifier.name} verifier takes one child per node (chains only); tree {tree} has up to "
+                f"{widest}: use a chain such as 1x{tree.max_depth}, or the dgrs or rank verifier"
+            )
+    size = int(np.prod(shape))
+    nodes = max(t.num_nodes for t in tree.topologies)
+    need = 4 * dtype.itemsize * size * num_samples * nodes  # a few buffers of every node
+    if need > MEMORY_LIMIT_BYTES:
+        raise SpecdemoError(
+            f"{num_samples} samples with tree {tree} ({nodes} nodes of {size} values) need about "
+            f"{need / 2**30:.1f} GiB, over the {MEMORY_LIMIT_BYTES / 2**30:.0f} GiB limit; use fewer samples or a smaller tree"
+        )
+
+
+class Schedule:
+    """For every step n and root state k (its output known or not): the tree a round rooted there
+    uses (an index into `trees`), its depth once truncated at the stochastic horizon, and whether
+    its leaves are evaluated."""
+
+    def __init__(self, tree: Topology | TopologyPlan, kernel: Kernel, leaf_table: np.ndarray):
+        n_steps = kernel.num_steps
+        run_len = kernel.stochastic_run_lengths().tolist()
+        self.trees = list(tree.topologies)
+        position = {t: i for i, t in enumerate(self.trees)}
+        self.tree_id = np.zeros((n_steps, 2), dtype=np.int64)
+        self.depth = np.zeros((n_steps, 2), dtype=np.int64)
+        for n in range(n_steps):
+            for k in (0, 1):
+                t = tree.at(n, bool(k))
+                self.tree_id[n, k] = position[t]
+                self.depth[n, k] = min(t.depth, run_len[n])
+        self.leaves = leaf_table & (self.depth > 0)
+
+
+class _Batch:
+    """The state of the batch between rounds, and one round.
+
+    The batch has `slots` rows; each holds one trajectory at a time. When a trajectory reaches
+    step N its sample is stored and the slot takes the next trajectory (continuous batching), so
+    the batch stays full until the queue runs dry. Per-slot state is indexed by slot (tensors on
+    the device for states, numpy arrays on the host for steps and flags); costs, samples and kept
+    states by trajectory position (0..B-1).
+    """
+
+    def __init__(self, network, kernel: Kernel, shape, num_samples, tree, draft, verifier, prefetch: Prefetch | None,
+                 seed, indices, cond, device, dtype, keep_steps, trace, trace_states, max_batch):
+        self.network, self.kernel, self.shape = network, kernel, tuple(shape)
+        self.draft, self.verifier = draft, verifier
+        self.device, self.dtype = torch.device(device), dtype
+        self.indices = list(range(num_samples)) if indices is None else list(indices)
+        if len(self.indices) != num_samples:
+            raise SpecdemoError(f"{len(self.indices)} trajectory indices for {num_samples} samples")
+        self.cond = {k: v.to(self.device) for k, v in (cond or {}).items()}
+        for k, v in self.cond.items():
+            if v.shape[0] != num_samples:
+                raise SpecdemoError(f"conditioning {k!r} has {v.shape[0]} rows for {num_samples} samples")
+        self.num_steps = kernel.num_steps
+        self.scales = kernel.scales.to(self.device)
+        self._scales_dtype = self.scales.to(dtype)
+        self.scales_host = kernel.scales.numpy()
+        self.uses_frozen = tree.max_depth > 0 and draft.uses_frozen
+        self.prefetch = prefetch if self.uses_frozen else None
+        leaf_table = prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
+        self.schedule = Schedule(tree, kernel, leaf_table)
+        self._layouts: dict[tuple[int, int, bool], Layout] = {}
+
+        b = num_samples
+        slots = min(max_batch or b, b)
+        self.rng = TrajectoryRandom(seed, slots, self.device)
+        self.samples = torch.empty((b, *self.shape), device=self.device, dtype=dtype)
+        self.y = torch.empty((slots, *self.shape), device=self.device, dtype=dtype)
+        self.frozen = torch.zeros((slots, *draft.frozen_shape(self.shape)), device=self.device, dtype=dtype) \
+            if self.uses_frozen else None
+        self.root_out = torch.zeros_like(self.y)  # the exact target output at y, where root_known
+        # host state per slot
+        self.slot_traj = np.full(slots, -1, dtype=np.int64)  # -1: empty
+        self.n = np.full(slots, self.num_steps, dtype=np.int64)
+        self.has_frozen = np.zeros(slots, dtype=bool)
+        self.root_known = np.zeros(slots, dtype=bool)
+        self.slot_traj_device = torch.full((slots,), -1, dtype=torch.long, device=self.device)
+        self.next_traj = 0
+        self.calls = np.zeros(b, dtype=np.int64)
+        self.counted = np.zeros(b, dtype=np.int64)
+        self.rows_used = np.zeros(b, dtype=np.int64)
+        top = tree.max_depth
+        self.committed_hist = np.zeros(top + 2, dtype=np.int64)  # rounds by committed steps
+        self.accepted_hist = np.zeros(top + 2, dtype=np.int64)  # rounds by kept drafted nodes
+        self.cost = Cost(method=method_name(tree), steps=self.num_steps,
+                         stochastic_steps=int((kernel.scales > 0).sum()),
+                         calls_per_trajectory=self.calls, counted_calls=self.counted, rows_per_trajectory=self.rows_used,
+                         examined_per_depth=[0] * top, accepted_per_depth=[0] * top)
+        self.clock = PhaseClock(self.device)
+        self.keep = sorted(set(keep_steps))
+        self.states: dict[int, torch.Tensor] = {}
+        self.trace = [] if trace else None
+        self.trace_states = trace_states
+        self.refill(list(range(slots)))
+
+    # ---------------------------------------------------------------- helpers the phases use
+    def scale(self, step: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """s_n per row, in the run's dtype, shaped to broadcast against `like` (rows first)."""
+        return self._scales_dtype[step].view(-1, *[1] * (like.dim() - 1))
+
+    def draft_means(self, x: torch.Tensor, step: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """m^p at nodes x (A, P, *shape) of the trajectories in `slots`, all at `step` (A,)."""
+        if self.draft.calls_network:
+            self.cost.draft_calls += 1
+        traj = self.slot_traj_device[slots]
+        return self.draft.means(self.kernel, x, step, self.frozen[slots] if self.uses_frozen else None,
+                                {k: v[traj] for k, v in self.cond.items()})
+
+    def layout(self, tree_id: int, depth: int, leaves: bool) -> Layout:
+        key = (tree_id, depth, leaves)
+        if key not in self._layouts:
+            tree = self.schedule.trees[tree_id]
+            tree = tree if depth == tree.depth else Topology(tree.widths[:depth])
+            self._layouts[key] = Layout(tree, leaves, self.verifier, self.device)
+        return self._layouts[key]
+
+    def slot_tensor(self, slots) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(slots, dtype=np.int64)).to(self.device, non_blocking=True)
+
+    # ---------------------------------------------------------------- the batch's slots
+    def refill(self, slots: list[int]) -> None:
+        """Finished slots hand their sample over and take the next trajectories of the queue."""
+        done = [s for s in slots if self.slot_traj[s] >= 0]
+        if done:
+            self.samples[self.slot_tensor(self.slot_traj[done])] = self.y[self.slot_tensor(done)]
+        for slot in slots:
+            self.slot_traj[slot] = -1
+            if self.next_traj == len(self.indices):
+                continue
+            g = self.rng.assign(slot, self.indices[self.next_traj])
+            self.y[slot] = self.kernel.prior(self.shape, g, self.device, self.dtype)
+            self.slot_traj[slot] = self.next_traj
+            self.next_traj += 1
+            self.n[slot], self.has_frozen[slot], self.root_known[slot] = 0, False, False
+            self.keep_state([slot], [0], self.y[slot:slot + 1])
+        self.slot_traj_device.copy_(torch.from_numpy(self.slot_traj))
+
+    def keep_state(self, slots: list[int], steps: list[int], values: torch.Tensor) -> None:
+        """values (len(slots), *shape): the states of those slots' trajectories at those steps."""
+        for step in set(steps) & set(self.keep):
+            rows = [j for j, s in enumerate(steps) if s == step]
+            store = self.states.setdefault(step, torch.full_like(self.samples, float("nan")))
+            store[self.slot_tensor(self.slot_traj[[slots[j] for j in rows]])] = values[self.slot_tensor(rows)]
+
+    # ---------------------------------------------------------------- one round
+    def round(self) -> bool:
+        live = np.flatnonzero((self.slot_traj >= 0) & (self.n < self.num_steps))
+        if not live.size:
+            return False
+        sched = self.schedule
+        n, known = self.n[live], self.root_known[live]
+        k = known.astype(np.int64)
+        depth = sched.depth[n, k]
+        speculate = depth > 0
+        warm = speculate & ~self.has_frozen[live] & ~known if self.uses_frozen else np.zeros_like(speculate)
+        speculate &= ~warm
+        t0 = self.clock.mark()
+        states = self.start_rounds(live[speculate], sched.tree_id[n, k][speculate], depth[speculate],
+                                   sched.leaves[n, k][speculate], known[speculate])
+        self.clock.add("draft", t0)
+        direct = live[depth == 0]
+        # roots evaluated alone: direct steps whose output is not known, and warm-ups
+        roots = np.concatenate([direct[~self.root_known[direct]], live[warm]])
+        out = self.call_target(states, roots, direct[(self.scales_host[self.n[direct]] == 0) & ~self.root_known[direct]])
+        if roots.size:
+            self.root_out[self.slot_tensor(roots)] = out[out.shape[0] - roots.size:]
+        t0 = self.clock.mark()
+        for state in states:
+            phases.walk(state, self)
+        finite = self.synchronise(states, out)
+        if not finite:
+            raise SpecdemoError(f"the network returned NaN or inf at step(s) {self.bad_steps(out)}; "
+                                "check the model and its inputs")
+        self.root_known[live] = False
+        self.root_known[live[warm]] = True
+        if direct.size:
+            self.direct_step(direct)
+        for state in states:
+            phases.correct(state, self)
+            phases.commit(state, self)
+            self.account(state)
+            if self.trace is not None:
+                self.trace.append(round_trace(state, self))
+        self.clock.add("verify", t0)
+        self.cost.rounds += 1
+        finished = live[self.n[live] == self.num_steps]
+        if finished.size:
+            self.refill(finished.tolist())
+        return True
+
+    def start_rounds(self, slots, tree_ids, depths, leaves, known) -> list[RoundState]:
+        """Phase 1 for each group of slots that share a tree, a depth, leaf evaluation and a root state."""
+        states = []
+        keys = np.stack([tree_ids, depths, leaves, known], 1)
+        for key in np.unique(keys, axis=0):
+            members = slots[(keys == key).all(1)]
+            tree_id, depth, ev, kn = (int(v) for v in key)
+            slot_t = self.slot_tensor(members)
+            state = RoundState(self.layout(tree_id, depth, bool(ev)), slot_t, members.tolist(),
+                               torch.as_tensor(self.n[members]).to(self.device, non_blocking=True), bool(kn))
+            if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
+                self.frozen[slot_t] = self.draft.frozen_value(self.kernel, self.root_out[slot_t], self.y[slot_t],
+                                                              state.step)
+            phases.draft(state, self)
+            states.append(state)
+        return states
+
+    def call_target(self, states: list[RoundState], roots: np.ndarray, deterministic: np.ndarray):
+        """Phase 2: one batched target call over every group's evaluated nodes and the lone roots
+        (none when every root's output is known and no group evaluates a node)."""
+        calling = [s for s in states if s.call_rows]
+        parts = [phases.call_inputs(s, self) for s in calling]
+        if roots.size:
+            r = self.slot_tensor(roots)
+            parts.append((self.y[r], torch.as_tensor(self.n[roots]).to(self.device), r))
+        out = None
+        if parts:
+            x, steps, slots = (torch.cat(p) for p in zip(*parts)) if len(parts) > 1 else parts[0]
+            t0 = self.clock.mark()
+            traj = self.slot_traj_device[slots]
+            out = self.network(x, steps, **{k: v[traj] for k, v in self.cond.items()})
+            if out.shape != x.shape:
+                raise SpecdemoError(f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(x.shape)}")
+            self.clock.add("target", t0)
+            out = out.to(self.dtype)
+            self.call_steps = steps
+            self.cost.target_calls += 1
+        start = 0
+        for s in states:
+            phases.take_outputs(s, out[start:start + s.count * s.call_rows] if s.call_rows else None, self)
+            start += s.count * s.call_rows
+        # the call's bookkeeping, per trajectory, on the host
+        traj = np.concatenate([self.slot_traj[s.slot_list] for s in calling] + [self.slot_traj[roots]])
+        self.calls[traj] += 1
+        self.counted[traj] += 1
+        for s in calling:
+            self.rows_used[self.slot_traj[s.slot_list]] += s.call_rows
+        self.rows_used[self.slot_traj[roots]] += 1
+        # calls spent on deterministic steps are on neither side of the speedup (section 5)
+        self.counted[self.slot_traj[deterministic]] -= 1
+        return out
+
+    def synchronise(self, states: list[RoundState], out) -> bool:
+        """The round's one device-to-host copy: every group's committed depths and corrections, and
+        whether the call's outputs were finite."""
+        parts = [torch.stack([s.end_depth, s.corrected.long()]).flatten() for s in states]
+        if out is not None:
+            parts.append(torch.isfinite(out.sum()).long()[None])  # one reduction (huge sums are refused too)
+        if not parts:
+            return True
+        host = torch.cat(parts).tolist()
+        start = 0
+        for s in states:
+            a = s.count
+            s.end_host, s.corrected_host = host[start:start + a], [bool(c) for c in host[start + a:start + 2 * a]]
+            start += 2 * a
+        return out is None or bool(host[-1])
+
+    def bad_steps(self, out) -> list[int]:
+        """The steps of the call's rows whose outputs are not finite (the error path only)."""
+        bad = ~torch.isfinite(out).flatten(1).all(1)
+        return sorted(set(self.call_steps[bad].tolist()))[:5]
+
+    def direct_step(self, direct: np.ndarray) -> None:
+        """Y_{n+1} = m_n(Y_n) + s_n xi with the target: plain sampling and deterministic steps."""
+        d = self.slot_tensor(direct)
+        step = torch.as_tensor(self.n[direct]).to(self.device)
+        y_next = self.kernel.mean(self.root_out[d], self.y[d], step)
+        noisy = np.flatnonzero(self.scales_host[self.n[direct]] > 0)
+        if noisy.size:
+            rows = self.slot_tensor(noisy)
+            xi = self.rng.normal(direct[noisy], self.shape, self.dtype)
+            y_next[rows] += self.scale(step[rows], xi) * xi
+        self.y[d] = y_next
+        self.n[direct] += 1
+        self.keep_state(direct.tolist(), self.n[direct].tolist(), y_next)
+
+    def account(self, state: RoundState) -> None:
+        """Steps, committed depths, kept intermediate states."""
+        ends = np.asarray(state.end_host)
+        corrected = np.asarray(state.corrected_host)
+        n0 = self.n[state.slot_list].copy()
+        self.n[state.slot_list] = n0 + ends
+        np.add.at(self.committed_hist, ends, 1)
+        np.add.at(self.accepted_hist, ends - corrected, 1)
+        self._keep_path(state, n0, ends)
+
+    def _keep_path(self, state: RoundState, n0: np.ndarray, ends: np.ndarray) -> None:
+        """The kept steps a round committed: inner steps are accepted nodes (ancestors of cur), the
+        last is y_new."""
+        if not self.keep:
+            return
+        for m in self.keep:
+            j = m - n0
+            rows = np.flatnonzero((j >= 1) & (j <= ends))
+            if not rows.size:
+                continue
+            r = self.slot_tensor(rows)
+            inner = torch.as_tensor(j[rows] < ends[rows]).to(self.device)
+            nodes = state.layout.ancestors[state.cur[r], self.slot_tensor(np.minimum(j[rows], ends[rows] - 1))]
+            inner_x = state.x[r, nodes.clamp_max(state.x.shape[1] - 1)]
+            values = torch.where(inner.view(-1, *[1] * len(self.shape)), inner_x, state.y_new[r])
+            self.keep_state([state.slot_list[i] for i in rows], [m] * rows.size, values)
+
+    def finish(self) -> None:
+        top = len(self.cost.examined_per_depth)
+        # rounds that committed more than d steps examined level d; more than d kept nodes kept it
+        examined = self.committed_hist[::-1].cumsum()[::-1]
+        accepted = self.accepted_hist[::-1].cumsum()[::-1]
+        self.cost.examined_per_depth = examined[1:top + 1].tolist()
+        self.cost.accepted_per_depth = accepted[1:top + 1].tolist()
+        seconds = self.clock.totals()
+        self.cost.target_s = seconds.get("target", 0.0)
+        self.cost.draft_s = seconds.get("draft", 0.0)
+        self.cost.verify_s = seconds.get("verify", 0.0)
+
+
+def sample(
+    network: Callable[..., torch.Tensor],
+    kernel: Kernel,
+    shape: Sequence[int],
+    num_samples: int,
+    *,
+    tree: Topology | TopologyPlan = Topology(()),
+    draft: Draft | None = None,
+    verifier: Verifier | None = None,
+    prefetch: Prefetch | str = "nearest",
+    seed: int = 0,
+    indices: Sequence[int] | None = None,
+    cond: dict[str, torch.Tensor] | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    keep_steps: Sequence[int] = (),
+    trace: bool = False,
+    trace_states: bool = True,
+    callback: Callable[[dict], None] | None = None,
+    max_batch: int | None = None,
+) -> SampleResult:
+    """Draw num_samples exact samples of the target chain Y_0 -> ... -> Y_N.
+
+    network(x [R, *shape], n [R], **cond) returns the target output at each row's state and step.
+    tree () is plain target sampling; a chain or tree speculates with draft and verifier; a
+    TopologyPlan gives each round the tree planned for its first step. prefetch: which target
+    output a frozen draft keeps for the next round (specdemo.sampling.prefetch), a policy or its name.
+    indices name the trajectories (their random streams); default range(num_samples). cond holds
+    per-trajectory conditioning (B, ...) passed row by row to the networks (class labels).
+    keep_steps: also return the states at these steps (the whole path is exact, not only Y_N).
+    trace: record every round (RoundTrace), with node states unless trace_states is False.
+    callback receives a dict after every round (for progress bars: "progress" in [0, 1]).
+    max_batch: at most this many trajectories in flight; a finished one frees its slot for the
+    next (continuous batching). Default: all at once.
+    """
+    if max_batch is not None and max_batch < 1:
+        raise SpecdemoError(f"max_batch must be >= 1, got {max_batch}")
+    if isinstance(prefetch, str):
+        if prefetch not in PREFETCH:
+            raise SpecdemoError(f"unknown prefetch {prefetch!r}; accepted: {', '.join(PREFETCH)}")
+        prefetch = PREFETCH[prefetch]()
+    check_run(kernel, tree, draft, verifier, shape, min(num_samples, max_batch or num_samples), dtype)
+    t_start = time.perf_counter()
+    with torch.inference_mode():
+        batch = _Batch(network, kernel, shape, num_samples, tree, draft, verifier, prefetch or NearestSibling(), seed,
+                       indices, cond, device, dtype, keep_steps, trace, trace_states, max_batch)
+        while batch.round():
+            if callback is not None:
+                live = batch.slot_traj >= 0
+                done = batch.next_traj - int(live.sum()) + int((batch.n[live] == batch.num_steps).sum())
+                progress = (batch.next_traj - int(live.sum())) * batch.num_steps + int(batch.n[live].sum())
+                callback({"round": batch.cost.rounds, "finished": done, "num_samples": num_samples,
+                          "progress": progress / (num_samples * batch.num_steps),
+                          "target_calls": batch.cost.target_calls})
+        batch.finish()
+        if batch.device.type == "cuda":
+            torch.cuda.synchronize(batch.device)
+    batch.cost.wall_s = time.perf_counter() - t_start
+    return SampleResult(samples=batch.samples, cost=batch.cost, states=batch.states, trace=batch.trace)

@@ -1,0 +1,50 @@
+"""What a round costs in seconds, for the planner's time objective (trees/auto.py).
+
+A round of a batch of A trajectories that each evaluate R target rows costs
+
+    t(R) = call(A R) + round_s + level_s R,
+
+call being the target's measured wall-clock for a call of that many rows (a few row counts,
+interpolated linearly, extrapolated with the last slope), round_s the driver's own cost per round
+and level_s its cost per drafted level (a draft network's call included). A level has at least one
+row, so pricing the driver per row bounds a tree's drafting from above and is exact for a chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CostModel:
+    rows: tuple[int, ...]  # row counts of the measured calls, increasing
+    call_s: tuple[float, ...]  # seconds of a call of that many rows
+    round_s: float
+    level_s: float
+    batch: int  # trajectories per round the plan is for (A)
+
+    def __post_init__(self):
+        if len(self.rows) != len(self.call_s) or not self.rows or list(self.rows) != sorted(set(self.rows)):
+            raise ValueError("a cost model needs increasing row counts, one time each")
+
+    def call(self, rows: float) -> float:
+        """Seconds of one target call of `rows` rows."""
+        r, s = np.asarray(self.rows, dtype=float), np.asarray(self.call_s)
+        if rows <= r[-1] or len(r) == 1:
+            return float(np.interp(rows, r, s))
+        slope = (s[-1] - s[-2]) / (r[-1] - r[-2])
+        return float(s[-1] + slope * (rows - r[-1]))
+
+    def round_time(self, rows: int) -> float:
+        """Seconds of a round in which every trajectory evaluates `rows` target rows (0: no call)."""
+        return (self.call(self.batch * rows) if rows else 0.0) + self.round_s + self.level_s * max(rows, 1)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CostModel":
+        return cls(rows=tuple(int(r) for r in d["rows"]), call_s=tuple(float(s) for s in d["call_s"]),
+                   round_s=float(d["round_s"]), level_s=float(d["level_s"]), batch=int(d["batch"]))

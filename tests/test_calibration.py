@@ -1,0 +1,127 @@
+"""Calibration: the cost model, the time objective of the planner, and the plan cache (a second
+run of the same setting pays no pilot, and the run reports what the pilot cost when it ran)."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from specdemo import SamplerConfig, build, generate
+from specdemo.calibration import SHIPPED_PLANS, key_name, plan, plan_key
+from specdemo.errors import SpecdemoError
+from specdemo.trees.auto import plan_topology
+from specdemo.trees.cost_model import CostModel
+from specdemo.verifiers import get_verifier
+
+AUTO = dict(model="gm2d", steps=40, method="tree", tree="auto", budget=10, verifier="rank", freeze="x0",
+            prefetch="auto", pilot_samples=16, num_samples=4, device="cpu", seed=1)
+
+
+def test_cost_model_interpolates_and_extrapolates():
+    cost = CostModel(rows=(1, 2, 4, 8), call_s=(1.0, 1.2, 2.0, 4.0), round_s=0.1, level_s=0.01, batch=2)
+    assert cost.call(1) == 1.0 and cost.call(3) == pytest.approx(1.6) and cost.call(8) == 4.0
+    assert cost.call(12) == pytest.approx(6.0)  # beyond the last point: the last slope (0.5 s a row)
+    assert cost.round_time(3) == pytest.approx(cost.call(6) + 0.1 + 0.03)  # 2 trajectories of 3 rows
+    assert cost.round_time(0) == pytest.approx(0.11)  # no call: the driver's own cost
+    assert CostModel.from_dict(json.loads(json.dumps(cost.to_dict()))) == cost
+    with pytest.raises(ValueError):
+        CostModel(rows=(2, 1), call_s=(1.0, 1.0), round_s=0, level_s=0, batch=1)
+
+
+@pytest.fixture(scope="module")
+def piloted():
+    """A built problem whose pilot's deltas the planners below reuse."""
+    return build(SamplerConfig(**AUTO, objective="calls", cache_dir="off"))
+
+
+def replan(problem, cost):
+    c = problem.config
+    return plan_topology(problem.stats, problem.verifier, c.budget, problem.kernel.stochastic_run_lengths(),
+                         leaf_options=(False, True), cost=cost)
+
+
+def test_a_call_that_costs_the_same_whatever_its_rows_gives_the_calls_plan(piloted):
+    """Priced at one second a call and nothing else, the time objective is the calls objective."""
+    flat = CostModel(rows=(1, 1000), call_s=(1.0, 1.0), round_s=0.0, level_s=0.0, batch=1)
+    by_time, by_calls = replan(piloted, flat), replan(piloted, None)
+    assert by_time.objective == "time" and by_calls.objective == "calls"
+    assert by_time.expected_calls == pytest.approx(by_calls.expected_calls, rel=1e-9)
+    assert by_time.expected_s == pytest.approx(by_calls.expected_calls, rel=1e-9)
+
+
+def test_rows_that_cost_time_give_smaller_rounds_and_less_expected_time(piloted):
+    """Every row as dear as a whole call (a call of R rows takes R seconds): a round's seconds are
+    its rows, so the time plan minimises rows. Run side by side on 400 trajectories, it spends fewer
+    rows and more calls than the calls plan, and its expected seconds are its rows per trajectory."""
+    steep = CostModel(rows=(1, 2), call_s=(1.0, 2.0), round_s=0.0, level_s=0.0, batch=1)
+    by_time, by_calls = replan(piloted, steep), replan(piloted, None)
+    assert by_time.rows_per_round() < by_calls.rows_per_round()
+    runs = [replace(piloted, tree=p, config=replace(piloted.config, num_samples=400)).run().cost
+            for p in (by_time, by_calls)]
+    rows = [c.rows_per_trajectory.mean() for c in runs]
+    calls = [c.calls_per_trajectory.mean() for c in runs]
+    assert rows[0] < 0.9 * rows[1] and calls[0] > calls[1]
+    assert by_time.expected_s == pytest.approx(rows[0], rel=0.1)
+
+
+def test_the_plan_cache_spares_the_second_run_its_pilot(tmp_path):
+    config = SamplerConfig(**AUTO, cache_dir=str(tmp_path))
+    first_result, first = generate(config)
+    assert first.plan_source == "pilot" and first.pilot.target_calls > 0 and first.cost_model is not None
+    assert first_result.cost.pilot_calls == first.pilot.target_calls and first_result.cost.pilot_s > 0
+    files = list(tmp_path.iterdir())
+    assert [f.name for f in files] == [key_name(plan_key(first))]
+    second_result, second = generate(config)
+    assert second.plan_source == "cache" and second.pilot is None and second.stats is None
+    assert second.tree == first.tree and second.cost_model == first.cost_model
+    assert second_result.cost.pilot_calls == 0 and second_result.cost.pilot_s == 0
+    # the same plan, the same seed: the same samples; the pilot counted in speedup_total the first time only
+    assert (second_result.samples == first_result.samples).all()
+    calls = first_result.cost.calls_per_trajectory.mean()
+    assert first_result.cost.speedup_total == pytest.approx(40 / (calls + first.pilot.target_calls))
+    assert second_result.cost.speedup_total == pytest.approx(40 / calls)
+    with pytest.raises(SpecdemoError, match="replan"):
+        plan(second, 10)  # no pilot deltas behind a cached plan
+    again = build(SamplerConfig(**AUTO, cache_dir=str(tmp_path), replan=True))
+    assert again.plan_source == "pilot"
+    other = build(SamplerConfig(**{**AUTO, "budget": 8}, cache_dir=str(tmp_path)))  # another key
+    assert other.plan_source == "pilot" and len(list(tmp_path.iterdir())) == 2
+
+
+def test_cli_reports_the_pilot_and_the_plan(tmp_path):
+    args = [sys.executable, "-m", "specdemo", "sample", "--model", "gm2d", "--steps", "30", "--tree", "auto",
+            "--budget", "6", "--num-samples", "2", "--pilot-samples", "8", "--cache-dir", str(tmp_path)]
+    runs = [json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+            for _ in range(2)]
+    first, second = runs
+    assert first["plan_source"] == "pilot" and not first["plan_cached"] and first["pilot_calls"] > 0
+    assert second["plan_source"] == "cache" and second["plan_cached"] and second["pilot_calls"] == 0
+    for run in runs:
+        assert run["objective"] == "time" and run["planned_s"] > 0 and run["planned_calls"] > 0
+        assert run["freeze"] == "auto" and run["prefetch"] == "auto" and run["verifier"] == "block"
+    assert first["speedup_total"] < second["speedup_total"]
+
+
+def test_shipped_plans_are_found_and_match_their_keys():
+    shipped = sorted(SHIPPED_PLANS.glob("*.json"))
+    assert shipped, "the package ships the plans of the app's default settings"
+    for path in shipped:
+        stored = json.loads(path.read_text())
+        assert key_name(stored["key"]) == path.name
+        assert stored["plan"]["objective"] == stored["key"]["objective"]
+
+
+def test_a_cache_folder_that_cannot_be_written_is_skipped(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    problem = build(SamplerConfig(**AUTO, objective="calls", cache_dir=str(blocked / "plans")))
+    assert problem.plan_source == "pilot"
+
+
+def test_objective_and_verifier_refusals():
+    with pytest.raises(SpecdemoError, match="objective"):
+        build(SamplerConfig(**{**AUTO, "objective": "speed"}))
+    assert get_verifier("block").max_children == 1
