@@ -1,6 +1,7 @@
 """Each verifier alone: exact draws from N(mq, s^2 I) at every delta and K, acceptance equal to the
 closed form, accepted children returned bit for bit; and broken verifiers caught by the same tests."""
 
+import copy
 import math
 from functools import partial
 
@@ -134,7 +135,9 @@ class GreedyBestFirst(GreedyRejectionSampling):
     @staticmethod
     def _best_first(red: RankOne):
         order = red.u.argsort(dim=1, descending=True)
-        return order, RankOne(red.delta, red.e, red.u.gather(1, order))
+        best_first = copy.copy(red)
+        best_first.u = red.u.gather(1, order)
+        return order, best_first
 
     def _decide(self, red: RankOne, uniforms):
         order, red = self._best_first(red)

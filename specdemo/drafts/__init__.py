@@ -1,8 +1,8 @@
 """Drafts: the cheap mean m^p of the draft kernel."""
 
-from .base import Draft
+from .base import Draft, LevelMeans
 from .biased import BiasedDraft
 from .frozen import FREEZE, FrozenDraft
 from .network import NetworkDraft
 
-__all__ = ["Draft", "FrozenDraft", "NetworkDraft", "BiasedDraft", "FREEZE"]
+__all__ = ["Draft", "LevelMeans", "FrozenDraft", "NetworkDraft", "BiasedDraft", "FREEZE"]

@@ -26,10 +26,13 @@ class BiasedDraft(Draft):
     def frozen_value(self, kernel, out, x, n):
         return self.base.frozen_value(kernel, out, x, n)
 
-    def means(self, kernel, x, n, frozen, cond):
-        m = self.base.means(kernel, x, n, frozen, cond)
-        d = x[0, 0].numel()
-        return m + kernel.scale(n[:, None], x) * (self.bias / d**0.5)
+    def for_round(self, kernel, step, depth, frozen, cond):
+        base = self.base.for_round(kernel, step, depth, frozen, cond)
+
+        def level(d, x, out=None):
+            m = base(d, x, out)
+            return m.add_(kernel.scale(step + d, x) * (self.bias / x[0, 0].numel() ** 0.5))
+        return level
 
     def config(self):
         return {**self.base.config(), "draft_bias": self.bias}

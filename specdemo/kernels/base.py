@@ -1,30 +1,57 @@
 """The Gaussian kernels of algorithms.md section 1: Q_n( . | y) = N(m_n(y), s_n^2 I).
 
-A kernel maps (network output, state, per-row step n) to the mean m_n and a step to its scale s_n.
+Every kernel of section 1 is linear in the state and the network output, up to the clipping of the
+denoised estimate that some diffusers schedulers apply:
+
+    x0-hat_n(x, out) = D_n x + E_n out,
+    m_n(x, out)      = A_n x + B_n out + C_n clip(x0-hat_n(x, out)),
+
+with per-step coefficients A..E (C_n = 0 without clipping, D and E undefined for a kernel without a
+denoised estimate, Langevin). A kernel is its table of coefficients and scales; one gather gives a
+row's five coefficients, so a mean costs one lookup and a few fused operations whatever the kernel.
 Steps with s_n = 0 are deterministic: the sampler takes them with the target.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
+
+COEFFICIENTS = ("A", "B", "C", "D", "E")
+
+
+class StepCoefficients(NamedTuple):
+    """A_n..E_n for some rows, each shaped to broadcast against the rows' states."""
+
+    A: torch.Tensor
+    B: torch.Tensor
+    C: torch.Tensor
+    D: torch.Tensor
+    E: torch.Tensor
 
 
 class Kernel:
-    """Base of every kernel: N steps, per-step scales s_n (float64) and the network's time inputs.
+    """Base of every kernel: N steps, per-step scales s_n (float64), the network's time inputs and
+    the coefficient table (N, 5) of the linear form above.
 
     Methods take a step tensor n and tensors whose leading dimensions are n's (rows, or rows and
-    nodes); outputs broadcast against the state. Subclasses set `prediction_type` (what the network outputs) and implement `mean`; those whose
-    process has a clean-data estimate implement `denoised` and `output_from_denoised`, which the
-    frozen draft uses to freeze x0-hat instead of the raw network output (section 2).
+    nodes); outputs broadcast against the state. Subclasses set `prediction_type` (what the network
+    outputs) and `name`, and pass their tables to __init__.
     """
 
     prediction_type: str
     name: str
 
-    def __init__(self, scales: torch.Tensor, timesteps: torch.Tensor):
+    def __init__(self, scales: torch.Tensor, timesteps: torch.Tensor, coefficients: torch.Tensor,
+                 clip_range: float | None = None, has_denoised: bool = True):
         self.scales = scales.to(torch.float64)
         self.timesteps = timesteps
+        self.coefficient_table = coefficients.to(torch.float64)  # (N, 5): A..E per step
+        self.clip_range = clip_range
+        self.has_denoised = has_denoised
         self._tables: dict[tuple, torch.Tensor] = {}
+        self._run_lengths: torch.Tensor | None = None
 
     @property
     def num_steps(self) -> int:
@@ -35,10 +62,12 @@ class Kernel:
 
         A round starting at step n speculates at most r[n] steps: trees are truncated there.
         """
-        runs = torch.zeros(self.num_steps + 1, dtype=torch.long)
-        for n in range(self.num_steps - 1, -1, -1):
-            runs[n] = runs[n + 1] + 1 if self.scales[n] > 0 else 0
-        return runs
+        if self._run_lengths is None:
+            runs, stochastic = [0] * (self.num_steps + 1), (self.scales > 0).tolist()
+            for n in range(self.num_steps - 1, -1, -1):
+                runs[n] = runs[n + 1] + 1 if stochastic[n] else 0
+            self._run_lengths = torch.tensor(runs, dtype=torch.long)
+        return self._run_lengths.clone()
 
     def table(self, name: str, values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """`values` (a per-step float64 table) on like's device and dtype, cached."""
@@ -48,26 +77,40 @@ class Kernel:
             cached = self._tables[key] = values.to(device=like.device, dtype=like.dtype)
         return cached
 
-    def per_row(self, name: str, values: torch.Tensor, n: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """values[n] shaped to broadcast against x, whose leading dimensions are n's."""
-        return self.table(name, values, x)[n].view(*n.shape, *([1] * (x.dim() - n.dim())))
+    def coefficients(self, n: torch.Tensor, like: torch.Tensor) -> StepCoefficients:
+        """A_n..E_n for steps n, shaped to broadcast against `like`, whose leading dimensions are n's."""
+        columns = self.table("coefficients", self.coefficient_table.T, like)[:, n]  # (5, *n.shape): one gather
+        return StepCoefficients(*columns.view(5, *n.shape, *[1] * (like.dim() - n.dim())).unbind(0))
 
     def scale(self, n: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """s_n shaped to broadcast against `like`."""
-        return self.per_row("scale", self.scales, n, like)
+        return self.table("scale", self.scales, like)[n].view(*n.shape, *([1] * (like.dim() - n.dim())))
 
     def mean(self, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        return self.mean_with(self.coefficients(n, x), out, x)
+
+    def mean_with(self, k: StepCoefficients, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """m_n from coefficients already gathered for these rows."""
+        m = torch.addcmul(k.A * x, k.B, out)
+        if self.clip_range is not None:
+            r = self.clip_range
+            m.addcmul_(k.C, torch.addcmul(k.D * x, k.E, out).clamp_(-r, r))
+        return m
 
     def denoised(self, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError(f"the {self.name} kernel has no denoised estimate x0-hat")
+        self._needs_denoised()
+        k = self.coefficients(n, x)
+        return torch.addcmul(k.D * x, k.E, out)
 
     def output_from_denoised(self, x0: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError(f"the {self.name} kernel has no denoised estimate x0-hat")
+        """The network output whose denoised estimate at x is x0: out = (x0 - D x) / E."""
+        self._needs_denoised()
+        k = self.coefficients(n, x)
+        return torch.addcmul(x0, k.D, x, value=-1).div_(k.E)
 
-    @property
-    def has_denoised(self) -> bool:
-        return type(self).denoised is not Kernel.denoised
+    def _needs_denoised(self) -> None:
+        if not self.has_denoised:
+            raise NotImplementedError(f"the {self.name} kernel has no denoised estimate x0-hat")
 
     def prior(self, shape: tuple[int, ...], generator: torch.Generator, device, dtype) -> torch.Tensor:
         """One draw of the initial state Y_0."""

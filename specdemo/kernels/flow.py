@@ -40,19 +40,10 @@ class FlowChurnKernel(Kernel):
         k = churn**2 * g2 / (2 * t)
         self.t = t
         self.signal, self.noise = 1 - t, t  # x_t = (1 - t) x0 + t xi
-        self.mean_x = 1 + dt * k
-        self.mean_o = dt * (1 + k * (1 - t))
-        super().__init__(churn * g2.sqrt() * (-dt).sqrt(), scheduler.timesteps.clone())
-
-    def mean(self, out, x, n):
-        m = self.per_row("mean_x", self.mean_x, n, x) * x
-        return m.addcmul_(self.per_row("mean_o", self.mean_o, n, x), out)
-
-    def denoised(self, out, x, n):
-        return x - self.per_row("t", self.t, n, x) * out
-
-    def output_from_denoised(self, x0, x, n):
-        return (x - x0).div_(self.per_row("t", self.t, n, x))
+        mean_x, mean_o = 1 + dt * k, dt * (1 + k * (1 - t))
+        # x0-hat = x - t v
+        coefficients = torch.stack([mean_x, mean_o, torch.zeros_like(t), torch.ones_like(t), -t], 1)
+        super().__init__(churn * g2.sqrt() * (-dt).sqrt(), scheduler.timesteps.clone(), coefficients)
 
     def config(self):
         return {"kernel": "flow-churn", "steps": self.num_steps, "churn": self.churn}

@@ -25,40 +25,20 @@ class VPKernel(Kernel):
     def __init__(self, *, timesteps, a, b, c, scales, alphas_cumprod_t, prediction_type, clip_sample_range=None):
         if prediction_type not in PREDICTION_TYPES:
             raise SpecdemoError(f"prediction type {prediction_type!r} is not one of {', '.join(PREDICTION_TYPES)}")
-        super().__init__(scales, timesteps)
         self.prediction_type = prediction_type
-        self.clip_sample_range = clip_sample_range
         self.signal = alphas_cumprod_t.to(torch.float64).sqrt()  # sqrt(abar_t): x_t = signal x0 + noise eps
         self.noise = (1 - alphas_cumprod_t.to(torch.float64)).sqrt()
         s0, s1 = self.signal, self.noise
         # x0-hat = x0_x * x + x0_o * out ; eps-hat = eps_x * x + eps_o * out
         if prediction_type == "epsilon":
-            self.x0_x, self.x0_o, self.eps_x, self.eps_o = 1 / s0, -s1 / s0, torch.zeros_like(s0), torch.ones_like(s0)
+            x0_x, x0_o, eps_x, eps_o = 1 / s0, -s1 / s0, torch.zeros_like(s0), torch.ones_like(s0)
         elif prediction_type == "v_prediction":
-            self.x0_x, self.x0_o, self.eps_x, self.eps_o = s0, -s1, s1, s0
+            x0_x, x0_o, eps_x, eps_o = s0, -s1, s1, s0
         else:
-            self.x0_x, self.x0_o, self.eps_x, self.eps_o = torch.zeros_like(s0), torch.ones_like(s0), 1 / s1, -s0 / s1
-        self.a, self.b, self.c = a.to(torch.float64), b.to(torch.float64), c.to(torch.float64)
-        if clip_sample_range is None:
-            self.mean_x = self.a * self.x0_x + self.b + self.c * self.eps_x
-            self.mean_o = self.a * self.x0_o + self.c * self.eps_o
+            x0_x, x0_o, eps_x, eps_o = torch.zeros_like(s0), torch.ones_like(s0), 1 / s1, -s0 / s1
+        a, b, c = a.to(torch.float64), b.to(torch.float64), c.to(torch.float64)
+        if clip_sample_range is None:  # a_n x0-hat folds into the linear part
+            mean_x, mean_o, clipped = a * x0_x + b + c * eps_x, a * x0_o + c * eps_o, torch.zeros_like(a)
         else:
-            self.mean_x = self.b + self.c * self.eps_x
-            self.mean_o = self.c * self.eps_o
-
-    def mean(self, out, x, n):
-        m = self.per_row("mean_x", self.mean_x, n, x) * x
-        m.addcmul_(self.per_row("mean_o", self.mean_o, n, x), out)
-        if self.clip_sample_range is not None:
-            r = self.clip_sample_range
-            m.addcmul_(self.per_row("a", self.a, n, x), self.denoised(out, x, n).clamp_(-r, r))
-        return m
-
-    def denoised(self, out, x, n):
-        x0 = self.per_row("x0_x", self.x0_x, n, x) * x
-        return x0.addcmul_(self.per_row("x0_o", self.x0_o, n, x), out)
-
-    def output_from_denoised(self, x0, x, n):
-        # invert x0 = x0_x x + x0_o out for out; x0_o != 0 for every VP parameterisation
-        out = x0 - self.per_row("x0_x", self.x0_x, n, x) * x
-        return out.div_(self.per_row("x0_o", self.x0_o, n, x))
+            mean_x, mean_o, clipped = b + c * eps_x, c * eps_o, a
+        super().__init__(scales, timesteps, torch.stack([mean_x, mean_o, clipped, x0_x, x0_o], 1), clip_sample_range)

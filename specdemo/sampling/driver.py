@@ -33,16 +33,17 @@ import torch
 from ..drafts import Draft
 from ..errors import SpecdemoError
 from ..kernels import Kernel
-from ..trees import Topology, TopologyPlan
+from ..trees import MAX_DEPTH, Topology, TopologyPlan
 from ..verifiers import Verifier
 from . import phases
 from .cost import Cost, PhaseClock
-from .phases import Layout, RoundState
+from .phases import Layout, RoundState, Workspace, layout_for
 from .prefetch import PREFETCH, NearestSibling, Prefetch
 from .record import RoundTrace, round_trace
 from .rng import TrajectoryRandom
 
 MEMORY_LIMIT_BYTES = 8 * 2**30
+WORKSPACES = 32  # round buffers kept for reuse, by layout, group size and root state
 
 
 @dataclass
@@ -131,13 +132,14 @@ class _Batch:
                 raise SpecdemoError(f"conditioning {k!r} has {v.shape[0]} rows for {num_samples} samples")
         self.num_steps = kernel.num_steps
         self.scales = kernel.scales.to(self.device)
-        self._scales_dtype = self.scales.to(dtype)
+        self.scales_dtype = self.scales.to(dtype)
         self.scales_host = kernel.scales.numpy()
         self.uses_frozen = tree.max_depth > 0 and draft.uses_frozen
         self.prefetch = prefetch if self.uses_frozen else None
         leaf_table = prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
         self.schedule = Schedule(tree, kernel, leaf_table)
         self._layouts: dict[tuple[int, int, bool], Layout] = {}
+        self._spaces: dict[tuple[Layout, int, bool], Workspace] = {}
 
         b = num_samples
         slots = min(max_batch or b, b)
@@ -174,23 +176,43 @@ class _Batch:
     # ---------------------------------------------------------------- helpers the phases use
     def scale(self, step: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """s_n per row, in the run's dtype, shaped to broadcast against `like` (rows first)."""
-        return self._scales_dtype[step].view(-1, *[1] * (like.dim() - 1))
+        return self.scales_dtype[step].view(-1, *[1] * (like.dim() - 1))
 
-    def draft_means(self, x: torch.Tensor, step: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """m^p at nodes x (A, P, *shape) of the trajectories in `slots`, all at `step` (A,)."""
+    def round_means(self, state: RoundState, depth: int):
+        """The draft's means for a round of the trajectories in state.slots (Draft.for_round)."""
         if self.draft.calls_network:
-            self.cost.draft_calls += 1
-        traj = self.slot_traj_device[slots]
-        return self.draft.means(self.kernel, x, step, self.frozen[slots] if self.uses_frozen else None,
-                                {k: v[traj] for k, v in self.cond.items()})
+            self.cost.draft_calls += depth  # one call per level (a lazy last level's at the reached node)
+        traj = self.slot_traj_device[state.slots]
+        return self.draft.for_round(self.kernel, state.step, depth, self.rows_of(self.frozen, state) if self.uses_frozen
+                                    else None, {k: v[traj] for k, v in self.cond.items()})
+
+    def rows_of(self, per_slot: torch.Tensor, state: RoundState) -> torch.Tensor:
+        """A per-slot tensor's rows for a round's trajectories: itself (no copy) when the round holds
+        every slot in order, as a batch of one always does."""
+        return per_slot if state.whole else per_slot[state.slots]
+
+    def set_rows(self, per_slot: torch.Tensor, state: RoundState, values: torch.Tensor) -> None:
+        if state.whole:
+            per_slot.copy_(values)
+        else:
+            per_slot[state.slots] = values
 
     def layout(self, tree_id: int, depth: int, leaves: bool) -> Layout:
         key = (tree_id, depth, leaves)
         if key not in self._layouts:
             tree = self.schedule.trees[tree_id]
             tree = tree if depth == tree.depth else Topology(tree.widths[:depth])
-            self._layouts[key] = Layout(tree, leaves, self.verifier, self.device)
+            self._layouts[key] = layout_for(tree, leaves, type(self.verifier), self.device)
         return self._layouts[key]
+
+    def workspace(self, layout: Layout, count: int, root_known: bool) -> Workspace:
+        """The buffers of a layout's rounds of `count` trajectories (the last WORKSPACES kept)."""
+        key = (layout, count, root_known)  # groups of one round differ in one of these
+        space = self._spaces.pop(key, None) or Workspace(layout, count, self.shape, self.device, self.dtype)
+        self._spaces[key] = space
+        if len(self._spaces) > WORKSPACES:
+            self._spaces.pop(next(iter(self._spaces)))
+        return space
 
     def slot_tensor(self, slots) -> torch.Tensor:
         return torch.as_tensor(np.asarray(slots, dtype=np.int64)).to(self.device, non_blocking=True)
@@ -269,16 +291,20 @@ class _Batch:
     def start_rounds(self, slots, tree_ids, depths, leaves, known) -> list[RoundState]:
         """Phase 1 for each group of slots that share a tree, a depth, leaf evaluation and a root state."""
         states = []
-        keys = np.stack([tree_ids, depths, leaves, known], 1)
-        for key in np.unique(keys, axis=0):
-            members = slots[(keys == key).all(1)]
-            tree_id, depth, ev, kn = (int(v) for v in key)
+        keys = ((tree_ids * (MAX_DEPTH + 1) + depths) * 2 + leaves) * 2 + known
+        for key in (keys[:1] if keys.size == 1 else np.unique(keys)):
+            members = slots[keys == key]
+            tree_id, depth, ev, kn = int(key) // (2 * 2 * (MAX_DEPTH + 1)), int(key) // 4 % (MAX_DEPTH + 1), \
+                int(key) // 2 % 2, int(key) % 2
             slot_t = self.slot_tensor(members)
-            state = RoundState(self.layout(tree_id, depth, bool(ev)), slot_t, members.tolist(),
-                               torch.as_tensor(self.n[members]).to(self.device, non_blocking=True), bool(kn))
+            layout = self.layout(tree_id, depth, bool(ev))
+            whole = members.size == self.slot_traj.size and bool((np.diff(members) == 1).all())
+            state = RoundState(layout, slot_t, members.tolist(),
+                               torch.as_tensor(self.n[members]).to(self.device, non_blocking=True), bool(kn),
+                               space=self.workspace(layout, members.size, bool(kn)), whole=whole)
             if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
-                self.frozen[slot_t] = self.draft.frozen_value(self.kernel, self.root_out[slot_t], self.y[slot_t],
-                                                              state.step)
+                self.set_rows(self.frozen, state, self.draft.frozen_value(
+                    self.kernel, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step))
             phases.draft(state, self)
             states.append(state)
         return states

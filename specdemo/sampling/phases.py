@@ -20,10 +20,11 @@ Chains and evaluated leaves are drafted before the target call.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import torch
 
+from ..drafts import LevelMeans
 from ..trees import Topology
 from ..verifiers import ChainVerifier, Decision, NodeVerifier, RankOne
 
@@ -42,6 +43,12 @@ class Segment:
     @property
     def levels(self) -> int:
         return self.last - self.first + 1
+
+
+@lru_cache(maxsize=256)
+def layout_for(tree: Topology, evaluate_leaves: bool, verifier_type: type, device: torch.device) -> "Layout":
+    """A topology's Layout, built once per process (the verifier's type sets its uniforms)."""
+    return Layout(tree, evaluate_leaves, verifier_type(), device)
 
 
 class Layout:
@@ -68,6 +75,7 @@ class Layout:
         self.max_width = max(tree.widths)
         self.ancestors = _ancestors(tree).to(device)
         self.node_steps = tree.node_depth[:self.num_evaluated].to(device)  # each evaluated node's step offset
+        self.depths = torch.arange(depth, device=device)
         if isinstance(verifier, ChainVerifier):
             self.segments = ()
             self.uniform_count = verifier.uniforms_per_chain(depth)
@@ -77,6 +85,14 @@ class Layout:
         self.noise_count = self.num_drafted_nodes - 1 + self.lazy_width
         self._run_nodes = {s: torch.tensor(starts[s.first:s.last + 1], device=device) - starts[s.first]
                            for s in self.segments if s.levels > 1}
+
+    @lru_cache(maxsize=None)
+    def root_segment(self, segment: Segment) -> tuple[torch.Tensor, torch.Tensor]:
+        """(nodes (1, S), their children (1, S, K)) of a segment that starts at the root: nodes 0..S-1
+        (one per level of a width-1 run, or the root alone), children 1..S K."""
+        nodes = torch.arange(segment.levels, device=self.first_child.device)
+        kids = 1 + torch.arange(segment.levels * segment.width, device=nodes.device).view(segment.levels, segment.width)
+        return nodes[None], kids[None]
 
     def segment_nodes(self, segment: Segment, start: torch.Tensor) -> torch.Tensor:
         """(A, levels): the path nodes of a segment below its first node `start` (A,)."""
@@ -110,6 +126,29 @@ def _segments(tree: Topology, lazy: bool, verifier: NodeVerifier) -> tuple[Segme
         offset += (last - d + 1) * per
         d = last + 1
     return tuple(segments)
+
+
+class Workspace:
+    """The buffers of a layout's rounds for A trajectories, reused from round to round, and their
+    views level by level (the drafting loop then costs two fused operations a level)."""
+
+    def __init__(self, layout: Layout, count: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype):
+        tree, starts = layout.tree, layout.tree.level_starts
+        self.x = torch.empty((count, layout.num_drafted_nodes, *shape), device=device, dtype=dtype)
+        self.mp = torch.empty((count, max(layout.num_parents, 1), *shape), device=device, dtype=dtype)
+        self.noise = torch.empty((count, layout.noise_count, *shape), device=device, dtype=dtype)
+        self.uniforms = torch.empty((count, layout.uniform_count), device=device, dtype=torch.float64)
+        # s at each depth's step, shaped to broadcast against that depth's children (A, P, K, *shape)
+        self.child_scales = torch.empty((count, tree.depth), device=device, dtype=dtype)
+        scales = self.child_scales.view(count, tree.depth, 1, 1, *[1] * len(shape)).unbind(1)
+        self.levels = []  # per drafted level: parents, their means, children, the children's noise, s
+        for level in range(1, (tree.depth - 1 if layout.lazy else tree.depth) + 1):
+            lo, hi, width = starts[level - 1], starts[level], tree.widths[level - 1]
+            kids = slice(starts[level], starts[level + 1])
+            self.levels.append((self.x[:, lo:hi], self.mp[:, lo:hi], self.mp[:, lo:hi, None],
+                                self.x[:, kids].unflatten(1, (hi - lo, width)),
+                                self.noise[:, kids.start - 1:kids.stop - 1].unflatten(1, (hi - lo, width)),
+                                scales[level - 1]))
 
 
 @dataclass
@@ -148,6 +187,10 @@ class RoundState:
     end_depth: torch.Tensor | None = None  # (A,) committed steps
     y_new: torch.Tensor | None = None  # (A, *shape): the committed state
     records: list[SegmentRecord] | None = None
+    means: LevelMeans | None = None  # the draft's m^p by depth, set up for this round
+    child_scales: torch.Tensor | None = None  # (A, L): s at each depth's nodes' step
+    space: Workspace | None = None  # the buffers this round uses
+    whole: bool = False  # the round holds every slot of the batch, in order
     eta: torch.Tensor | None = None  # chain verifiers: the verdict, for the correction
     log_p: torch.Tensor | None = None
     end_host: list[int] | None = None  # end_depth and corrected on the host, after the synchronisation
@@ -183,6 +226,13 @@ class RoundState:
         """Target rows per trajectory in the round's call."""
         return self.layout.num_evaluated - self.first_row
 
+    def first_outputs(self, count: int) -> torch.Tensor:
+        """Target outputs (A, count, *shape) at nodes 0..count-1 of every row (a view of the call's
+        outputs unless the root's output was known before it)."""
+        if not self.root_known:
+            return self.out[:, :count]
+        return torch.cat([self.root_out[:, None], self.out[:, :count - 1]], 1)
+
     def outputs_at(self, nodes: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Target outputs (R, S, *shape) at nodes (R, S) of rows `rows` (R,) (default: every row)."""
         rows = self.rows if rows is None else rows
@@ -197,25 +247,21 @@ class RoundState:
 
 # ---------------------------------------------------------------------------------------------- phases
 def draft(state: RoundState, run) -> None:
-    """Phase 1: the round's noise and uniforms (one draw each per trajectory), then every drafted
-    level, level by level: children of node v are m^p(X_v) + s xi."""
-    lay, tree, shape = state.layout, state.tree, run.shape
-    a = state.count
-    state.noise = run.rng.normal(state.slot_list, (lay.noise_count, *shape), run.dtype)
-    state.uniforms = run.rng.uniform(state.slot_list, lay.uniform_count)
-    state.x = x = torch.empty((a, lay.num_drafted_nodes, *shape), device=run.device, dtype=run.dtype)
-    x[:, 0] = run.y[state.slots]
-    state.mp = torch.empty((a, max(lay.num_parents, 1), *shape), device=run.device, dtype=run.dtype)
-    drafted_levels = tree.depth - 1 if lay.lazy else tree.depth
-    starts = tree.level_starts
-    for level in range(1, drafted_levels + 1):
-        lo, hi, width = starts[level - 1], starts[level], tree.widths[level - 1]
-        step = state.step + (level - 1)
-        means = run.draft_means(x[:, lo:hi], step, state.slots)
-        state.mp[:, lo:hi] = means
-        kids = x[:, starts[level]:starts[level + 1]].unflatten(1, (hi - lo, width))
-        noise = state.noise[:, starts[level] - 1:starts[level + 1] - 1].unflatten(1, (hi - lo, width))
-        torch.addcmul(means[:, :, None], run.scale(step, kids), noise, out=kids)
+    """Phase 1: the round's noise and uniforms (one draw each per trajectory), the draft's means set
+    up for the round, then every drafted level, level by level: children of node v are m^p(X_v) + s xi."""
+    lay, space = state.layout, state.space
+    depth = lay.tree.depth
+    state.noise = run.rng.normal(state.slot_list, space.noise.shape[1:], run.dtype, out=space.noise)
+    state.uniforms = run.rng.uniform(state.slot_list, lay.uniform_count, out=space.uniforms)
+    state.x, state.mp = space.x, space.mp
+    space.x[:, 0] = run.rows_of(run.y, state)
+    torch.index_select(run.scales_dtype, 0, (state.step[:, None] + lay.depths).flatten(),
+                       out=space.child_scales.view(-1))
+    state.child_scales = space.child_scales
+    state.means = run.round_means(state, depth)
+    for d, (parents, means, means_by_child, kids, noise, scale) in enumerate(space.levels):
+        state.means(d, parents, out=means)
+        torch.addcmul(means_by_child, scale, noise, out=kids)
 
 
 def call_inputs(state: RoundState, run) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -232,7 +278,7 @@ def take_outputs(state: RoundState, out: torch.Tensor | None, run) -> None:
     state.out = run.y.new_empty((state.count, 0, *run.shape)) if out is None else \
         out.view(state.count, state.call_rows, *run.shape)
     if state.root_known:
-        state.root_out = run.root_out[state.slots]
+        state.root_out = run.rows_of(run.root_out, state)
 
 
 def walk(state: RoundState, run) -> None:
@@ -243,18 +289,43 @@ def walk(state: RoundState, run) -> None:
         _walk_nodes(state, run)
 
 
-def _decide_segment(state: RoundState, run, segment: Segment, nodes: torch.Tensor, kid_index, kids, mp):
-    """Reduce and decide the A * S nodes of a segment (nodes (A, S), their children (A, S, K, *shape))."""
+def _decide_segment(state: RoundState, run, segment: Segment, nodes, kid_index, kids, mp, xv, outv) -> SegmentRecord:
+    """Reduce and decide the A * S nodes of a segment: nodes (A, S), their states xv, target outputs
+    outv and draft means mp (A, S, *shape), their children kids (A, S, K, *shape)."""
     a, s_len = nodes.shape
-    ar = state.rows[:, None]
     steps = state.step[:, None] + torch.arange(segment.first, segment.last + 1, device=nodes.device)
-    mq = run.kernel.mean(state.outputs_at(nodes), state.x[ar, nodes], steps)
+    mq = run.kernel.mean(outv, xv, steps)
     scales = run.scales[steps]
     red = RankOne.reduce(mq.flatten(0, 1), mp.flatten(0, 1), scales.flatten(), kids.flatten(0, 1))
     lo = segment.uniform_offset
     uniforms = state.uniforms[:, lo:lo + s_len * segment.per_node].reshape(a * s_len, segment.per_node)
     decision = run.verifier.decide(red, uniforms)
     return SegmentRecord(segment, nodes, kid_index, kids, scales, red, uniforms, decision)
+
+
+def _segment_inputs(state: RoundState, run, segment: Segment, start: torch.Tensor):
+    """(nodes, kid_index, kids, mp, xv, outv) of a segment below each row's node `start`. A segment
+    that starts at the root has the same nodes in every row, contiguous in breadth-first order: views."""
+    lay, a, ar = state.layout, state.count, state.rows
+    width, s_len = segment.width, segment.levels
+    if segment.lazy:  # the children of the reached node, formed now from the round's noise
+        nodes = start[:, None]
+        kid_index = lay.first_child[nodes][..., None] + torch.arange(width, device=run.device)
+        xv = state.x[ar, start][:, None]
+        mp = state.means(segment.first, xv)
+        xi = state.noise[:, lay.num_drafted_nodes - 1:].unflatten(1, (1, width))
+        scale = state.child_scales[:, segment.first].view(-1, 1, 1, *[1] * (xi.dim() - 3))
+        kids = torch.addcmul(mp[:, :, None], scale, xi)
+        return nodes, kid_index, kids, mp, xv, state.outputs_at(nodes)
+    if segment.first == 0:
+        nodes, kid_index = lay.root_segment(segment)
+        nodes, kid_index = nodes.expand(a, -1), kid_index.expand(a, -1, -1)
+        kids = state.x[:, 1:1 + s_len * width].unflatten(1, (s_len, width))
+        return nodes, kid_index, kids, state.mp[:, :s_len], state.x[:, :s_len], state.first_outputs(s_len)
+    nodes = lay.segment_nodes(segment, start)
+    kid_index = lay.first_child[nodes][..., None] + torch.arange(width, device=run.device)
+    return (nodes, kid_index, state.x[ar[:, None, None], kid_index], state.mp[ar[:, None], nodes],
+            state.x[ar[:, None], nodes], state.outputs_at(nodes))
 
 
 def _walk_nodes(state: RoundState, run) -> None:
@@ -267,24 +338,18 @@ def _walk_nodes(state: RoundState, run) -> None:
     for segment in lay.segments:
         # rows that stopped above walk on from the segment's first node (valid indices, results unused)
         start = torch.where(alive, cur, lay.level_starts[segment.first])
-        nodes = lay.segment_nodes(segment, start)
-        width = segment.width
-        kid_index = lay.first_child[nodes][..., None] + torch.arange(width, device=run.device)
-        if segment.lazy:  # the children of the reached node, formed now from the round's noise
-            mp = run.draft_means(state.x[ar, start][:, None], state.step + segment.first, state.slots)
-            xi = state.noise[:, lay.num_drafted_nodes - 1:].unflatten(1, (1, width))
-            kids = torch.addcmul(mp[:, :, None], run.scale(state.step + segment.first, xi), xi)
-        else:
-            mp = state.mp[ar[:, None], nodes]
-            kids = state.x[ar[:, None, None], kid_index]
-        record = _decide_segment(state, run, segment, nodes, kid_index, kids, mp)
+        nodes, kid_index, kids, mp, xv, outv = _segment_inputs(state, run, segment, start)
+        record = _decide_segment(state, run, segment, nodes, kid_index, kids, mp, xv, outv)
         state.records.append(record)
         kept = record.decision.kept.view(a, segment.levels)
         rejected = kept < 0
         stops = alive & rejected.any(1)
         first_rejection = rejected.int().argmax(1)
-        passed = kid_index[ar, -1, kept[:, -1].clamp_min(0)]
-        cur = torch.where(stops, nodes[ar, first_rejection], torch.where(alive, passed, cur))
+        if segment.first == 0:  # nodes 0..S-1, the last one's children 1 + (S - 1) K onwards
+            stop_node, passed = first_rejection, kept[:, -1].clamp_min(0) + (1 + (segment.levels - 1) * segment.width)
+        else:
+            stop_node, passed = nodes[ar, first_rejection], kid_index[ar, -1, kept[:, -1].clamp_min(0)]
+        cur = torch.where(stops, stop_node, torch.where(alive, passed, cur))
         end_depth = torch.where(stops, segment.first + first_rejection + 1, end_depth)
         alive &= ~stops
     last = state.records[-1]
@@ -296,11 +361,13 @@ def _walk_nodes(state: RoundState, run) -> None:
 def _walk_chain(state: RoundState, run) -> None:
     """A chain verifier: delta_i, u_i of every level, weighed at once."""
     depth, a = state.tree.depth, state.count
-    nodes = torch.arange(depth, device=run.device).expand(a, depth)
-    kids = state.x[:, 1:depth + 1, None]
     segment = Segment(0, depth - 1, 1, False, 0, 0)
-    mq = run.kernel.mean(state.outputs_at(nodes), state.x[:, :depth], state.step[:, None] + nodes)
-    scales = run.scales[state.step[:, None] + nodes]
+    nodes, kid_index = state.layout.root_segment(segment)
+    nodes, kid_index = nodes.expand(a, -1), kid_index.expand(a, -1, -1)
+    kids = state.x[:, 1:depth + 1, None]
+    steps = state.step[:, None] + nodes
+    mq = run.kernel.mean(state.first_outputs(depth), state.x[:, :depth], steps)
+    scales = run.scales[steps]
     red = RankOne.reduce(mq.flatten(0, 1), state.mp[:, :depth].flatten(0, 1), scales.flatten(), kids.flatten(0, 1))
     full = torch.full((a,), depth, dtype=torch.long, device=run.device)
     verdict = run.verifier.verify_chain(red.delta.view(a, depth), red.u.view(a, depth), full, state.uniforms)
@@ -308,7 +375,7 @@ def _walk_chain(state: RoundState, run) -> None:
     kept = torch.where(nodes < eta[:, None], 0, -1)
     prob = verdict.accept_prob.flatten()
     decision = Decision(kept=kept.flatten(), child_accept_prob=prob[:, None], accept_prob=prob)
-    state.records = [SegmentRecord(segment, nodes, nodes[..., None] + 1, kids, scales, red, state.uniforms, decision)]
+    state.records = [SegmentRecord(segment, nodes, kid_index, kids, scales, red, state.uniforms, decision)]
     state.eta, state.log_p = eta, verdict.log_p
     state.cur, state.corrected = eta, eta < depth
     state.end_depth = torch.where(state.corrected, eta + 1, depth)
@@ -357,7 +424,7 @@ def _correct_chain(state: RoundState, run, rows: list[int]) -> None:
 def commit(state: RoundState, run) -> None:
     """Phase 4: the new states, the frozen output that starts each trajectory's next round, and
     the target output at a committed leaf whose row was evaluated (the next root's, known)."""
-    run.y[state.slots] = state.y_new
+    run.set_rows(run.y, state, state.y_new)
     if run.prefetch is None:  # a draft that keeps no target output
         return
     source = run.prefetch.source(state)
@@ -366,7 +433,7 @@ def commit(state: RoundState, run) -> None:
     else:
         out = state.outputs_at(source[:, None])[:, 0]
         x = state.x[state.rows, source]
-        run.frozen[state.slots] = run.draft.frozen_value(run.kernel, out, x, state.step + state.layout.node_depth[source])
+        run.set_rows(run.frozen, state, run.draft.frozen_value(run.kernel, out, x, state.step + state.layout.node_depth[source]))
         run.has_frozen[state.slot_list] = True
     if state.evaluate_leaves:
         kept = [i for i, c in enumerate(state.corrected_host) if not c]

@@ -67,6 +67,8 @@ class NearestSibling(Prefetch):
         sibling, at the same step) nearest to it, if the level was evaluated."""
         lay, cur = state.layout, state.cur
         fallback = parent_of_commit(state)
+        if lay.max_width == 1:  # a chain: the one sibling is the rejected child (node cur + 1), if evaluated
+            return torch.where(state.corrected & (cur < lay.evaluated_depth), cur + 1, fallback)
         width = lay.max_width
         sib = lay.first_child[cur][:, None] + torch.arange(width, device=cur.device)
         valid = (torch.arange(width, device=cur.device)[None] < lay.num_children[cur][:, None]) \

@@ -77,7 +77,10 @@ def round_trace(state, run) -> RoundTrace:
         # the levels of this segment that the row's walk verified
         rows, j = np.nonzero(rec.segment.first + np.arange(s_len)[None] < ends[:, None])
         delta[rows, nodes[rows, j]] = rec.red.delta.view(a, s_len).cpu().numpy()[rows, j]
-        node_acc[rows, nodes[rows, j]] = rec.decision.accept_prob.view(a, s_len).cpu().numpy()[rows, j]
+        accept = rec.decision.accept_prob
+        if accept is None:  # the verifier's closed form
+            accept = run.verifier.acceptance(rec.red.delta, rec.segment.width)
+        node_acc[rows, nodes[rows, j]] = accept.view(a, s_len).cpu().numpy()[rows, j]
         examined = ~np.isnan(child_p[rows, j])
         er, ek = np.nonzero(examined)
         child_nodes = kids[rows[er], j[er], ek]

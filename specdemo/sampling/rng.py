@@ -44,18 +44,20 @@ class TrajectoryRandom:
         """Start trajectory `index`'s stream in `slot`."""
         return self.generators[slot].manual_seed(trajectory_seed(self.seed, index))
 
-    def normal(self, rows: Sequence[int], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """Standard normals, shape (len(rows), *shape); row j from the stream of slot rows[j]."""
+    def normal(self, rows: Sequence[int], shape: tuple[int, ...], dtype: torch.dtype,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """Standard normals, shape (len(rows), *shape) (into `out` when given); row j from the
+        stream of slot rows[j]."""
         rows = _slots(rows)
-        out = torch.empty((len(rows), *shape), device=self.device, dtype=dtype)
+        out = torch.empty((len(rows), *shape), device=self.device, dtype=dtype) if out is None else out
         for j, r in enumerate(rows):
             torch.randn(shape, generator=self.generators[r], out=out[j], dtype=dtype)
         return out
 
-    def uniform(self, rows: Sequence[int], count: int) -> torch.Tensor:
-        """Uniforms on [0, 1) in float64, shape (len(rows), count)."""
+    def uniform(self, rows: Sequence[int], count: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Uniforms on [0, 1) in float64, shape (len(rows), count) (into `out` when given)."""
         rows = _slots(rows)
-        out = torch.empty((len(rows), count), device=self.device, dtype=torch.float64)
+        out = torch.empty((len(rows), count), device=self.device, dtype=torch.float64) if out is None else out
         for j, r in enumerate(rows):
             torch.rand(count, generator=self.generators[r], out=out[j], dtype=torch.float64)
         return out

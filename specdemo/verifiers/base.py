@@ -40,12 +40,13 @@ class Decision:
     kept: (A,) index of the kept child, -1 where a corrected draw ends the round.
     child_accept_prob: (A, K) float64, the probability with which each examined child was accepted
         given that it was examined (NaN for children never examined).
-    accept_prob: (A,) float64, the probability that the node keeps a drafted child.
+    accept_prob: (A,) float64, the probability that the node keeps a drafted child; None where the
+        verifier's closed form (`acceptance`) gives it and nothing else needed it (records compute it).
     """
 
     kept: torch.Tensor
     child_accept_prob: torch.Tensor
-    accept_prob: torch.Tensor
+    accept_prob: torch.Tensor | None
 
 
 @dataclass
@@ -60,27 +61,28 @@ class Verdict:
     accept_prob: torch.Tensor
 
 
-@dataclass
 class RankOne:
-    """delta (A,), e (A, d) float64, u (A, K) float64 for one node per row."""
+    """delta (A,), u (A, K) float64 for one node per row, and e (A, d) float64, formed when a
+    corrected draw needs it."""
 
-    delta: torch.Tensor
-    e: torch.Tensor
-    u: torch.Tensor
+    def __init__(self, delta: torch.Tensor, u: torch.Tensor, diff: torch.Tensor, norm: torch.Tensor):
+        self.delta, self.u, self._diff, self._norm = delta, u, diff, norm
 
     @classmethod
     def reduce(cls, mq: torch.Tensor, mp: torch.Tensor, s: torch.Tensor, children: torch.Tensor) -> "RankOne":
         """mq, mp (A, *shape), s (A,) float64, children (A, K, *shape)."""
         diff = (mq - mp).flatten(1).double()
         norm = diff.norm(dim=1)
-        delta = norm / s
-        e = diff / norm.clamp_min(torch.finfo(torch.float64).tiny)[:, None]
-        z = children.flatten(2).double() - mp.flatten(1).double()[:, None]
-        u = torch.bmm(z, e[:, :, None])[:, :, 0] / s[:, None]
-        return cls(delta, e, u)
+        z = (children - mp[:, None]).flatten(2).double()  # s xi of each child, exact to the states' rounding
+        u = torch.bmm(z, diff[:, :, None])[:, :, 0] / (norm * s).clamp_min(torch.finfo(torch.float64).tiny)[:, None]
+        return cls(norm / s, u, diff, norm)
+
+    @property
+    def e(self) -> torch.Tensor:
+        return self._diff / self._norm.clamp_min(torch.finfo(torch.float64).tiny)[:, None]
 
     def select(self, idx: torch.Tensor) -> "RankOne":
-        return RankOne(self.delta[idx], self.e[idx], self.u[idx])
+        return RankOne(self.delta[idx], self.u[idx], self._diff[idx], self._norm[idx])
 
     def move(self, child: torch.Tensor, u_old: torch.Tensor, u_new: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """The point with projection u_new and the orthogonal part z_perp of `child` (A, *shape):
@@ -132,7 +134,7 @@ class NodeVerifier(Verifier):
         first_only[:, 0] = 1.0
         return Decision(kept=torch.where(same, 0, d.kept),
                         child_accept_prob=torch.where(same[:, None], first_only, d.child_accept_prob),
-                        accept_prob=torch.where(same, 1.0, d.accept_prob))
+                        accept_prob=None if d.accept_prob is None else torch.where(same, 1.0, d.accept_prob))
 
     def correct(self, red: RankOne, uniforms: torch.Tensor, rng, rows) -> tuple[torch.Tensor, torch.Tensor]:
         """(child (A,), u_new (A,)): the corrected draw is the child `child` moved to projection u_new.
@@ -157,8 +159,9 @@ class NodeVerifier(Verifier):
             r = rejected
             child, u_new = self.correct(red.select(r), uniforms[r], rng, rows[r])
             sample[r] = red.select(r).move(children[r, child], red.u[r, child], u_new, s[r])
+        accept_prob = self.acceptance(red.delta, children.shape[1]) if d.accept_prob is None else d.accept_prob
         return Verdict(kept=d.kept, sample=sample, delta=red.delta, child_accept_prob=d.child_accept_prob,
-                       accept_prob=d.accept_prob)
+                       accept_prob=accept_prob)
 
 
 class ChainVerifier(Verifier):

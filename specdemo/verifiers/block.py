@@ -73,9 +73,9 @@ def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor) -> 
     i = torch.arange(top + 1, device=delta.device)
     same = ~(delta >= DELTA_FLOOR)  # P_i = Q_i to float64 precision (NaN past the depth too): rho_i = 1
     log_rho = torch.where(same, 0.0, delta * u - 0.5 * delta**2)
-    log_p = torch.zeros((a, top + 1), dtype=torch.float64, device=delta.device)
-    for j in range(1, top + 1):
-        log_p[:, j] = (log_p[:, j - 1] + log_rho[:, j - 1]).clamp(max=0.0)
+    # log p_j = min(0, log p_{j-1} + log rho_j) = c_j - max(c_0..c_j), c the running sum of log rho (c_0 = 0)
+    c = torch.cat([torch.zeros_like(log_rho[:, :1]), log_rho.cumsum(1)], 1)
+    log_p = (c - c.cummax(1).values).clamp_max(0.0)
     p = log_p.exp()
     d_next = torch.where(same, 1.0, delta)  # delta_{i+1} for i = 0..L-1, a placeholder where it is 0
     t = d_next / 2 - log_p[:, :top] / d_next

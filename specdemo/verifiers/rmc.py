@@ -20,11 +20,15 @@ class ReflectionMaximalCoupling(NodeVerifier):
     def uniforms_per_node(self, k: int) -> int:
         return 1
 
+    def decide(self, red: RankOne, uniforms) -> Decision:
+        """As delta -> 0 the acceptance min(1, exp(delta u - delta^2 / 2)) -> 1, and the reflection is
+        exact at any delta: RMC needs no floor below which child 1 is kept."""
+        return self._decide(red, uniforms)
+
     def _decide(self, red: RankOne, uniforms) -> Decision:
         p = torch.exp((red.delta * red.u[:, 0] - 0.5 * red.delta**2).clamp(max=0.0))
         accept = uniforms[:, 0] < p
-        return Decision(kept=torch.where(accept, 0, -1), child_accept_prob=p[:, None],
-                        accept_prob=self.acceptance(red.delta, 1))
+        return Decision(kept=torch.where(accept, 0, -1), child_accept_prob=p[:, None], accept_prob=None)
 
     def correct(self, red: RankOne, uniforms, rng, rows):
         # the reflection of x_1 through the hyperplane halfway between mp and mq: u -> delta - u
