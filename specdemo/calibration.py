@@ -28,7 +28,7 @@ from .errors import SpecdemoError
 from .sampling import Cost, sample
 from .trees import Topology, TopologyPlan
 from .trees.auto import DeltaStats, plan_topology
-from .trees.cost_model import CostModel
+from .trees.cost_model import CostModel, call_size
 from .verifiers import get_verifier
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may th
 PLAN_FORMAT = "specdemo-plan/1"
 SHIPPED_PLANS = Path(__file__).with_name("plans")
 CALL_REPEATS = 5
-COST_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded call sizes, 2 an octave
 
 
 def cache_folder(setting: str | None) -> Path | None:
@@ -234,29 +234,46 @@ def measure_cost(problem: Problem) -> CostModel:
     instant network (0.5 x) in place of the target."""
     c = problem.config
     batch = problem.slots
-    top = batch * (c.budget + 1)
-    rows = tuple(r for r in COST_ROWS if r < top) + (top,)
-    generator = torch.Generator().manual_seed(0)
-    call_s = []
-    with torch.inference_mode():
-        for r in rows:
-            x = torch.randn((r, *problem.target.shape), generator=generator).to(problem.device, problem.dtype)
-            n = torch.randint(0, problem.kernel.num_steps, (r,), generator=generator).to(problem.device)
-            cond = {k: v[:1].expand(r, *v.shape[1:]).to(problem.device) for k, v in problem.cond.items()}
-            times = []
-            for i in range(CALL_REPEATS + 1):
-                _sync(problem.device)
-                t0 = time.perf_counter()
-                problem.network(x, n, **cond)
-                _sync(problem.device)
-                if i:  # the first call of a shape sets up its kernels
-                    times.append(time.perf_counter() - t0)
-            call_s.append(statistics.median(times))
+    top = call_size(batch * (c.budget + 1))
+    rows = tuple(r for r in MEASURED_SIZES if r < top) + (top,)
+    call_s = [statistics.median(call_seconds(problem, r, CALL_REPEATS)) for r in rows]
     shallow, deep = 1, max(2, min(8, c.budget, int(problem.kernel.stochastic_run_lengths().max())))
     per_round = [_driver_seconds(problem, depth) for depth in (shallow, deep)]
     level_s = max(0.0, (per_round[1] - per_round[0]) / (deep - shallow))
     return CostModel(rows=rows, call_s=tuple(call_s), round_s=max(0.0, per_round[0] - level_s * shallow),
                      level_s=level_s, batch=batch)
+
+
+def call_seconds(problem: Problem, rows: int, repeats: int) -> list[float]:
+    """Seconds of `repeats` target calls of `rows` rows of random states at random steps, after a
+    first call of that shape (which sets up the network's kernels for it)."""
+    generator = torch.Generator().manual_seed(rows)
+    x = torch.randn((rows, *problem.target.shape), generator=generator).to(problem.device, problem.dtype)
+    n = torch.randint(0, problem.kernel.num_steps, (rows,), generator=generator).to(problem.device)
+    cond = {k: v[:1].expand(rows, *v.shape[1:]).to(problem.device) for k, v in problem.cond.items()}
+    times = []
+    with torch.inference_mode():
+        for i in range(repeats + 1):
+            _sync(problem.device)
+            t0 = time.perf_counter()
+            problem.network(x, n, **cond)
+            _sync(problem.device)
+            times.append(time.perf_counter() - t0)
+    return times[1:]
+
+
+def call_sizes(problem: Problem) -> set[int]:
+    """The padded sizes of the target calls a run of this problem can make: every tree the plan
+    (or the fixed topology) uses, cut short at any depth, with or without its root and leaves, for
+    the batch; and a batch of lone roots (warm-ups, plain and deterministic steps)."""
+    batch, tree = problem.slots, problem.tree
+    sizes = {call_size(batch)}
+    for t in tree.topologies:
+        for depth in range(1, t.depth + 1):
+            cut = Topology(t.widths[:depth])
+            sizes |= {call_size(batch * (cut.rows_per_round(leaves) - known)) for leaves in (False, True)
+                      for known in (0, 1) if cut.rows_per_round(leaves) > known}
+    return sizes
 
 
 def _driver_seconds(problem: Problem, depth: int) -> float:

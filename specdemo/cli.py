@@ -122,7 +122,8 @@ def _sample(args) -> int:
                "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective if plan else None,
                "plan_source": problem.plan_source, "plan_cached": problem.plan_source in ("cache", "shipped")
                if problem.plan_source else None, "planned_calls": plan.expected_calls if plan else None,
-               "planned_s": plan.expected_s if plan else None, "device": str(problem.device), "seed": c.seed,
+               "planned_s": plan.expected_s if plan else None, "warmup_s": problem.warmup_s,
+               "device": str(problem.device), "seed": c.seed,
                "processes": state.num_processes if state else 1}
     if args.out:
         np.savez(args.out, samples=samples, config=json.dumps(c.to_dict()), cost=json.dumps(summary))

@@ -6,11 +6,13 @@ The CLI, the app and the benchmarks all go through `SamplerConfig` and `generate
 from __future__ import annotations
 
 import math
+import time
+import weakref
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
-from .calibration import calibrate
+from .calibration import call_seconds, call_sizes, calibrate
 from .drafts import FREEZE, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .kernels import Kernel
@@ -19,7 +21,7 @@ from .parallel import process_state
 from .sampling import PREFETCH, Cost, SampleResult, sample
 from .trees import Topology, TopologyPlan
 from .trees.auto import DeltaStats
-from .trees.cost_model import CostModel
+from .trees.cost_model import PADDED_ROWS, CostModel
 from .verifiers import VERIFIERS, Verifier, get_verifier
 
 METHODS = ("target", "chain", "tree")
@@ -27,6 +29,7 @@ OBJECTIVES = ("time", "calls")
 DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
 DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
 MAX_SAMPLES = 100_000
+_WARM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {(device, call size)} set up
 # What --tree auto alone uses, by device (a model may override it in Target.defaults["auto"]): the
 # settings the latency benchmark found fastest (docs/benchmarks.md, section "latency").
 AUTO_DEFAULTS = {
@@ -103,6 +106,7 @@ class Problem:
     cost_model: CostModel | None = None  # what a round costs, for the time objective
     plan_source: str | None = None  # "pilot", "cache" or "shipped", for calibrated settings
     calibration_s: float = 0.0  # pilots, cost measurement and planning, when this build ran them
+    warmup_s: float = 0.0  # setting the target's kernels up for the run's call sizes (pipeline.warm_up)
 
     @property
     def slots(self) -> int:
@@ -216,7 +220,21 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
     elif c.class_label is not None:
         raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")
     problem = Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
-    return problem if c.method == "target" else calibrate(problem)
+    return warm_up(problem if c.method == "target" else calibrate(problem))
+
+
+def warm_up(problem: Problem) -> Problem:
+    """Set up the target's kernels for every padded call size the run can use (a first call of a new
+    input shape took twice as long as later ones on the digits UNet: oneDNN builds its convolutions
+    per shape), once per size and process, as loading a model does; so that a run is timed as in a
+    long-lived process. The time it took is problem.warmup_s."""
+    done = _WARM.setdefault(problem.target, set())
+    sizes = sorted(n for n in call_sizes(problem) if n <= PADDED_ROWS and (problem.device, n) not in done)
+    t0 = time.perf_counter()
+    for n in sizes:
+        call_seconds(problem, n, 0)
+        done.add((problem.device, n))
+    return replace(problem, warmup_s=time.perf_counter() - t0)
 
 
 def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> Draft:

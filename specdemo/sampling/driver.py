@@ -34,16 +34,16 @@ from ..drafts import Draft
 from ..errors import SpecdemoError
 from ..kernels import Kernel
 from ..trees import MAX_DEPTH, Topology, TopologyPlan
+from ..trees.cost_model import call_size
 from ..verifiers import Verifier
 from . import phases
 from .cost import Cost, PhaseClock
-from .phases import Layout, RoundState, Workspace, layout_for
+from .phases import Layout, RoundState, layout_for, workspace_for
 from .prefetch import PREFETCH, NearestSibling, Prefetch
 from .record import RoundTrace, round_trace
 from .rng import TrajectoryRandom
 
 MEMORY_LIMIT_BYTES = 8 * 2**30
-WORKSPACES = 32  # round buffers kept for reuse, by layout, group size and root state
 
 
 @dataclass
@@ -139,7 +139,6 @@ class _Batch:
         leaf_table = prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
         self.schedule = Schedule(tree, kernel, leaf_table)
         self._layouts: dict[tuple[int, int, bool], Layout] = {}
-        self._spaces: dict[tuple[Layout, int, bool], Workspace] = {}
 
         b = num_samples
         slots = min(max_batch or b, b)
@@ -204,15 +203,6 @@ class _Batch:
             tree = tree if depth == tree.depth else Topology(tree.widths[:depth])
             self._layouts[key] = layout_for(tree, leaves, type(self.verifier), self.device)
         return self._layouts[key]
-
-    def workspace(self, layout: Layout, count: int, root_known: bool) -> Workspace:
-        """The buffers of a layout's rounds of `count` trajectories (the last WORKSPACES kept)."""
-        key = (layout, count, root_known)  # groups of one round differ in one of these
-        space = self._spaces.pop(key, None) or Workspace(layout, count, self.shape, self.device, self.dtype)
-        self._spaces[key] = space
-        if len(self._spaces) > WORKSPACES:
-            self._spaces.pop(next(iter(self._spaces)))
-        return space
 
     def slot_tensor(self, slots) -> torch.Tensor:
         return torch.as_tensor(np.asarray(slots, dtype=np.int64)).to(self.device, non_blocking=True)
@@ -301,7 +291,8 @@ class _Batch:
             whole = members.size == self.slot_traj.size and bool((np.diff(members) == 1).all())
             state = RoundState(layout, slot_t, members.tolist(),
                                torch.as_tensor(self.n[members]).to(self.device, non_blocking=True), bool(kn),
-                               space=self.workspace(layout, members.size, bool(kn)), whole=whole)
+                               space=workspace_for(layout, members.size, bool(kn), self.shape, self.device,
+                                                   self.dtype), whole=whole)
             if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
                 self.set_rows(self.frozen, state, self.draft.frozen_value(
                     self.kernel, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step))
@@ -319,6 +310,11 @@ class _Batch:
             parts.append((self.y[r], torch.as_tensor(self.n[roots]).to(self.device), r))
         out = None
         if parts:
+            rows = sum(p[1].numel() for p in parts)
+            padding = call_size(rows) - rows  # repeats of the first row, their outputs dropped
+            if padding:
+                first = parts[0]
+                parts.append(tuple(t[:1].expand(padding, *t.shape[1:]) for t in first))
             x, steps, slots = (torch.cat(p) for p in zip(*parts)) if len(parts) > 1 else parts[0]
             t0 = self.clock.mark()
             traj = self.slot_traj_device[slots]
@@ -326,7 +322,8 @@ class _Batch:
             if out.shape != x.shape:
                 raise SpecdemoError(f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(x.shape)}")
             self.clock.add("target", t0)
-            out = out.to(self.dtype)
+            out = out[:rows].to(self.dtype)
+            steps = steps[:rows]
             self.call_steps = steps
             self.cost.target_calls += 1
         start = 0

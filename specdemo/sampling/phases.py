@@ -19,6 +19,7 @@ Chains and evaluated leaves are drafted before the target call.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -27,6 +28,7 @@ import torch
 from ..drafts import LevelMeans
 from ..trees import Topology
 from ..verifiers import ChainVerifier, Decision, NodeVerifier, RankOne
+from ..verifiers.block import BlockVerdict
 
 
 @dataclass(frozen=True)
@@ -129,26 +131,51 @@ def _segments(tree: Topology, lazy: bool, verifier: NodeVerifier) -> tuple[Segme
 
 
 class Workspace:
-    """The buffers of a layout's rounds for A trajectories, reused from round to round, and their
-    views level by level (the drafting loop then costs two fused operations a level)."""
+    """The buffers of a layout's rounds for A trajectories, reused from round to round (and run to
+    run, per thread: `workspace_for`), and their views level by level: the drafting loop then costs
+    two fused operations a level."""
 
     def __init__(self, layout: Layout, count: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype):
         tree, starts = layout.tree, layout.tree.level_starts
+        depth, ones = tree.depth, [1] * len(shape)
         self.x = torch.empty((count, layout.num_drafted_nodes, *shape), device=device, dtype=dtype)
         self.mp = torch.empty((count, max(layout.num_parents, 1), *shape), device=device, dtype=dtype)
         self.noise = torch.empty((count, layout.noise_count, *shape), device=device, dtype=dtype)
         self.uniforms = torch.empty((count, layout.uniform_count), device=device, dtype=torch.float64)
-        # s at each depth's step, shaped to broadcast against that depth's children (A, P, K, *shape)
-        self.child_scales = torch.empty((count, tree.depth), device=device, dtype=dtype)
-        scales = self.child_scales.view(count, tree.depth, 1, 1, *[1] * len(shape)).unbind(1)
-        self.levels = []  # per drafted level: parents, their means, children, the children's noise, s
-        for level in range(1, (tree.depth - 1 if layout.lazy else tree.depth) + 1):
+        self.child_scales = torch.empty((count, depth), device=device, dtype=dtype)  # s at each depth's step
+        # per drafted level: parents (A, P, *shape), their means, the means by child, the children
+        # (A, P, K, *shape), their noise, and s shaped to broadcast against the children
+        if tree.is_chain:  # P = K = 1: every level's views in one call each
+            x, mp, noise = self.x.split(1, 1), self.mp.split(1, 1), self.noise.split(1, 1)
+            scales = self.child_scales.view(count, depth, *ones).split(1, 1)
+            self.levels = [(x[d], mp[d], mp[d], x[d + 1], noise[d], scales[d]) for d in range(depth)]
+            return
+        scales = self.child_scales.view(count, depth, 1, 1, *ones).unbind(1)
+        self.levels = []
+        for level in range(1, (depth - 1 if layout.lazy else depth) + 1):
             lo, hi, width = starts[level - 1], starts[level], tree.widths[level - 1]
             kids = slice(starts[level], starts[level + 1])
             self.levels.append((self.x[:, lo:hi], self.mp[:, lo:hi], self.mp[:, lo:hi, None],
                                 self.x[:, kids].unflatten(1, (hi - lo, width)),
                                 self.noise[:, kids.start - 1:kids.stop - 1].unflatten(1, (hi - lo, width)),
                                 scales[level - 1]))
+
+
+_SPACES = threading.local()  # each thread's workspaces: concurrent runs (the app's) never share buffers
+WORKSPACES = 64  # kept per thread, the least recently used dropped
+
+
+def workspace_for(layout: Layout, count: int, root_known: bool, shape: tuple[int, ...], device: torch.device,
+                  dtype: torch.dtype) -> Workspace:
+    """This thread's buffers for a layout's rounds of `count` trajectories. Groups of one round
+    differ in layout, size or root state, so no two of them share a workspace."""
+    spaces = _SPACES.__dict__.setdefault("lru", {})
+    key = (layout, count, root_known, tuple(shape), device, dtype)
+    space = spaces.pop(key, None) or Workspace(layout, count, tuple(shape), device, dtype)
+    spaces[key] = space
+    if len(spaces) > WORKSPACES:
+        spaces.pop(next(iter(spaces)))
+    return space
 
 
 @dataclass
@@ -191,8 +218,9 @@ class RoundState:
     child_scales: torch.Tensor | None = None  # (A, L): s at each depth's nodes' step
     space: Workspace | None = None  # the buffers this round uses
     whole: bool = False  # the round holds every slot of the batch, in order
-    eta: torch.Tensor | None = None  # chain verifiers: the verdict, for the correction
+    eta: torch.Tensor | None = None  # chain verifiers: the verdict, for the correction and the record
     log_p: torch.Tensor | None = None
+    chain_verdict: BlockVerdict | None = None
     end_host: list[int] | None = None  # end_depth and corrected on the host, after the synchronisation
     corrected_host: list[bool] | None = None
 
@@ -369,12 +397,11 @@ def _walk_chain(state: RoundState, run) -> None:
     mq = run.kernel.mean(state.first_outputs(depth), state.x[:, :depth], steps)
     scales = run.scales[steps]
     red = RankOne.reduce(mq.flatten(0, 1), state.mp[:, :depth].flatten(0, 1), scales.flatten(), kids.flatten(0, 1))
-    full = torch.full((a,), depth, dtype=torch.long, device=run.device)
-    verdict = run.verifier.verify_chain(red.delta.view(a, depth), red.u.view(a, depth), full, state.uniforms)
+    verdict = run.verifier.verify_chain(red.delta.view(a, depth), red.u.view(a, depth), None, state.uniforms)
     eta = verdict.eta
     kept = torch.where(nodes < eta[:, None], 0, -1)
-    prob = verdict.accept_prob.flatten()
-    decision = Decision(kept=kept.flatten(), child_accept_prob=prob[:, None], accept_prob=prob)
+    state.chain_verdict = verdict
+    decision = Decision(kept=kept.flatten(), child_accept_prob=None, accept_prob=None)
     state.records = [SegmentRecord(segment, nodes, kid_index, kids, scales, red, state.uniforms, decision)]
     state.eta, state.log_p = eta, verdict.log_p
     state.cur, state.corrected = eta, eta < depth

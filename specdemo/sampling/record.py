@@ -73,14 +73,18 @@ def round_trace(state, run) -> RoundTrace:
         s_len = rec.segment.levels
         nodes, kids = rec.nodes.cpu().numpy(), rec.kid_index.cpu().numpy()
         kept = rec.decision.kept.view(a, s_len).cpu().numpy()
-        child_p = rec.decision.child_accept_prob.view(a, s_len, -1).cpu().numpy()
+        if state.chain_verdict is not None:  # a chain weighed at once: P(eta >= i) at node i and its parent
+            accept = state.chain_verdict.accept_prob
+            child = accept[..., None]
+        else:  # the closed form where the verifier left it to the records
+            accept = rec.decision.accept_prob
+            accept = run.verifier.acceptance(rec.red.delta, rec.segment.width) if accept is None else accept
+            child = rec.decision.child_accept_prob
+        child_p = child.reshape(a, s_len, -1).cpu().numpy()
         # the levels of this segment that the row's walk verified
         rows, j = np.nonzero(rec.segment.first + np.arange(s_len)[None] < ends[:, None])
         delta[rows, nodes[rows, j]] = rec.red.delta.view(a, s_len).cpu().numpy()[rows, j]
-        accept = rec.decision.accept_prob
-        if accept is None:  # the verifier's closed form
-            accept = run.verifier.acceptance(rec.red.delta, rec.segment.width)
-        node_acc[rows, nodes[rows, j]] = accept.view(a, s_len).cpu().numpy()[rows, j]
+        node_acc[rows, nodes[rows, j]] = accept.reshape(a, s_len).cpu().numpy()[rows, j]
         examined = ~np.isnan(child_p[rows, j])
         er, ek = np.nonzero(examined)
         child_nodes = kids[rows[er], j[er], ek]

@@ -12,9 +12,23 @@ row, so pricing the driver per row bounds a tree's drafting from above and is ex
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+# A target call of up to PADDED_ROWS rows is padded to the next of these sizes: a network sets up its
+# kernels once per input shape (oneDNN convolutions on a CPU: a first call of a new shape took twice
+# as long on the digits UNet; captured graphs on a GPU), so a run's calls share a few shapes. Four
+# sizes an octave: a call pays at most a quarter more rows, and the time planner prices the padded size.
+CALL_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192,
+              224, 256)
+PADDED_ROWS = CALL_SIZES[-1]
+
+
+def call_size(rows: int) -> int:
+    """The rows a call of `rows` rows is padded to."""
+    return CALL_SIZES[bisect_left(CALL_SIZES, rows)] if rows <= PADDED_ROWS else rows
 
 
 @dataclass(frozen=True)
@@ -29,8 +43,9 @@ class CostModel:
         if len(self.rows) != len(self.call_s) or not self.rows or list(self.rows) != sorted(set(self.rows)):
             raise ValueError("a cost model needs increasing row counts, one time each")
 
-    def call(self, rows: float) -> float:
-        """Seconds of one target call of `rows` rows."""
+    def call(self, rows: int) -> float:
+        """Seconds of one target call of `rows` rows (padded as the driver pads it)."""
+        rows = call_size(rows)
         r, s = np.asarray(self.rows, dtype=float), np.asarray(self.call_s)
         if rows <= r[-1] or len(r) == 1:
             return float(np.interp(rows, r, s))

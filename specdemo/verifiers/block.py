@@ -55,22 +55,35 @@ class BlockVerdict:
 
     eta: (A,) the number of drafted nodes committed as they are.
     log_p: (A, L + 1) float64, log p_i for i = 0..L (the residual where eta < L_b uses log p_eta).
-    accept_prob: (A, L) float64, P(eta >= i | the drafted chain) for i = 1..L: the probability that
-        node i was committed, given everything drafted (NaN past a row's depth).
+    h: (A, L + 1) float64, the coins' thresholds h_i.
+    depth: (A,) each row's L_b, or None where every chain has the full length L.
     """
 
     eta: torch.Tensor
     log_p: torch.Tensor
-    accept_prob: torch.Tensor
+    h: torch.Tensor
+    depth: torch.Tensor | None
+
+    @property
+    def accept_prob(self) -> torch.Tensor:
+        """(A, L) P(eta >= i | the drafted chain) for i = 1..L: the probability that node i was
+        committed, given everything drafted (NaN past a row's depth). The coins are independent
+        given the chain: P(eta >= i) = 1 - prod_{j >= i} (1 - h_j)."""
+        top = self.h.shape[1] - 1
+        survive = torch.flip(torch.cumprod(torch.flip(1 - self.h, [1]), 1), [1])
+        if self.depth is None:
+            return 1 - survive[:, 1:]
+        inside = torch.arange(1, top + 1, device=self.h.device)[None] <= self.depth[:, None]
+        return torch.where(inside, 1 - survive[:, 1:], float("nan"))
 
 
-def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """log p_i and h_i for i = 0..L, both (A, L + 1) float64, from delta_i, u_i (A, L), i = 1..L.
 
-    Entries past a row's depth L_b (NaN inputs there) get h = 0, and h_{L_b} = p_{L_b}.
+    Entries past a row's depth L_b (NaN inputs there) get h = 0, and h_{L_b} = p_{L_b}; depth None:
+    every row's chain has the full length L.
     """
     a, top = delta.shape
-    i = torch.arange(top + 1, device=delta.device)
     same = ~(delta >= DELTA_FLOOR)  # P_i = Q_i to float64 precision (NaN past the depth too): rho_i = 1
     log_rho = torch.where(same, 0.0, delta * u - 0.5 * delta**2)
     # log p_j = min(0, log p_{j-1} + log rho_j) = c_j - max(c_0..c_j), c the running sum of log rho (c_0 = 0)
@@ -81,6 +94,9 @@ def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor) -> 
     t = d_next / 2 - log_p[:, :top] / d_next
     r = torch.where(same, 0.0, (p[:, :top] * normal_sf(t - d_next) - normal_sf(t)).clamp_min(0.0))
     h = torch.where(log_p[:, :top] == 0, 1.0, r / (r - torch.expm1(log_p[:, :top])))
+    if depth is None:
+        return log_p, torch.cat([h, p[:, top:]], 1)
+    i = torch.arange(top + 1, device=delta.device)
     h = torch.cat([h, torch.zeros_like(h[:, :1])], 1)
     last = depth[:, None] == i[None]
     h = torch.where(last, p, torch.where(i[None] < depth[:, None], h, 0.0))
@@ -93,20 +109,17 @@ class BlockVerification(ChainVerifier):
     def uniforms_per_chain(self, length: int) -> int:
         return length + 2  # the coins U_0..U_L, and the residual's
 
-    def verify_chain(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor,
+    def verify_chain(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor | None,
                      uniforms: torch.Tensor) -> BlockVerdict:
-        """delta, u: (A, L) float64, delta_i and u_i of each row's chain (NaN past its depth L_b);
-        uniforms (A, M), M >= L + 2, on [0, 1): columns 0..L are the coins U_i, the last one is the
-        residual's (so that a row's draws do not depend on the longest chain of its batch)."""
+        """delta, u: (A, L) float64, delta_i and u_i of each row's chain (NaN past its depth L_b;
+        depth None: every chain is full); uniforms (A, M), M >= L + 2, on [0, 1): columns 0..L are
+        the coins U_i, the last one is the residual's (so that a row's draws do not depend on the
+        longest chain of its batch)."""
         top = delta.shape[1]
         log_p, h = block_weights(delta, u, depth)
         coins = uniforms[:, :top + 1] < h
         eta = top - coins.flip(1).int().argmax(1)  # the last i with U_i < h_i (h_0 = 1: always one)
-        # P(eta >= i) = 1 - prod_{j >= i} (1 - h_j): the coins are independent given the chain
-        survive = torch.flip(torch.cumprod(torch.flip(1 - h, [1]), 1), [1])
-        inside = torch.arange(1, top + 1, device=delta.device)[None] <= depth[:, None]
-        accept_prob = torch.where(inside, 1 - survive[:, 1:], float("nan"))
-        return BlockVerdict(eta=eta, log_p=log_p, accept_prob=accept_prob)
+        return BlockVerdict(eta=eta, log_p=log_p, h=h, depth=depth)
 
     def residual(self, delta: torch.Tensor, log_p: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
         """u_new from the weighted residual (p_eta P - Q)_+ at the first node not committed: delta
