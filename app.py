@@ -78,17 +78,14 @@ if not C.embedded_available("digits"):  # not trained yet: offer it once it is
 MODEL_VALUES = [v for _, v in MODEL_CHOICES]
 
 # What the controls switch to when a model is picked: the first click must be quick and telling.
-# Measured with the frozen draft and D-GRS on a 2-core CPU: freezing x0-hat needs far fewer target
-# calls than freezing the network output wherever the kernel has x0-hat (Langevin has not; digits at
-# 50 steps: 14 calls against 24 for the chain 1x10); at equal target rows per round a deep chain beats
-# a shallow fixed tree on every preset (gm2d 3,2,1: 36 calls, the chain 1x10: 15); the planned
-# topology "auto" with 16 rows is within a few percent of the chain at its mean rows on the presets
-# and a little ahead on digits (40 steps, 3 seeds: 3.6x against 3.3x), and pulls ahead once drafts
-# are often rejected (gm2d, draft bias 2: 61 calls against 73). Digits at 40 steps and 4 samples:
-# about 3-4 s for the three runs on this CPU with other work on it; the digits look the same from 20
-# steps up.
+# The topology "auto" plans every step for the least expected wall-clock on this machine (a call's
+# cost by its rows is measured once, then cached with the plan), with the settings that
+# docs/benchmarks.md's latency section found fastest (freeze auto, block-verified chains, 16 rows).
+# Measured on a 2-core CPU with one thread per run (as here, two runs at a time): the digits model
+# at 100 steps is 1.8x faster than plain sampling for one sample and 1.4x for two; a batch of four
+# gains nothing on a CPU, where a call's cost grows with its rows (the plan then samples plainly).
 UI_DEFAULTS = {
-    "digits": dict(steps=40, samples=4, tree="auto", budget=16, freeze="x0", draft="frozen"),
+    "digits": dict(steps=100, samples=1, tree="auto", budget=16, freeze="auto", draft="frozen"),
     "gm2d": dict(steps=100, samples=256, tree="auto", budget=16, freeze="x0", draft="frozen"),
     "banana": dict(steps=200, samples=256, tree="auto", budget=16, freeze="out", draft="frozen"),
     "ring": dict(steps=200, samples=256, tree="auto", budget=16, freeze="out", draft="frozen"),
@@ -110,8 +107,10 @@ TREE_CHOICES = [
     ("1x5 · chain of 5", "1x5"),
     ("1x10 · chain of 10", "1x10"),
 ]
-VERIFIER_CHOICES = [("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc"),
+VERIFIER_CHOICES = [("default: block for auto, D-GRS for trees, RMC for chains", "default"),
+                    ("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc"),
                     ("block verification (chains only)", "block")]
+OBJECTIVE_CHOICES = [("wall-clock (measured here)", "time"), ("target calls", "calls")]
 KERNEL_CHOICES = [("the model's default", "default"), *[(k, k) for k in KERNEL_NAMES]]
 DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: digits-draft", "digits-draft")]
 FREEZE_CHOICES = [("network output", "out"), ("x0-hat", "x0"), ("auto (pilot per step)", "auto")]
@@ -187,7 +186,7 @@ def tree_work(tree: str, budget: int | None) -> tuple[int, str]:
 
 
 def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
-                num_samples, class_label, seed, device) -> tuple[SamplerConfig, object]:
+                num_samples, class_label, seed, device, objective="time") -> tuple[SamplerConfig, object]:
     """The controls as a SamplerConfig (and the resolved target), checked against the app's limits."""
     if model not in MODEL_VALUES:
         raise SpecdemoError(f"unknown model choice {model!r}; accepted: {', '.join(MODEL_VALUES)}")
@@ -212,6 +211,9 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
     if (draft or "frozen").strip() == "frozen" and freeze != "out" and not has_denoised(model, kernel):
         raise SpecdemoError(f"freezing {'x0-hat' if freeze == 'x0' else 'auto'} needs a denoised estimate, which the "
                             f"{model_kernel(model, kernel)} kernel has not; set freeze to the network output")
+    objective = str(objective or "time").strip()
+    if objective not in [v for _, v in OBJECTIVE_CHOICES]:
+        raise SpecdemoError(f"unknown objective {objective!r}; accepted: {', '.join(v for _, v in OBJECTIVE_CHOICES)}")
     samples = _int(num_samples, "the number of samples")
     device = str(device or "auto")
     target = C.cached_target(spec)
@@ -230,7 +232,8 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
     config = SamplerConfig(
         model=spec, kernel=kernel_name, steps=_int(steps, "steps"), eta=_float(eta, "eta"),
         churn=_float(churn, "churn") if model_kernel(model, kernel) == "flow-churn" else None,
-        method=C.speculative_method(tree), tree=tree, budget=rows, verifier=verifier or None,
+        method=C.speculative_method(tree), tree=tree, budget=rows,
+        verifier=None if not verifier or verifier == "default" else verifier, objective=objective,
         draft=(draft or "frozen").strip(), freeze=freeze, draft_bias=_float(draft_bias, "the draft bias"),
         prefetch="auto" if tree == "auto" and (draft or "frozen").strip() == "frozen" else "nearest",
         pilot_samples=PILOT_SAMPLES, num_samples=samples, seed=_int(seed, "the seed", 0), device=device,
@@ -277,54 +280,68 @@ def rows_text(rows: float) -> str:
 
 
 def headline(comp: C.Comparison) -> str:
-    """The result in words: the chosen run against plain sampling and, for a tree, against the chain
-    at the same target rows per round (for a block-verified chain, against the same chains verified
-    node by node), saying which won (whichever it is)."""
+    """The result in words, in wall-clock first where the chosen run saved time, else in target
+    calls: against plain sampling and, for a tree or plan, against the chain at the same target rows
+    per round (for a block-verified chain, against the same chains verified node by node), saying
+    which won (whichever it is); then what the plan expected, and what planning cost."""
     h = comp.headline()
     chosen = comp.chosen
     acceptance = chosen.cost.acceptance
-    text = (f"### {chosen.label}: **{h['speedup']:.2f}×** fewer target calls than plain sampling\n"
-            f"{h['calls_chosen']:.1f} calls per sample instead of {h['calls_plain']:.0f}"
-            + ("." if acceptance is None else f", {acceptance:.0%} of the verified nodes kept a drafted child."))
-    block = comp.config.verifier == "block"
-    if "chain" in h and block:
-        ratio = h["speedup_chain"] / h["speedup"]
+    by_time = h["speedup_time"] > 1 + TIE
+    calls = f"{h['calls_chosen']:.1f} target calls per sample instead of {h['calls_plain']:.0f}"
+    accepted = "" if acceptance is None else f", {acceptance:.0%} of the verified nodes kept a drafted child"
+    if by_time:
+        text = (f"### {chosen.label}: **{h['speedup_time']:.2f}× faster** than plain sampling\n"
+                f"{h['time_chosen']:.2f} s against {h['time_plain']:.2f} s of sampling, with {h['speedup']:.2f}× fewer "
+                f"target calls ({calls}){accepted}.")
+    else:
+        text = f"### {chosen.label}: **{h['speedup']:.2f}×** fewer target calls than plain sampling\n{calls}{accepted}."
+    # the baseline in the headline's unit
+    unit = "speedup_time" if by_time else "speedup"
+    ours, theirs = h[unit], h.get(unit + "_chain")
+    shown = (lambda v: f"**{v:.2f}× faster** than plain") if by_time else (lambda v: f"**{v:.2f}×**")
+    if theirs is not None and comp.config.verifier == "block" and comp.plan is None:
         chain = f"The same chains verified node by node ({h['chain']})"
-        if ratio > 1 + TIE:
-            text += (f" {chain} do better: **{h['speedup_chain']:.2f}×**. *Block verification commits at least as "
-                     "many steps per round on average; with few samples, try another seed, or longer chains (it "
-                     "gains most where many nodes follow a rejection).*")
-        elif ratio < 1 - TIE:
-            text += f" {chain} do less well: **{h['speedup_chain']:.2f}×**; weighing the whole chain pays."
+        if theirs > ours * (1 + TIE):
+            text += (f" {chain} do better: {shown(theirs)}. *Block verification commits at least as many steps "
+                     "per round on average; with few samples, try another seed, or longer chains (it gains most "
+                     "where many nodes follow a rejection).*")
+        elif theirs < ours * (1 - TIE):
+            text += f" {chain} do less well: {shown(theirs)}; weighing the whole chain pays."
         else:
-            text += f" {chain} do about the same: **{h['speedup_chain']:.2f}×**."
-    elif "chain" in h:
+            text += f" {chain} do about the same: {shown(theirs)}."
+    elif theirs is not None:
         rows = rows_text(round(chosen.rows_per_round, 1))
         chain = (f"The {h['chain']} at the same {rows} target rows per round" if comp.plan is None else
                  f"The {h['chain']}, at the plan's mean of {rows} target rows per round,")
-        ratio = h["speedup_chain"] / h["speedup"]
-        if ratio > 1 + TIE:
-            text += f" {chain} does better: **{h['speedup_chain']:.2f}×**."
+        if theirs > ours * (1 + TIE):
+            text += f" {chain} does better: {shown(theirs)}."
             text += (f" *The plan is fitted on a pilot of {comp.config.pilot_samples} trajectories and does not always "
                      "find the best topology; with few samples, try another seed too.*" if comp.plan is not None else
                      " *Drafts are mostly accepted here, so depth pays more than width: try the topology auto "
                      "(widths planned per step), or a draft bias of 2 or more to see width pay.*")
-        elif ratio < 1 - TIE:
-            text += (f" {chain} does less well: **{h['speedup_chain']:.2f}×**; "
+        elif theirs < ours * (1 - TIE):
+            text += (f" {chain} does less well: {shown(theirs)}; "
                      + ("the plan pays." if comp.plan is not None else "the width pays."))
         else:
-            text += f" {chain} does about the same: **{h['speedup_chain']:.2f}×**."
-    pilot = chosen.pilot
+            text += f" {chain} does about the same: {shown(theirs)}."
+    if h.get("planned_s") is not None:
+        text += (f" The plan expected {h['planned_s']:.2f} s and {h['planned_calls']:.1f} target calls per sample "
+                 f"(measured {h['time_chosen']:.2f} s and {h['calls_chosen']:.1f}).")
     text += (f"  \nEvery sample is an exact draw of the target sampler, whatever the draft. "
              f"{'Three' if len(comp.runs) == 3 else 'Two'} runs, seed {comp.config.seed}, {h['wall_s']:.2f} s of sampling")
+    pilot = chosen.pilot
     if pilot is not None:
         text += (f"; the pilot that planned the run ({comp.config.pilot_samples} trajectories, {pilot.target_calls} "
-                 f"calls, {pilot.wall_s:.2f} s) is not counted above")
-    plain_s, chosen_s = comp.runs[0].cost.wall_s, chosen.cost.wall_s
-    if chosen_s > plain_s:
-        text += (f". Wall-clock {chosen_s:.2f} s against {plain_s:.2f} s plain: here the extra rows, the drafts and "
-                 "the verification cost more than the calls saved; the saving shows in time when a target call is "
-                 "expensive and its rows run in parallel (a large network on a GPU)")
+                 f"calls, {pilot.wall_s:.2f} s) is not counted above: the plan is kept, and the next run of these "
+                 "settings pays none")
+    elif chosen.plan_source in ("cache", "shipped"):
+        text += "; the plan came from the plan cache (no pilot)"
+    if not by_time and h["time_chosen"] > h["time_plain"]:
+        text += (f". Wall-clock {h['time_chosen']:.2f} s against {h['time_plain']:.2f} s plain: here the extra rows, "
+                 "the drafts and the verification cost more than the calls saved; the saving shows in time when a "
+                 "target call is expensive and its rows run in parallel (a large network on a GPU), or with the "
+                 "topology auto, which plans for wall-clock")
     return text + "."
 
 
@@ -343,9 +360,10 @@ def plan_text(comp: C.Comparison, max_segments: int = 7) -> str:
     parts = [f"{a}–{b} `{tree}`" if b > a else f"{a} `{tree}`" for a, b, tree in segments[:max_segments]]
     if len(segments) > max_segments:
         parts.append(f"… {len(segments) - max_segments} more")
-    return (f"**Planned trees** (≤ {c.budget} target rows a round, {rows_text(round(chosen.rows_per_round, 1))} on "
-            f"average; branching at {branching} of {speculative} steps) by starting step: " + " · ".join(parts)
-            + f" · {draft}.")
+    goal = "the least expected wall-clock on this machine" if c.objective == "time" else "the fewest expected target calls"
+    return (f"**Planned trees** for {goal} (≤ {c.budget} target rows a round, "
+            f"{rows_text(round(chosen.rows_per_round, 1))} on average; branching at {branching} of {speculative} steps) "
+            f"by starting step: " + " · ".join(parts) + f" · {comp.chosen.verifier} verifier · {draft}.")
 
 
 # ---------------------------------------------------------------------------------------------- handlers
@@ -368,12 +386,12 @@ def _compute(config: SamplerConfig, target, progress) -> C.Comparison:
 
 @readable_errors
 def run(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn, num_samples,
-        class_label, seed, device, progress=gr.Progress()):
+        class_label, seed, device, objective="time", progress=gr.Progress()):
     """Run the chosen chain, tree or planned topology, the plain target sampler and the budget-matched chain."""
     progress(0, desc="loading the model")
     t0 = time.perf_counter()
     config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
-                                 eta, churn, num_samples, class_label, seed, device)
+                                 eta, churn, num_samples, class_label, seed, device, objective)
     comp = _compute(config, target, progress)
     t, k = F.pick_round(comp.trace)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
@@ -419,11 +437,11 @@ def _exactness(config, num, target, progress):
 
 @readable_errors
 def exactness(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
-              num_samples, class_label, seed, device, test_samples, progress=gr.Progress()):
+              num_samples, class_label, seed, device, objective, test_samples, progress=gr.Progress()):
     """Two-sample test of the chosen chain, tree or plan against plain target sampling (analytic targets)."""
     progress(0, desc="loading the model")
     config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
-                                 eta, churn, 1, class_label, seed, device)
+                                 eta, churn, 1, class_label, seed, device, objective)
     num = _int(test_samples, "the number of test samples")
     nodes, what = tree_work(config.tree, config.budget)
     if num * nodes > MAX_WORK["other"] * 2:
@@ -486,8 +504,8 @@ def freeze_follows_kernel(model, kernel, freeze):
 
 
 def tree_changed(tree):
-    """The rows-per-round budget is a setting of the auto topology only."""
-    return gr.update(visible=is_auto(tree))
+    """The rows-per-round budget and the plan's objective are settings of the auto topology only."""
+    return gr.update(visible=is_auto(tree)), gr.update(visible=is_auto(tree))
 
 
 def draft_changed(draft):
@@ -573,7 +591,9 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
                 budget = gr.Slider(*BUDGET_RANGE, value=D0["budget"], step=1, label="rows per round (auto)",
                                    info=f"target rows a round may use; widths planned per step from a pilot of "
                                         f"{PILOT_SAMPLES} trajectories", visible=is_auto(D0["tree"]), elem_id="budget")
-                verifier = gr.Dropdown(VERIFIER_CHOICES, value="dgrs", label="verifier", elem_id="verifier")
+                objective = gr.Radio(OBJECTIVE_CHOICES, value="time", label="the plan minimises (auto)",
+                                     visible=is_auto(D0["tree"]), elem_id="objective")
+                verifier = gr.Dropdown(VERIFIER_CHOICES, value="default", label="verifier", elem_id="verifier")
             with gr.Accordion("sampler", open=True):
                 kernel = gr.Dropdown(KERNEL_CHOICES, value="default", label="kernel")
                 with gr.Row():
@@ -605,7 +625,7 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
                     cost_plot = gr.Plot(label="costs", show_label=False, elem_id="cost-plot")
                     table = gr.Dataframe(headers=F.TABLE_HEADERS, label="the same seed, three samplers",
                                          interactive=False, wrap=True, elem_id="compare-table",
-                                         column_widths=["22%", "12%", "9%", "10%", "10%", "13%", "12%", "12%"])
+                                         column_widths=["20%", "11%", "8%", "9%", "9%", "11%", "11%", "10%", "11%"])
                     with gr.Row():
                         accept_plot = gr.Plot(label="acceptance by depth", show_label=False, elem_id="accept-plot",
                                               scale=2)
@@ -630,7 +650,7 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
     state = gr.State(None, time_to_live=3600)
 
     controls = [model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
-                num_samples, class_label, seed, device]
+                num_samples, class_label, seed, device, objective]
     run_button.click(
         run, controls,
         [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state,
@@ -650,7 +670,7 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
     kernel.change(kernel_changed, [model, kernel], [eta, churn], api_name="kernel_options", show_progress="hidden")
     kernel.change(freeze_follows_kernel, [model, kernel, freeze], [freeze], api_name="kernel_freeze",
                   show_progress="hidden")
-    tree.change(tree_changed, [tree], [budget], api_name="topology_options", show_progress="hidden")
+    tree.change(tree_changed, [tree], [budget, objective], api_name="topology_options", show_progress="hidden")
     draft.change(draft_changed, [draft], [freeze], api_name="draft_options", show_progress="hidden")
 
 demo.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=QUEUE_SIZE)

@@ -44,6 +44,7 @@ class MethodRun:
     verifier: str | None
     rows_per_round: float  # a whole number for a fixed topology; a plan's mean over the steps
     pilot: Cost | None = None  # calibration runs (auto topology or freeze), not part of `cost`
+    plan_source: str | None = None  # where its calibration came from: pilot, cache or shipped
 
     def summary(self) -> dict:
         return {"label": self.label, "tree": self.tree, "verifier": self.verifier,
@@ -196,16 +197,19 @@ class Comparison:
         return self.runs[-1]
 
     def headline(self) -> dict:
+        """The chosen run against plain sampling (and the chain) in calls and in wall-clock, and what
+        the plan expected of it."""
         base, chosen = self.runs[0], self.chosen
-        out = {"chosen": chosen.label, "speedup": float(np.mean(base.cost.calls_per_trajectory)
-                                                        / np.mean(chosen.cost.calls_per_trajectory)),
-               "calls_plain": float(np.mean(base.cost.calls_per_trajectory)),
-               "calls_chosen": float(np.mean(chosen.cost.calls_per_trajectory)),
-               "wall_s": sum(r.cost.wall_s for r in self.runs)}
+        calls = lambda r: float(np.mean(r.cost.calls_per_trajectory))
+        out = {"chosen": chosen.label, "speedup": calls(base) / calls(chosen), "calls_plain": calls(base),
+               "calls_chosen": calls(chosen), "time_plain": base.cost.wall_s, "time_chosen": chosen.cost.wall_s,
+               "speedup_time": base.cost.wall_s / chosen.cost.wall_s, "wall_s": sum(r.cost.wall_s for r in self.runs)}
         if len(self.runs) == 3:
             chain = self.runs[1]
-            out.update(chain=chain.label, speedup_chain=float(np.mean(base.cost.calls_per_trajectory)
-                                                              / np.mean(chain.cost.calls_per_trajectory)))
+            out.update(chain=chain.label, speedup_chain=calls(base) / calls(chain),
+                       speedup_time_chain=base.cost.wall_s / chain.cost.wall_s)
+        if self.plan is not None:
+            out.update(planned_calls=self.plan.expected_calls, planned_s=self.plan.expected_s)
         return out
 
     def to_json(self, max_trajectories: int | None = None) -> dict:
@@ -250,7 +254,7 @@ def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
                      samples=result.samples.detach().float().cpu(), tree=str(problem.tree),
                      verifier=problem.verifier.name if problem.verifier else None,
                      rows_per_round=rows_per_round(problem.tree, problem.config.prefetch == "leaves"),
-                     pilot=problem.pilot)
+                     pilot=problem.pilot, plan_source=problem.plan_source)
 
 
 def _stage_callback(progress: Progress | None, lo: float, hi: float, label: str):

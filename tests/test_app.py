@@ -6,6 +6,7 @@ import subprocess
 import sys
 import types
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
@@ -28,7 +29,7 @@ def no_progress(*args, **kwargs):
 def controls(**change):
     d = dict(model="gm2d", custom_model="", draft="frozen", freeze="out", draft_bias=0, tree="2,1", budget=16,
              verifier="dgrs", kernel="default", steps=12, eta=1, churn=0.06, num_samples=6, class_label=0, seed=0,
-             device="auto")
+             device="auto", objective="time")
     d.update(change)
     return list(d.values())
 
@@ -37,7 +38,7 @@ def page_defaults(model=app.DEFAULT_MODEL):
     """The Run button's inputs as the page sets them for `model`."""
     d = app.UI_DEFAULTS[model]
     return dict(model=model, tree=d["tree"], budget=d["budget"], freeze=d["freeze"], steps=d["steps"],
-                num_samples=d["samples"], class_label=app.DEFAULT_CLASS)
+                num_samples=d["samples"], class_label=app.DEFAULT_CLASS, verifier="default")
 
 
 def spec(plot_data) -> dict:
@@ -68,19 +69,24 @@ def test_the_page_is_wired_with_api_names_and_a_queue():
 def test_the_page_opens_on_the_embedded_digits_model():
     assert C.embedded_available("digits") and app.DEFAULT_MODEL == "digits"
     d = app.UI_DEFAULTS["digits"]
-    assert d["tree"] == "auto" and d["freeze"] == "x0" and d["draft"] == "frozen"
-    assert app.model.value == "digits" and app.tree.value == "auto" and app.budget.visible
+    assert d["tree"] == "auto" and d["freeze"] == "auto" and d["draft"] == "frozen"
+    assert app.model.value == "digits" and app.tree.value == "auto" and app.budget.visible and app.objective.visible
     assert app.class_label.visible and app.class_label.value == app.DEFAULT_CLASS
-    assert app.freeze.value == "x0" and app.num_samples.maximum == app.MAX_SAMPLES["image"]
+    assert app.freeze.value == "auto" and app.num_samples.maximum == app.MAX_SAMPLES["image"]
+    assert app.verifier.value == "default" and app.objective.value == "time"
 
 
 def test_default_click(default_run):
     summary, plan, tree, data, rounds, cost, accept, table, samples, comp, trajectory, round_k = default_run
-    assert "fewer target calls than plain sampling" in summary and "exact" in summary
+    # time first where time was saved, else calls (which the headline tests below check either way)
+    assert ("faster** than plain sampling" in summary or "fewer target calls than plain sampling" in summary)
+    assert "fewer target calls" in summary and "exact" in summary
     assert "pilot" in summary  # the calibration run is reported, not hidden
+    assert "The plan expected" in summary and "measured" in summary
     assert tree_statuses(tree) == FOUR  # the page opens on a round that shows every status
     assert isinstance(comp, C.Comparison) and [r.key for r in comp.runs] == ["target", "chain", "tree"]
-    assert comp.kind == "image" and comp.config.class_label == app.DEFAULT_CLASS and comp.config.freeze == "x0"
+    assert comp.kind == "image" and comp.config.class_label == app.DEFAULT_CLASS and comp.config.freeze == "auto"
+    assert comp.config.objective == "time" and comp.config.verifier == "block" and comp.plan.objective == "time"
     # the planned topology: the matched chain has the plan's mean rows per round, rounded
     assert comp.plan is not None and comp.config.pilot_samples == app.PILOT_SAMPLES
     assert comp.runs[1].tree == f"1x{round(comp.plan.rows_per_round())}"
@@ -97,21 +103,25 @@ def test_default_click(default_run):
 
 
 def test_headline_says_which_of_tree_and_chain_won(default_run):
+    """Time first where the chosen run saved time, calls otherwise; the chain compared in the same
+    unit, whichever won."""
     comp = default_run[9]
     h = comp.headline()
-    text = app.headline(comp)
-    if h["speedup_chain"] > h["speedup"] * (1 + app.TIE):
-        assert "does better" in text
-    elif h["speedup_chain"] < h["speedup"] * (1 - app.TIE):
-        assert "does less well" in text
-    else:
-        assert "about the same" in text
-    for chain, chosen, words in ((5.0, 3.0, "does better"), (3.0, 5.0, "does less well"), (4.0, 4.05, "does about the same")):
-        fake = types.SimpleNamespace(**{**vars(comp), "headline": lambda c=chain, t=chosen: {
-            **h, "speedup": t, "speedup_chain": c}})
+
+    def said(**change):
+        fake = types.SimpleNamespace(**{**vars(comp), "headline": lambda: {**h, **change}})
         fake.chosen = comp.chosen
-        assert words in app.headline(fake)
-    fixed = types.SimpleNamespace(**{**vars(comp), "plan": None, "headline": lambda: {**h, "speedup": 2.0, "speedup_chain": 4.0}})
+        return app.headline(fake)
+
+    for chain, chosen, words in ((5.0, 3.0, "does better"), (3.0, 5.0, "does less well"), (4.0, 4.05, "does about the same")):
+        by_time = said(speedup_time=chosen, speedup_time_chain=chain, speedup=1.0, speedup_chain=9.0)
+        assert words in by_time and f"**{chosen:.2f}× faster** than plain sampling" in by_time
+        by_calls = said(speedup_time=0.5, time_chosen=2.0, time_plain=1.0, speedup=chosen, speedup_chain=chain)
+        assert words in by_calls and f"**{chosen:.2f}×** fewer target calls than plain sampling" in by_calls
+        assert "Wall-clock 2.00 s against 1.00 s plain" in by_calls
+    fixed = types.SimpleNamespace(**{**vars(comp), "plan": None, "config": replace(comp.config, verifier="dgrs"),
+                                     "headline": lambda: {**h, "speedup": 2.0, "speedup_chain": 4.0, "speedup_time": 1.0,
+                                                          "planned_s": None}})
     fixed.chosen = comp.chosen
     assert "draft bias of 2 or more" in app.headline(fixed)
 
@@ -120,8 +130,9 @@ def test_round_and_trajectory_views(default_run):
     comp = default_run[9]
     tree, data, rounds = app.show_round(comp, 0, 2)
     assert "Round 2 of" in spec(tree)["layout"]["title"]["text"]
-    tree, data, rounds, slider = app.show_trajectory(comp, 3)
-    assert "trajectory 3" in spec(tree)["layout"]["title"]["text"] and slider.value == 1
+    last = comp.config.num_samples - 1
+    tree, data, rounds, slider = app.show_trajectory(comp, last)
+    assert f"trajectory {last}" in spec(tree)["layout"]["title"]["text"] and slider.value == 1
     assert ": tree " in spec(tree)["layout"]["title"]["text"]  # the round's own tree, from the plan
     tree, *_ = app.show_round(comp, 10**6, 10**6)  # clamped, not an error
     assert spec(tree)["data"]
@@ -237,7 +248,8 @@ def test_controls_follow_the_model():
         assert freeze["value"] == "out"
         assert app.freeze_follows_kernel("gm2d", "langevin", "x0")["value"] == "out"
         assert app.freeze_follows_kernel("gm2d", "ddim", "x0")["value"] == "x0"
-        assert app.tree_changed("auto")["visible"] and not app.tree_changed("3,2,1")["visible"]
+        assert all(u["visible"] for u in app.tree_changed("auto"))
+        assert not any(u["visible"] for u in app.tree_changed("3,2,1"))
         assert app.draft_changed("frozen")["visible"] and not app.draft_changed("digits-draft")["visible"]
 
 

@@ -156,13 +156,14 @@ def test_plane_figure_draws_drafted_nodes_only(gm2d):
 
 def test_cost_acceptance_table_and_samples(gm2d):
     cost = F.cost_figure(gm2d.runs)
-    assert len(cost.data) == 4 and list(cost.data[3].y)[0] == pytest.approx(1.0)
+    assert len(cost.data) == 5 and list(cost.data[4].y)[0] == pytest.approx(1.0)  # speedup in calls: plain 1
+    assert list(cost.data[1].y)[0] == pytest.approx(1.0)  # speedup in wall-clock: plain 1
     acc = F.acceptance_figure(gm2d.runs)
     assert [tr.name for tr in acc.data] == ["chain 1x10 · RMC", "tree 3,2,1 · D-GRS"]
     assert len(acc.data[1].x) == 3
     table = F.comparison_table(gm2d.runs)
     assert len(table) == 3 and all(len(row) == len(F.TABLE_HEADERS) for row in table)
-    assert table[0][0] == "plain target" and table[2][-2].endswith("×")
+    assert table[0][0] == "plain target" and table[2][-3].endswith("×") and table[2][-1].endswith("×")
     samples = F.samples_figure(gm2d.runs, log_density=gm2d.log_density)
     scatters = [tr for tr in samples.data if isinstance(tr, go.Scatter)]
     assert len(scatters) == 3 and all(len(tr.x) == 24 for tr in scatters)

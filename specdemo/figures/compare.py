@@ -33,13 +33,19 @@ def speedup_over(base: MethodRun, run: MethodRun) -> float:
     return float(np.mean(base.cost.calls_per_trajectory) / np.mean(run.cost.calls_per_trajectory))
 
 
+def time_speedup_over(base: MethodRun, run: MethodRun) -> float:
+    """How many times less wall-clock than `base` (measured side by side, the same seed and samples)."""
+    return base.cost.wall_s / run.cost.wall_s
+
+
 def cost_figure(runs: list[MethodRun], *, height: int = 360) -> go.Figure:
-    """Bars per method: target calls and rows per sample, latency, speedup in target calls."""
+    """Bars per method: latency and its speedup, target calls and rows per sample, speedup in calls."""
     base = runs[0]
     panels = (
+        ("latency (s)", lambda r: r.cost.wall_s, "{:.2f}"),
+        ("speedup in wall-clock", lambda r: time_speedup_over(base, r), "{:.2f}×"),
         ("target calls per sample", lambda r: float(np.mean(r.cost.calls_per_trajectory)), "{:.1f}"),
         ("target rows per sample", lambda r: float(np.mean(r.cost.rows_per_trajectory)), "{:.0f}"),
-        ("latency (s)", lambda r: r.cost.wall_s, "{:.2f}"),
         ("speedup in target calls", lambda r: speedup_over(base, r), "{:.2f}×"),
     )
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels], horizontal_spacing=0.07)
@@ -85,12 +91,12 @@ def acceptance_figure(runs: list[MethodRun], *, height: int = 320) -> go.Figure:
 
 
 TABLE_HEADERS = ["method", "rows / round", "target calls", "calls / sample", "rows / sample", "acceptance",
-                 "speedup (calls)", "latency (s)"]
+                 "speedup (calls)", "latency (s)", "speedup (time)"]
 
 
 def comparison_table(runs: list[MethodRun]) -> list[list]:
     """One row per method, columns TABLE_HEADERS. target calls: sequential batched calls of the run;
-    speedup: plain calls per sample / this method's."""
+    speedup (calls): plain calls per sample / this method's; speedup (time): plain wall-clock / this one's."""
     base = runs[0]
     rows = []
     for r in runs:
@@ -99,7 +105,7 @@ def comparison_table(runs: list[MethodRun]) -> list[list]:
             r.label, rows_cell(r), c.target_calls, round(float(np.mean(c.calls_per_trajectory)), 2),
             round(float(np.mean(c.rows_per_trajectory)), 1),
             "-" if c.acceptance is None else f"{c.acceptance:.1%}", f"{speedup_over(base, r):.2f}×",
-            round(c.wall_s, 3),
+            round(c.wall_s, 3), f"{time_speedup_over(base, r):.2f}×",
         ])
     return rows
 
