@@ -55,15 +55,17 @@ def cache_folder(setting: str | None) -> Path | None:
 
 def plan_key(problem: Problem) -> dict:
     """Everything a plan depends on: the model, kernel, draft, verifier and budget, the pilot's
-    size and seed, and for the time objective the batch, device and dtype it was priced for."""
+    size, and for the time objective the batch, device and dtype it was priced for. Not the seed:
+    any plan is exact, so a setting's plan serves every seed (and the same seed gives the same
+    samples once the plan is kept)."""
     c = problem.config
     from . import __version__
 
     key = {"format": PLAN_FORMAT, "version": __version__, "model": c.model, "kernel": problem.kernel.config(),
            "method": c.method, "tree": c.tree, "verifier": problem.verifier.name, "draft": c.draft, "freeze": c.freeze,
            "draft_bias": c.draft_bias, "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective,
-           "class_label": c.class_label, "pilot_samples": c.pilot_samples, "seed": c.seed,
-           "device": problem.device.type, "dtype": str(problem.dtype)}
+           "class_label": c.class_label, "pilot_samples": c.pilot_samples, "device": problem.device.type,
+           "dtype": str(problem.dtype)}
     if c.objective == "time":
         key["batch"] = problem.slots
     return key

@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     b.add_argument("--trajectories", type=int, default=100, help="trajectories per gm512 cell (default %(default)s)")
     b.add_argument("--quick", action="store_true", help="a small smoke run (few cells, shorter runs)")
     b.add_argument("--sections", help="comma-separated sections to refresh (default: all): "
-                                      "gm512, prefetch, gm2d, auto, digits, block, quality, throughput, gpu")
+                                      "gm512, prefetch, gm2d, auto, digits, block, equal_rows, quality, throughput, gpu, latency")
     b.set_defaults(func=_bench)
     args = parser.parse_args(argv)
     try:
