@@ -10,6 +10,7 @@ user would, in new processes, a second time with the plan in the cache.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -157,6 +158,69 @@ def cifar_rows(repeats: int) -> list[str]:
     return rows
 
 
+def defaults_rows(repeats: int) -> list[str]:
+    """--tree auto around its defaults, one setting changed at a time: digits, 100 steps, one sample."""
+    base = dict(model="digits", steps=100, num_samples=1, device="cpu", seed=0, class_label=3, method="tree",
+                tree="auto")
+    changes = [("the defaults", {}), ("verifier rmc", {"verifier": "rmc"}), ("verifier rank (trees)", {"verifier": "rank"}),
+               ("freeze x0", {"freeze": "x0"}), ("freeze out", {"freeze": "out"}), ("prefetch nearest", {"prefetch": "nearest"}),
+               ("budget 8", {"budget": 8}), ("budget 32", {"budget": 32})]
+    plain = _timed(build(SamplerConfig(**{**base, "method": "target"})), repeats)["wall_s"]
+    rows = []
+    for name, change in changes:
+        problem = build(SamplerConfig(**{**base, **change}))
+        run = _timed(problem, repeats)
+        c = problem.config
+        rows.append(f"| {name} | {c.verifier} | {c.freeze} | {c.prefetch} | {c.budget} | {run['wall_s']:.3f} | "
+                    f"**{plain / run['wall_s']:.2f}x** | {run['cost'].calls_per_trajectory.mean():.1f} |")
+    return rows
+
+
+def philox_normals(keys: torch.Tensor, counters: torch.Tensor, count: int) -> torch.Tensor:
+    """Normals from a counter-based generator written with torch operations: Philox-4x32-10 keyed
+    by each row's key, counting from each row's counter, then Box-Muller. (count,) per row."""
+    mask = 0xFFFFFFFF
+    j = torch.arange((count + 3) // 4, device=keys.device)
+    c = [j[None].expand(len(keys), -1), (counters & mask)[:, None].expand(-1, len(j)),
+         (counters >> 32)[:, None].expand(-1, len(j)), torch.zeros(len(keys), len(j), dtype=torch.long)]
+    k0, k1 = (keys & mask)[:, None], (keys >> 32)[:, None]
+    for _ in range(10):
+        p0, p1 = c[0] * 0xD2511F53, c[2] * 0xCD9E8D57
+        c = [((p1 >> 32) & mask) ^ c[1] ^ k0, p1 & mask, ((p0 >> 32) & mask) ^ c[3] ^ k1, p0 & mask]
+        k0, k1 = (k0 + 0x9E3779B9) & mask, (k1 + 0xBB67AE85) & mask
+    u = (torch.stack(c, -1).flatten(1)[:, :count + count % 2].double() + 0.5) / 2**32
+    radius, angle = (-2 * u[:, 0::2].log()).sqrt(), 2 * math.pi * u[:, 1::2]
+    return torch.stack([radius * angle.cos(), radius * angle.sin()], -1).flatten(1)[:, :count].float()
+
+
+def stream_rows() -> list[str]:
+    """One torch generator call per trajectory against a counter-based generator in torch operations
+    (one call for the whole batch), for a round's normals."""
+    rows = []
+    for batch, count, what in ((1, 9 * 256, "a chain of 9 on digits, batch 1"),
+                               (16, 9 * 256, "the same, batch 16"),
+                               (100, 84 * 512, "gm512, a (4, 4) tree's drafted internal nodes, 100 trajectories")):
+        generators = [torch.Generator().manual_seed(i) for i in range(batch)]
+        out = torch.empty(batch, count)
+        keys, counters = torch.arange(batch) * 7919 + 1, torch.arange(batch)
+
+        def per_trajectory():
+            for i, g in enumerate(generators):
+                torch.randn(count, generator=g, out=out[i])
+
+        times = {}
+        for name, fn in (("loop", per_trajectory), ("philox", lambda: philox_normals(keys, counters, count))):
+            fn()
+            runs = []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                fn()
+                runs.append(time.perf_counter() - t0)
+            times[name] = 1e3 * min(runs)
+        rows.append(f"| {what} | {times['loop']:.3f} | {times['philox']:.3f} | {times['philox'] / times['loop']:.0f}x |")
+    return rows
+
+
 def section_latency(trajectories: int, quick: bool, report: Path) -> str:
     repeats = 2
     call_ms = one_row_call_ms()
@@ -226,6 +290,28 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
                 lines.append(f"| {steps} | {run if run != 'target' else '--method target'} | {d['wall_s']:.3f} | "
                              f"{d['target_s']:.3f} | {d['target_calls']} | {d['speedup_total']:.2f} | {d['pilot_s']:.1f} | "
                              f"{d['warmup_s']:.2f} | **{out['target']['wall_s'] / d['wall_s']:.2f}x** |")
+
+    # the defaults
+    lines += ["", "### What `--tree auto` alone picks",
+              "",
+              "Digits, 100 steps, one sample; the defaults, then one setting changed at a time (each planned for "
+              "wall-clock from its own pilot). The defaults are AUTO_DEFAULTS in specdemo/pipeline.py.",
+              "",
+              "| setting | verifier | freeze | prefetch | budget | wall-clock s | x vs plain | calls / sample |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += defaults_rows(repeats)
+
+    # random streams
+    lines += ["", "### Random streams",
+              "",
+              "Each trajectory draws from its own generator, so that its samples do not depend on its batch. A round "
+              "draws each trajectory's normals in one call of its generator (a loop over the round's trajectories, "
+              "one call each); a counter-based generator keyed by trajectory would draw the whole batch in one "
+              "call, but written with torch operations (Philox-4x32-10 and Box-Muller) it is slower at every "
+              "size measured. Milliseconds, the fastest of 7:",
+              "",
+              "| a round's normals | one call per trajectory | counter-based, one call | ratio |", "|---|---|---|---|"]
+    lines += stream_rows()
 
     # a CIFAR-10-sized UNet
     if not quick:

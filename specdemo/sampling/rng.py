@@ -7,10 +7,10 @@ several, one batch or many (bit for bit when the network treats rows independent
 matrix products may round by batch size, which moves samples by float rounding only).
 
 A round draws all of a trajectory's randomness at once: one call for its normals and one for its
-uniforms (`draw`). A counter-based generator keyed by (trajectory, step, node) would draw every
-trajectory in one call, but written with torch operations it measured 40x slower than one generator
-call at batch 1 and 8x slower in bulk on a 2-core CPU (Philox-4x32-10 against torch.randn), so the
-driver loops over the round's trajectories once per kind of draw, not per level or per node.
+uniforms. A counter-based generator keyed by (trajectory, step, node) would draw every trajectory in
+one call, but written with torch operations it is slower at every batch size measured
+(docs/benchmarks.md, latency section: Philox-4x32-10 against torch.randn), so the driver loops over the
+round's trajectories once per kind of draw, not per level or per node.
 """
 
 from __future__ import annotations
