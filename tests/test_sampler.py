@@ -14,7 +14,7 @@ from specdemo.pipeline import SamplerConfig, build
 from specdemo.sampling import sample
 from specdemo.targets import gm2d, gm16, gm512
 from specdemo.sampling import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED
-from specdemo.trees import Topology
+from specdemo.trees import Topology, TopologyPlan
 from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection,
                                 ReflectionMaximalCoupling)
 
@@ -96,6 +96,24 @@ def test_block_verified_trajectory_does_not_depend_on_the_depths_of_its_batch():
     for i in (3, 11, 14):
         alone = sample(net, kernel, target.shape, 1, indices=[i], **kwargs)
         assert torch.equal(alone.samples[0], batch.samples[i])
+
+
+@pytest.mark.parametrize("verifier,trees", [
+    (BlockVerification, [Topology.chain(3 + n % 4) for n in range(20)]),
+    (GreedyRejectionSampling, [Topology((2, 2) if n % 2 else (2, 2, 2)) for n in range(20)]),
+])
+def test_a_planned_trajectory_does_not_depend_on_its_batch(verifier, trees):
+    """A plan's trees differ by step, and near the horizon different trees are cut short to the same
+    one: trajectories of one round at such steps share a topology, and must still each keep their own
+    drafts (a second reader caught two such groups drafting into one buffer)."""
+    target, kernel, net = gm16_ddpm(20)
+    net = row_by_row(net)
+    plan = TopologyPlan(tuple(trees), (False,) * 20, tuple(trees), (False,) * 20, expected_calls=0.0)
+    kwargs = dict(tree=plan, verifier=verifier(), draft=BiasedDraft(FrozenDraft(), 1.0), seed=2)
+    batch = sample(net, kernel, target.shape, 6, **kwargs)
+    for i in range(6):
+        alone = sample(net, kernel, target.shape, 1, indices=[i], **kwargs)
+        assert torch.equal(alone.samples[0], batch.samples[i]), i
 
 
 @pytest.mark.parametrize("method", list(methods()))
@@ -424,7 +442,7 @@ def test_network_returning_the_wrong_shape_is_refused():
                verifier=GreedyRejectionSampling())
 
 
-@pytest.mark.parametrize("method", ["plain", "tree-dgrs"])
+@pytest.mark.parametrize("method", ["plain", "tree-dgrs", "tree-rank-leaves", "chain-block"])
 def test_network_returning_nan_is_refused(method):
     """A NaN from the network must stop the run with a clear message, not yield NaN samples (nor hang)."""
     target, kernel, net = gm16_ddpm(10)

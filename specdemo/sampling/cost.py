@@ -39,6 +39,7 @@ class Cost:
     verify_s: float = 0.0  # walking the trees: verification, commits, prefetch
     examined_per_depth: list[int] = field(default_factory=list)
     accepted_per_depth: list[int] = field(default_factory=list)
+    padded_rows: int = 0  # rows the calls were padded with to a few shapes (trees/cost_model.py), in no trajectory's rows
     pilot_calls: int = 0  # sequential target calls of the pilot this run paid for (0: none, or a cached plan)
     pilot_s: float = 0.0  # its wall-clock, planning included
 
@@ -95,6 +96,7 @@ class Cost:
             "non_target_fraction": 1 - self.target_s / self.wall_s if self.wall_s else None,
             "draft_s": self.draft_s,
             "verify_s": self.verify_s,
+            "padded_rows": self.padded_rows,
             "pilot_calls": self.pilot_calls,
             "pilot_s": self.pilot_s,
         }

@@ -38,12 +38,13 @@ from ..trees.cost_model import call_size
 from ..verifiers import Verifier
 from . import phases
 from .cost import Cost, PhaseClock
-from .phases import Layout, RoundState, layout_for, workspace_for
+from .phases import Layout, RoundState, Workspace, layout_for
 from .prefetch import PREFETCH, NearestSibling, Prefetch
 from .record import RoundTrace, round_trace
 from .rng import TrajectoryRandom
 
 MEMORY_LIMIT_BYTES = 8 * 2**30
+WORKSPACES = 8  # round buffers a run keeps, the least recently used dropped (a plan can use many layouts)
 
 
 @dataclass
@@ -138,7 +139,10 @@ class _Batch:
         self.prefetch = prefetch if self.uses_frozen else None
         leaf_table = prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
         self.schedule = Schedule(tree, kernel, leaf_table)
-        self._layouts: dict[tuple[int, int, bool], Layout] = {}
+        self._layout_ids: dict[int, int] = {}  # (tree id, depth, leaves) key -> layout index
+        self._layout_index: dict[Layout, int] = {}
+        self._layout_list: list[Layout] = []
+        self._spaces: dict[tuple[Layout, bool], Workspace] = {}
 
         b = num_samples
         slots = min(max_batch or b, b)
@@ -196,13 +200,28 @@ class _Batch:
         else:
             per_slot[state.slots] = values
 
-    def layout(self, tree_id: int, depth: int, leaves: bool) -> Layout:
-        key = (tree_id, depth, leaves)
-        if key not in self._layouts:
+    def layout_id(self, key: int) -> int:
+        """The index in self._layout_list of the layout of (tree id, depth, leaves) encoded in key."""
+        if key not in self._layout_ids:
+            tree_id, depth, leaves = key // (2 * (MAX_DEPTH + 1)), key // 2 % (MAX_DEPTH + 1), bool(key % 2)
             tree = self.schedule.trees[tree_id]
             tree = tree if depth == tree.depth else Topology(tree.widths[:depth])
-            self._layouts[key] = layout_for(tree, leaves, type(self.verifier), self.device)
-        return self._layouts[key]
+            layout = layout_for(tree, leaves, type(self.verifier), self.device)
+            if layout not in self._layout_index:
+                self._layout_index[layout] = len(self._layout_list)
+                self._layout_list.append(layout)
+            self._layout_ids[key] = self._layout_index[layout]
+        return self._layout_ids[key]
+
+    def workspace(self, layout: Layout, root_known: bool) -> Workspace:
+        """The run's buffers for rounds of this layout and root state (the two root states of a
+        layout can be groups of the same round), for up to every slot."""
+        key = (layout, root_known)
+        space = self._spaces.pop(key, None) or Workspace(layout, self.slot_traj.size, self.shape, self.device, self.dtype)
+        self._spaces[key] = space  # the most recently used last
+        if len(self._spaces) > WORKSPACES:
+            self._spaces.pop(next(iter(self._spaces)))
+        return space
 
     def slot_tensor(self, slots) -> torch.Tensor:
         return torch.as_tensor(np.asarray(slots, dtype=np.int64)).to(self.device, non_blocking=True)
@@ -281,18 +300,19 @@ class _Batch:
     def start_rounds(self, slots, tree_ids, depths, leaves, known) -> list[RoundState]:
         """Phase 1 for each group of slots that share a tree, a depth, leaf evaluation and a root state."""
         states = []
-        keys = ((tree_ids * (MAX_DEPTH + 1) + depths) * 2 + leaves) * 2 + known
+        # plan trees cut short at the horizon can coincide: trajectories are grouped by the layout itself
+        trees = (tree_ids * (MAX_DEPTH + 1) + depths) * 2 + leaves
+        distinct, inverse = (trees, np.zeros(1, dtype=np.int64)) if trees.size == 1 else np.unique(trees, return_inverse=True)
+        layout_ids = np.array([self.layout_id(int(t)) for t in distinct])[inverse]
+        keys = layout_ids * 2 + known
         for key in (keys[:1] if keys.size == 1 else np.unique(keys)):
             members = slots[keys == key]
-            tree_id, depth, ev, kn = int(key) // (2 * 2 * (MAX_DEPTH + 1)), int(key) // 4 % (MAX_DEPTH + 1), \
-                int(key) // 2 % 2, int(key) % 2
+            layout, kn = self._layout_list[int(key) // 2], bool(key % 2)
             slot_t = self.slot_tensor(members)
-            layout = self.layout(tree_id, depth, bool(ev))
             whole = members.size == self.slot_traj.size and bool((np.diff(members) == 1).all())
             state = RoundState(layout, slot_t, members.tolist(),
-                               torch.as_tensor(self.n[members]).to(self.device, non_blocking=True), bool(kn),
-                               space=workspace_for(layout, members.size, bool(kn), self.shape, self.device,
-                                                   self.dtype), whole=whole)
+                               torch.as_tensor(self.n[members]).to(self.device, non_blocking=True), kn,
+                               space=self.workspace(layout, kn).rows(members.size), whole=whole)
             if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
                 self.set_rows(self.frozen, state, self.draft.frozen_value(
                     self.kernel, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step))
@@ -312,6 +332,7 @@ class _Batch:
         if parts:
             rows = sum(p[1].numel() for p in parts)
             padding = call_size(rows) - rows  # repeats of the first row, their outputs dropped
+            self.cost.padded_rows += padding
             if padding:
                 first = parts[0]
                 parts.append(tuple(t[:1].expand(padding, *t.shape[1:]) for t in first))

@@ -19,7 +19,6 @@ Chains and evaluated leaves are drafted before the target call.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -87,14 +86,17 @@ class Layout:
         self.noise_count = self.num_drafted_nodes - 1 + self.lazy_width
         self._run_nodes = {s: torch.tensor(starts[s.first:s.last + 1], device=device) - starts[s.first]
                            for s in self.segments if s.levels > 1}
+        self._root_segments: dict[Segment, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    @lru_cache(maxsize=None)
     def root_segment(self, segment: Segment) -> tuple[torch.Tensor, torch.Tensor]:
         """(nodes (1, S), their children (1, S, K)) of a segment that starts at the root: nodes 0..S-1
         (one per level of a width-1 run, or the root alone), children 1..S K."""
-        nodes = torch.arange(segment.levels, device=self.first_child.device)
-        kids = 1 + torch.arange(segment.levels * segment.width, device=nodes.device).view(segment.levels, segment.width)
-        return nodes[None], kids[None]
+        if segment not in self._root_segments:
+            nodes = torch.arange(segment.levels, device=self.first_child.device)
+            kids = 1 + torch.arange(segment.levels * segment.width, device=nodes.device).view(segment.levels,
+                                                                                              segment.width)
+            self._root_segments[segment] = nodes[None], kids[None]
+        return self._root_segments[segment]
 
     def segment_nodes(self, segment: Segment, start: torch.Tensor) -> torch.Tensor:
         """(A, levels): the path nodes of a segment below its first node `start` (A,)."""
@@ -131,51 +133,49 @@ def _segments(tree: Topology, lazy: bool, verifier: NodeVerifier) -> tuple[Segme
 
 
 class Workspace:
-    """The buffers of a layout's rounds for A trajectories, reused from round to round (and run to
-    run, per thread: `workspace_for`), and their views level by level: the drafting loop then costs
-    two fused operations a level."""
+    """The buffers of a layout's rounds, for up to `capacity` trajectories, reused from round to round
+    of a run, and their views level by level: the drafting loop then costs two fused operations a
+    level. A round of fewer trajectories uses the first rows (`rows`)."""
 
-    def __init__(self, layout: Layout, count: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype):
-        tree, starts = layout.tree, layout.tree.level_starts
-        depth, ones = tree.depth, [1] * len(shape)
-        self.x = torch.empty((count, layout.num_drafted_nodes, *shape), device=device, dtype=dtype)
-        self.mp = torch.empty((count, max(layout.num_parents, 1), *shape), device=device, dtype=dtype)
-        self.noise = torch.empty((count, layout.noise_count, *shape), device=device, dtype=dtype)
-        self.uniforms = torch.empty((count, layout.uniform_count), device=device, dtype=torch.float64)
-        self.child_scales = torch.empty((count, depth), device=device, dtype=dtype)  # s at each depth's step
+    def __init__(self, layout: Layout, capacity: int, shape: tuple[int, ...], device: torch.device,
+                 dtype: torch.dtype):
+        self.layout, self.capacity, self.shape = layout, capacity, tuple(shape)
+        self.x = torch.empty((capacity, layout.num_drafted_nodes, *shape), device=device, dtype=dtype)
+        self.mp = torch.empty((capacity, max(layout.num_parents, 1), *shape), device=device, dtype=dtype)
+        self.noise = torch.empty((capacity, layout.noise_count, *shape), device=device, dtype=dtype)
+        self.uniforms = torch.empty((capacity, layout.uniform_count), device=device, dtype=torch.float64)
+        self.child_scales = torch.empty((capacity, layout.tree.depth), device=device, dtype=dtype)  # s by depth
+        self._full = self._views(capacity)
+
+    def rows(self, count: int) -> "Workspace":
+        """The buffers and level views of the first `count` rows (all of them: no new view)."""
+        if count == self.capacity:
+            return self._full
+        return self._views(count)
+
+    def _views(self, count: int) -> "Workspace":
+        tree, starts = self.layout.tree, self.layout.tree.level_starts
+        depth, ones = tree.depth, [1] * len(self.shape)
+        v = object.__new__(Workspace)
+        v.x, v.mp, v.noise = self.x[:count], self.mp[:count], self.noise[:count]
+        v.uniforms, v.child_scales = self.uniforms[:count], self.child_scales[:count]
         # per drafted level: parents (A, P, *shape), their means, the means by child, the children
         # (A, P, K, *shape), their noise, and s shaped to broadcast against the children
         if tree.is_chain:  # P = K = 1: every level's views in one call each
-            x, mp, noise = self.x.split(1, 1), self.mp.split(1, 1), self.noise.split(1, 1)
-            scales = self.child_scales.view(count, depth, *ones).split(1, 1)
-            self.levels = [(x[d], mp[d], mp[d], x[d + 1], noise[d], scales[d]) for d in range(depth)]
-            return
-        scales = self.child_scales.view(count, depth, 1, 1, *ones).unbind(1)
-        self.levels = []
-        for level in range(1, (depth - 1 if layout.lazy else depth) + 1):
+            x, mp, noise = v.x.split(1, 1), v.mp.split(1, 1), v.noise.split(1, 1)
+            scales = v.child_scales.view(count, depth, *ones).split(1, 1)
+            v.levels = [(x[d], mp[d], mp[d], x[d + 1], noise[d], scales[d]) for d in range(depth)]
+            return v
+        scales = v.child_scales.view(count, depth, 1, 1, *ones).unbind(1)
+        v.levels = []
+        for level in range(1, (depth - 1 if self.layout.lazy else depth) + 1):
             lo, hi, width = starts[level - 1], starts[level], tree.widths[level - 1]
             kids = slice(starts[level], starts[level + 1])
-            self.levels.append((self.x[:, lo:hi], self.mp[:, lo:hi], self.mp[:, lo:hi, None],
-                                self.x[:, kids].unflatten(1, (hi - lo, width)),
-                                self.noise[:, kids.start - 1:kids.stop - 1].unflatten(1, (hi - lo, width)),
-                                scales[level - 1]))
-
-
-_SPACES = threading.local()  # each thread's workspaces: concurrent runs (the app's) never share buffers
-WORKSPACES = 64  # kept per thread, the least recently used dropped
-
-
-def workspace_for(layout: Layout, count: int, root_known: bool, shape: tuple[int, ...], device: torch.device,
-                  dtype: torch.dtype) -> Workspace:
-    """This thread's buffers for a layout's rounds of `count` trajectories. Groups of one round
-    differ in layout, size or root state, so no two of them share a workspace."""
-    spaces = _SPACES.__dict__.setdefault("lru", {})
-    key = (layout, count, root_known, tuple(shape), device, dtype)
-    space = spaces.pop(key, None) or Workspace(layout, count, tuple(shape), device, dtype)
-    spaces[key] = space
-    if len(spaces) > WORKSPACES:
-        spaces.pop(next(iter(spaces)))
-    return space
+            v.levels.append((v.x[:, lo:hi], v.mp[:, lo:hi], v.mp[:, lo:hi, None],
+                             v.x[:, kids].unflatten(1, (hi - lo, width)),
+                             v.noise[:, kids.start - 1:kids.stop - 1].unflatten(1, (hi - lo, width)),
+                             scales[level - 1]))
+        return v
 
 
 @dataclass

@@ -73,7 +73,7 @@ class RankOne:
         """mq, mp (A, *shape), s (A,) float64, children (A, K, *shape)."""
         diff = (mq - mp).flatten(1).double()
         norm = diff.norm(dim=1)
-        z = (children - mp[:, None]).flatten(2).double()  # s xi of each child, exact to the states' rounding
+        z = children.flatten(2).double() - mp.flatten(1).double()[:, None]  # s xi of each child, in float64
         u = torch.bmm(z, diff[:, :, None])[:, :, 0] / (norm * s).clamp_min(torch.finfo(torch.float64).tiny)[:, None]
         return cls(norm / s, u, diff, norm)
 

@@ -145,7 +145,7 @@ def weights_for(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     buckets = delta_buckets(delta)
     if k <= TABLE_MAX_K:  # the shipped range: one gather
         first, table, ends = _dense_table(k, delta.device)
-        index = buckets - first
+        index = (buckets - first).clamp_(0, len(table) - 1)  # a NaN delta (refused after the walk) indexes row 0
     else:  # wider nodes: solve the buckets met, once each
         uniq, index = buckets.unique(return_inverse=True)
         table = torch.tensor([rank_weights(b, k) for b in uniq.tolist()], dtype=torch.float64, device=delta.device)
