@@ -218,9 +218,7 @@ class RoundState:
     child_scales: torch.Tensor | None = None  # (A, L): s at each depth's nodes' step
     space: Workspace | None = None  # the buffers this round uses
     whole: bool = False  # the round holds every slot of the batch, in order
-    eta: torch.Tensor | None = None  # chain verifiers: the verdict, for the correction and the record
-    log_p: torch.Tensor | None = None
-    chain_verdict: BlockVerdict | None = None
+    chain_verdict: BlockVerdict | None = None  # a chain verifier's, for the correction and the record
     end_host: list[int] | None = None  # end_depth and corrected on the host, after the synchronisation
     corrected_host: list[bool] | None = None
 
@@ -401,9 +399,8 @@ def _walk_chain(state: RoundState, run) -> None:
     eta = verdict.eta
     kept = torch.where(nodes < eta[:, None], 0, -1)
     state.chain_verdict = verdict
-    decision = Decision(kept=kept.flatten(), child_accept_prob=None, accept_prob=None)
+    decision = Decision(kept=kept.flatten(), child_accept_prob=None, accept_prob=None)  # the record reads the verdict
     state.records = [SegmentRecord(segment, nodes, kid_index, kids, scales, red, state.uniforms, decision)]
-    state.eta, state.log_p = eta, verdict.log_p
     state.cur, state.corrected = eta, eta < depth
     state.end_depth = torch.where(state.corrected, eta + 1, depth)
     state.y_new = state.x[state.rows, eta]  # the leaf where eta = L
@@ -439,12 +436,12 @@ def _correct_segment(state: RoundState, run, record: SegmentRecord, hit: list[tu
 def _correct_chain(state: RoundState, run, rows: list[int]) -> None:
     device = state.slots.device
     r = torch.tensor(rows, device=device)
-    eta = state.eta[r]
+    verdict = state.chain_verdict
+    eta = verdict.eta[r]
     record = state.records[0]
-    depth = state.tree.depth
-    flat = r * depth + eta
+    flat = r * state.tree.depth + eta
     red = record.red.select(flat)
-    u_new = run.verifier.residual(red.delta, state.log_p[r, eta], state.uniforms[r, -1])
+    u_new = run.verifier.residual(red.delta, verdict.log_p[r, eta], state.uniforms[r, -1])
     state.y_new[r] = red.move(record.kids.flatten(0, 1)[flat, 0], red.u[:, 0], u_new, record.scales.flatten()[flat])
 
 
