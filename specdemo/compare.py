@@ -48,7 +48,7 @@ class MethodRun:
 
     def summary(self) -> dict:
         return {"label": self.label, "tree": self.tree, "verifier": self.verifier,
-                "rows_per_round": self.rows_per_round, **self.cost.summary(),
+                "rows_per_round": self.rows_per_round, **self.cost.summary(), "plan_source": self.plan_source,
                 "pilot_target_calls": None if self.pilot is None else self.pilot.target_calls,
                 "pilot_wall_s": None if self.pilot is None else self.pilot.wall_s}
 

@@ -229,7 +229,9 @@ def test_export_writes_the_run_as_json(default_run):
     assert Path(path).name.startswith("specdemo-run-digits-auto16-seed0")
     assert data["format"] == "specdemo-run/1" and len(data["methods"]) == 3
     assert data["config"]["tree"] == "auto" and data["config"]["budget"] == 16 and data["plan"]
-    assert data["methods"][2]["pilot_target_calls"] > 0
+    # the app's default setting ships its plan: no pilot is paid, and the export says where the plan came from
+    tree_run = data["methods"][2]
+    assert tree_run["plan_source"] == "shipped" and tree_run["pilot_target_calls"] is None
     assert data["trace"] and max(max(rt["trajectories"]) for rt in data["trace"]) < 64
     with pytest.raises(gr.Error, match="run the sampler first"):
         app.export(None)
