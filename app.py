@@ -14,13 +14,17 @@ import math
 import os
 import re
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 
 import gradio as gr
 import torch
 from gradio.components.plot import PlotData
+from gradio.context import LocalContext
 
-from specdemo import KERNEL_NAMES, PRESETS, SamplerConfig, SpecdemoError, Topology, __version__
+from specdemo import (KERNEL_NAMES, PRESETS, Cancel, Cancelled, Limits, SamplerConfig, SpecdemoError, Topology,
+                      __version__)
 from specdemo import compare as C
 from specdemo import figures as F
 
@@ -43,6 +47,11 @@ CONCURRENCY_LIMIT = 2  # runs at once; the queue holds the others
 QUEUE_SIZE = 64
 MAX_SAMPLES = {"image": 64, "other": 4096}  # what one click may ask for on the Space's hardware
 MAX_WORK = {"image": 4096, "other": 1_500_000}  # samples x tree nodes per round, ditto (x16 on a GPU)
+# a click's bound on target rows (samples x steps x rows per round, pilots included; specdemo.limits),
+# steps and seconds; the Space's owner can set each with SPECDEMO_APP_MAX_ROWS, _MAX_STEPS, _MAX_SECONDS
+MAX_ROWS = {"image": 250_000, "other": 50_000_000}
+MAX_STEPS = 1000
+MAX_SECONDS = 120.0
 EXACTNESS_SAMPLES = 1000
 PILOT_SAMPLES = 8  # trajectories of the pilot run that plans an auto topology (or freeze auto): kept small
 
@@ -142,6 +151,8 @@ def readable_errors(fn):
             return fn(*args, **kwargs)
         except gr.Error:
             raise
+        except Cancelled as err:
+            raise gr.Error(str(err), title="Stopped") from None
         except SpecdemoError as err:
             raise gr.Error(str(err), title="Cannot run this") from None
         except (MemoryError, torch.OutOfMemoryError):
@@ -185,9 +196,18 @@ def tree_work(tree: str, budget: int | None) -> tuple[int, str]:
     return topology.num_nodes, f"tree {topology} ({topology.num_nodes} nodes per round)"
 
 
+def app_limits(target, device: str) -> Limits:
+    """What one click may ask for (the library checks it before any work; x16 on a GPU)."""
+    kind = "image" if C.target_kind(target) == "image" else "other"
+    scale = 16 if device != "cpu" and torch.cuda.is_available() else 1
+    return Limits.from_env("SPECDEMO_APP_", max_steps=MAX_STEPS, max_samples=MAX_SAMPLES[kind] * scale,
+                           max_rows=MAX_ROWS[kind] * scale, max_seconds=MAX_SECONDS)
+
+
 def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
                 num_samples, class_label, seed, device, objective="time") -> tuple[SamplerConfig, object]:
-    """The controls as a SamplerConfig (and the resolved target), checked against the app's limits."""
+    """The controls as a SamplerConfig (and the resolved target), checked against the app's limits
+    (app_limits: the rest of them when the library builds the run)."""
     if model not in MODEL_VALUES:
         raise SpecdemoError(f"unknown model choice {model!r}; accepted: {', '.join(MODEL_VALUES)}")
     spec = (custom_model or "").strip() if model == "custom" else model
@@ -217,10 +237,11 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
     samples = _int(num_samples, "the number of samples")
     device = str(device or "auto")
     target = C.cached_target(spec)
+    limits = app_limits(target, device)
+    if samples is None or not 1 <= samples <= limits.max_samples:
+        raise SpecdemoError(f"the number of samples must be in 1..{limits.max_samples} here, got {samples}")
     kind = "image" if C.target_kind(target) == "image" else "other"
     scale = 16 if device != "cpu" and torch.cuda.is_available() else 1
-    if samples is None or not 1 <= samples <= MAX_SAMPLES[kind] * scale:
-        raise SpecdemoError(f"the number of samples must be in 1..{MAX_SAMPLES[kind] * scale} here, got {samples}")
     nodes, what = tree_work(tree, rows)
     if samples * nodes > MAX_WORK[kind] * scale:
         raise SpecdemoError(
@@ -367,32 +388,78 @@ def plan_text(comp: C.Comparison, max_segments: int = 7) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- handlers
-def throttled(progress, every: float = 0.1):
-    """gr.Progress at most every `every` seconds (a round can take a millisecond), the end always."""
+# ---------------------------------------------------------------------------------------------- cancellation
+_RUNNING: dict[str, set[Cancel]] = {}  # session -> its runs' stop flags
+_RUNNING_LOCK = threading.Lock()
+
+
+@contextmanager
+def cancellable(request: gr.Request | None, seconds: float | None):
+    """A run's stop flag: set by the Stop button and by closing the page (`stop`), by gradio's cancel
+    of the event (`watched`), or `seconds` after the run started."""
+    cancel = Cancel(seconds)
+    session = getattr(request, "session_hash", None) or ""
+    with _RUNNING_LOCK:
+        _RUNNING.setdefault(session, set()).add(cancel)
+    try:
+        yield cancel
+    finally:
+        with _RUNNING_LOCK:
+            runs = _RUNNING.get(session, set())
+            runs.discard(cancel)
+            if not runs:
+                _RUNNING.pop(session, None)
+
+
+def stop(request: gr.Request):
+    """Stop this session's runs between rounds (the Stop button, and a closed page)."""
+    with _RUNNING_LOCK:
+        runs = list(_RUNNING.get(getattr(request, "session_hash", None) or "", ()))
+    for cancel in runs:
+        cancel.cancel()
+
+
+def _event_alive() -> bool:
+    """Whether gradio still runs this thread's event: a cancelled event (gradio_client's job.cancel(),
+    a `cancels=` trigger) leaves the queue's active jobs while the worker thread runs on."""
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return True  # not inside a queued event (a direct call)
+    return any(evt._id == event_id for job in queue.active_jobs if job for evt in job)
+
+
+def watched(progress, cancel: Cancel, every: float = 0.1):
+    """gr.Progress at most every `every` seconds (a round can take a millisecond), the end always;
+    each update also stops the run once gradio has dropped its event."""
     last = [0.0]
 
     def update(fraction: float, desc: str) -> None:
         now = time.monotonic()
         if now - last[0] >= every or fraction >= 1:
             last[0] = now
+            if not _event_alive():
+                cancel.cancel()
             progress(fraction, desc=desc)
     return update
 
 
 @gpu
-def _compute(config: SamplerConfig, target, progress) -> C.Comparison:
-    return C.run_comparison(config, target=target, progress=throttled(progress))
+def _compute(config: SamplerConfig, target, progress, limits: Limits, cancel: Cancel) -> C.Comparison:
+    return C.run_comparison(config, target=target, progress=watched(progress, cancel), limits=limits, cancel=cancel)
 
 
 @readable_errors
 def run(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn, num_samples,
-        class_label, seed, device, objective="time", progress=gr.Progress()):
+        class_label, seed, device, objective="time", request: gr.Request = None, progress=gr.Progress()):
     """Run the chosen chain, tree or planned topology, the plain target sampler and the budget-matched chain."""
     progress(0, desc="loading the model")
     t0 = time.perf_counter()
     config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
                                  eta, churn, num_samples, class_label, seed, device, objective)
-    comp = _compute(config, target, progress)
+    limits = app_limits(target, config.device)
+    with cancellable(request, limits.max_seconds) as cancel:
+        comp = _compute(config, target, progress, limits, cancel)
     t, k = F.pick_round(comp.trace)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
     tree_fig, data_fig, rounds_fig = round_views(comp, t, k)
@@ -431,13 +498,15 @@ def show_trajectory(comp, trajectory):
 
 
 @gpu
-def _exactness(config, num, target, progress):
-    return C.exactness_check(config, num, target=target, progress=throttled(progress))
+def _exactness(config, num, target, progress, limits: Limits, cancel: Cancel):
+    return C.exactness_check(config, num, target=target, progress=watched(progress, cancel), limits=limits,
+                             cancel=cancel)
 
 
 @readable_errors
 def exactness(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
-              num_samples, class_label, seed, device, objective, test_samples, progress=gr.Progress()):
+              num_samples, class_label, seed, device, objective, test_samples, request: gr.Request = None,
+              progress=gr.Progress()):
     """Two-sample test of the chosen chain, tree or plan against plain target sampling (analytic targets)."""
     progress(0, desc="loading the model")
     config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
@@ -447,7 +516,9 @@ def exactness(model, custom_model, draft, freeze, draft_bias, tree, budget, veri
     if num * nodes > MAX_WORK["other"] * 2:
         raise SpecdemoError(f"{num} test samples with {what} is more than this app runs at once; "
                             "use fewer samples or a smaller tree")
-    report = _exactness(config, num, target, progress)
+    limits = app_limits(target, config.device)
+    with cancellable(request, limits.max_seconds) as cancel:
+        report = _exactness(config, num, target, progress, limits, cancel)
     fig = F.exactness_figure(report.plain, report.speculative, report.p_value, spec_label=report.label,
                              mixture=report.mixture)
     text = (f"### p = {report.p_value:.3f}: {report.verdict}\n"
@@ -597,7 +668,8 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
             with gr.Accordion("sampler", open=True):
                 kernel = gr.Dropdown(KERNEL_CHOICES, value="default", label="kernel")
                 with gr.Row():
-                    steps = gr.Number(value=D0["steps"], precision=0, label="steps", min_width=100)
+                    steps = gr.Number(value=D0["steps"], precision=0, label="steps", min_width=100, minimum=1,
+                                      maximum=MAX_STEPS)
                     seed = gr.Number(value=0, precision=0, label="seed", min_width=100)
                 eta = gr.Slider(0, 1, value=1, step=0.05, label="eta (DDIM)", visible=False)
                 churn = gr.Slider(0, 1, value=0.06, step=0.01, label="churn (flow matching)",
@@ -605,7 +677,9 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
                 num_samples = gr.Slider(1, MAX_SAMPLES["image" if IMAGE0 else "other"], value=D0["samples"], step=1,
                                         label="samples")
                 device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device")
-            run_button = gr.Button("Run", variant="primary", size="lg", elem_id="run-button")
+            with gr.Row():
+                run_button = gr.Button("Run", variant="primary", size="lg", elem_id="run-button", scale=3)
+                stop_button = gr.Button("Stop", variant="stop", size="lg", elem_id="stop-button", scale=1)
             gr.Markdown(f"<small>specdemo {__version__} · same seed, same samples · runs queue "
                         f"{CONCURRENCY_LIMIT} at a time</small>")
         with gr.Column(scale=3):
@@ -651,7 +725,7 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
 
     controls = [model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
                 num_samples, class_label, seed, device, objective]
-    run_button.click(
+    run_event = run_button.click(
         run, controls,
         [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state,
          trajectory, round_k],
@@ -661,8 +735,11 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
                   trigger_mode="always_last", show_progress="hidden")
     trajectory.input(show_trajectory, [state, trajectory], [tree_plot, data_plot, rounds_plot, round_k],
                      api_name="trajectory_view", trigger_mode="always_last", show_progress="hidden")
-    test_button.click(exactness, [*controls, test_samples], [test_summary, test_plot], api_name="exactness",
-                      concurrency_id="sampler")
+    test_event = test_button.click(exactness, [*controls, test_samples], [test_summary, test_plot],
+                                   api_name="exactness", concurrency_id="sampler")
+    # the flag stops the work between rounds; `cancels` frees the queue's slot and the page at once
+    stop_button.click(stop, None, None, cancels=[run_event, test_event], api_name="stop", queue=False)
+    demo.unload(stop)
     export_button.click(export, [state], [export_file], api_name="export")
     model.change(model_changed, [model, kernel],
                  [custom_model, steps, num_samples, tree, budget, class_label, draft, freeze, eta, churn],

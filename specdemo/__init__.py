@@ -12,6 +12,7 @@ with any network callable net(x, n, **cond) and any kernel of specdemo.kernels.
 
 from .drafts import BiasedDraft, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
+from .limits import Cancel, Cancelled, Limits
 from .models import KERNEL_NAMES, MODEL_HELP, Target, resolve_target
 from .pipeline import METHODS, Problem, SamplerConfig, build, generate
 from .sampling import SampleResult, sample
@@ -27,4 +28,5 @@ __all__ = [
     "Topology", "TOPOLOGY_HELP", "FrozenDraft", "NetworkDraft", "BiasedDraft", "Draft", "VERIFIERS", "get_verifier",
     "ReflectionMaximalCoupling", "GreedyRejectionSampling", "RankAwareSelection", "GaussianMixture", "PRESETS",
     "Target", "resolve_target", "MODEL_HELP", "METHODS", "KERNEL_NAMES", "SpecdemoError",
+    "Limits", "Cancel", "Cancelled",
 ]

@@ -21,6 +21,7 @@ import torch
 
 from .bench_latency import section_latency
 from .calibration import plan
+from .errors import SpecdemoError
 from .pipeline import SamplerConfig, build
 from .trees import Topology, TopologyPlan
 from .verifiers import get_verifier
@@ -650,6 +651,9 @@ def main(args) -> int:
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     names = args.sections.split(",") if args.sections else list(SECTIONS)
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown:
+        raise SpecdemoError(f"unknown section(s) {', '.join(n[:40] for n in unknown)}; accepted: {', '.join(SECTIONS)}")
     for name in names:
         title, fn = SECTIONS[name]
         t0 = time.perf_counter()

@@ -25,6 +25,7 @@ from scipy.special import ndtr
 
 from .drafts import BiasedDraft, Draft, FrozenDraft
 from .errors import SpecdemoError
+from .limits import Cancel
 from .sampling import Cost, sample
 from .trees import Topology, TopologyPlan
 from .trees.auto import DeltaStats, plan_topology
@@ -120,12 +121,12 @@ def plan_from_dict(d: dict) -> TopologyPlan:
 
 
 # ---------------------------------------------------------------------------------------------- calibration
-def calibrate(problem: Problem) -> Problem:
+def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
     """What needs pilot runs: --freeze auto (a per-step choice between freezing the output and
     x0-hat) and --tree auto (widths planned per step, specdemo.trees.auto, priced by a measured
     cost model for the time objective). Returns the calibrated problem, from the plan cache when
     this setting was calibrated before; pilots are chains with their own seeds, their cost is kept
-    in problem.pilot, apart from the run's."""
+    in problem.pilot, apart from the run's. cancel stops the pilots between rounds."""
     c = problem.config
     auto_tree, auto_freeze = problem.tree is None, isinstance(problem.draft, FrozenDraft) and c.freeze == "auto"
     if c.prefetch == "auto" and not auto_tree:
@@ -146,7 +147,7 @@ def calibrate(problem: Problem) -> Problem:
         tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
         return _with_bias(replace(problem, draft=draft, tree=tree, cost_model=cost, plan_source=source))
     t0 = time.perf_counter()
-    stats, pilot, draft = _pilots(problem, auto_freeze)
+    stats, pilot, draft = _pilots(problem, auto_freeze, cancel)
     problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
     if auto_tree:
         cost = measure_cost(problem) if c.objective == "time" else None
@@ -168,14 +169,14 @@ def _with_bias(problem: Problem) -> Problem:
     return replace(problem, draft=draft)
 
 
-def _pilots(problem: Problem, auto_freeze: bool) -> tuple[DeltaStats, Cost, Draft]:
+def _pilots(problem: Problem, auto_freeze: bool, cancel: Cancel | None) -> tuple[DeltaStats, Cost, Draft]:
     """The pilot's deltas, its cost and the draft: with --freeze auto, one pilot freezing the
     output and one freezing x0-hat, and the per-step choice of the better."""
     if not auto_freeze:
-        stats, cost = _pilot(problem, problem.draft)
+        stats, cost = _pilot(problem, problem.draft, cancel)
         return stats, cost, problem.draft
     n_steps = problem.kernel.num_steps
-    out, x0 = (_pilot(problem, FrozenDraft(mode)) for mode in ("out", "x0"))
+    out, x0 = (_pilot(problem, FrozenDraft(mode), cancel) for mode in ("out", "x0"))
     x0_steps = tuple(_mean_acceptance(x0[0], m) > _mean_acceptance(out[0], m) for m in range(n_steps))
     stats = DeltaStats({k: v for k, v in out[0].deltas.items() if not x0_steps[k[0]]}
                        | {k: v for k, v in x0[0].deltas.items() if x0_steps[k[0]]}, n_steps)
@@ -199,7 +200,7 @@ def plan(problem: Problem, budget: int) -> TopologyPlan:
                          cost=problem.cost_model if c.objective == "time" else None)
 
 
-def _pilot(problem: Problem, draft: Draft) -> tuple[DeltaStats, Cost]:
+def _pilot(problem: Problem, draft: Draft, cancel: Cancel | None) -> tuple[DeltaStats, Cost]:
     """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain.
     PILOT_DEPTH, not the deepest level a plan may reach: a chain's deep levels are reached only by
     the trajectories whose draft fits best, so their deltas flatter the wider trees a plan builds
@@ -211,7 +212,7 @@ def _pilot(problem: Problem, draft: Draft) -> tuple[DeltaStats, Cost]:
     pilot = sample(problem.network, problem.kernel, problem.target.shape, c.pilot_samples, tree=Topology.chain(depth),
                    draft=draft, verifier=get_verifier("rmc"), prefetch=c.prefetch, seed=c.seed + PILOT_SEED_OFFSET,
                    cond={k: v[:1].expand(c.pilot_samples, *v.shape[1:]) for k, v in problem.cond.items()},
-                   device=problem.device, dtype=problem.dtype, trace=True, trace_states=False)
+                   device=problem.device, dtype=problem.dtype, trace=True, trace_states=False, cancel=cancel)
     return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
 
 

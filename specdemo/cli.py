@@ -99,7 +99,12 @@ def _sample(args) -> int:
     )
     if args.trace and launched_by_torchrun():
         raise SpecdemoError("--trace is for single-process runs; leave it out under accelerate launch")
+    for option, path in (("--out", args.out), ("--grid", args.grid), ("--trace", args.trace)):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise SpecdemoError(f"{option} {path[:80]!r}: its folder does not exist")
     problem = build(config)
+    if args.grid and len(problem.target.shape) != 3:
+        raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {problem.target.shape}")
     state = process_state()
     if state is None:
         result = problem.run(trace=args.trace is not None, trace_states=False, with_pilot=True)
@@ -128,8 +133,6 @@ def _sample(args) -> int:
     if args.out:
         np.savez(args.out, samples=samples, config=json.dumps(c.to_dict()), cost=json.dumps(summary))
     if args.grid:
-        if samples.ndim != 4:
-            raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {samples.shape[1:]}")
         save_grid(torch.from_numpy(samples), args.grid)
     if args.trace:
         Path(args.trace).write_text(json.dumps({"config": c.to_dict(), "cost": summary,

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .errors import SpecdemoError
+from .limits import Cancel, Limits
 from .models import EMBEDDED, Target, resolve_target
 from .pipeline import Problem, SamplerConfig, build
 from .sampling import SampleResult
@@ -274,12 +275,12 @@ def _stage_callback(progress: Progress | None, lo: float, hi: float, label: str)
 
 
 def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, baselines: bool = True,
-                   target: Target | None = None) -> Comparison:
+                   target: Target | None = None, limits: Limits | None = None, cancel: Cancel | None = None) -> Comparison:
     """Run `config` (its method taken from its tree: chain, tree, or tree "auto" planned per step)
     with a trace, then, with the same seed, the plain target sampler and, for a tree, the RMC chain
     at the same target rows per round (a plan's mean rows per round, rounded); for a block-verified
-    chain, the same chains verified node by node (RMC). Every configuration is built (and so checked,
-    a plan's pilots run) before anything is sampled."""
+    chain, the same chains verified node by node (RMC). Every configuration is built (and so checked
+    against `limits`, a plan's pilots run) before anything is sampled; `cancel` stops every run."""
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     target = target or cached_target(config.model)
@@ -288,7 +289,7 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     if progress is not None and (is_auto(config.tree) or (config.freeze == "auto" and config.draft == "frozen")):
         progress(0.0, f"pilot run of {config.pilot_samples} trajectories: planning the "
                       + ("topology" if is_auto(config.tree) else "frozen draft"))
-    problem = build(config, target)
+    problem = build(config, target, limits=limits, cancel=cancel)
     config = problem.config  # every default resolved
     kind = target_kind(target)
     steps = problem.kernel.num_steps
@@ -304,19 +305,19 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
                 others.append(("chain", replace(problem, config=chain_cfg, tree=Topology.parse(chain_cfg.tree),
                                                 verifier=get_verifier("rmc"))))
             else:
-                others.append(("chain", build(chain_cfg, target)))
+                others.append(("chain", build(chain_cfg, target, limits=limits, cancel=cancel)))
         elif isinstance(problem.verifier, ChainVerifier):
             # the same chains (the same plan) verified node by node: what weighing the block gains
             others.append(("chain", replace(problem, config=replace(config, verifier="rmc"),
                                             verifier=get_verifier("rmc"))))
-        others.append(("target", build(config.with_method("target"), target)))
+        others.append(("target", build(config.with_method("target"), target, limits=limits, cancel=cancel)))
     stages = 1 + len(others)
     result = problem.run(trace=True, trace_states=kind in ("plane", "image"),
                          keep_steps=range(steps + 1) if kind == "plane" else (),
-                         callback=_stage_callback(progress, 0, 1 / stages, f"{describe(problem)}"))
+                         callback=_stage_callback(progress, 0, 1 / stages, f"{describe(problem)}"), cancel=cancel)
     runs = [_method_run(method, problem, result)]
     for i, (key, p) in enumerate(others, start=1):
-        r = p.run(callback=_stage_callback(progress, i / stages, (i + 1) / stages, describe(p)))
+        r = p.run(callback=_stage_callback(progress, i / stages, (i + 1) / stages, describe(p)), cancel=cancel)
         runs.append(_method_run(key, p, r))
     runs = runs[::-1]  # plain target first, the chosen run last
     paths = None
@@ -346,7 +347,8 @@ class ExactnessReport:
 
 
 def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: int = 500,
-                    progress: Progress | None = None, target: Target | None = None) -> ExactnessReport:
+                    progress: Progress | None = None, target: Target | None = None, limits: Limits | None = None,
+                    cancel: Cancel | None = None) -> ExactnessReport:
     """Draw num_samples with the chosen chain or tree and num_samples with the plain target sampler
     (independent seeds), then run the energy two-sample test. Analytic targets only."""
     if not 20 <= num_samples <= MAX_TEST_SAMPLES:
@@ -358,10 +360,12 @@ def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: in
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     spec_cfg = replace(config, method=speculative_method(config.tree), num_samples=num_samples)
-    spec_problem = build(spec_cfg, target)
-    plain_problem = build(replace(spec_cfg.with_method("target"), seed=config.seed + 1), target)
-    spec = spec_problem.run(callback=_stage_callback(progress, 0, 0.5, describe(spec_problem))).samples.float().cpu()
-    plain = plain_problem.run(callback=_stage_callback(progress, 0.5, 0.95, "plain target")).samples.float().cpu()
+    spec_problem = build(spec_cfg, target, limits=limits, cancel=cancel)
+    plain_problem = build(replace(spec_cfg.with_method("target"), seed=config.seed + 1), target, limits=limits)
+    spec = spec_problem.run(callback=_stage_callback(progress, 0, 0.5, describe(spec_problem)),
+                            cancel=cancel).samples.float().cpu()
+    plain = plain_problem.run(callback=_stage_callback(progress, 0.5, 0.95, "plain target"),
+                              cancel=cancel).samples.float().cpu()
     if progress is not None:
         progress(0.97, "two-sample test")
     statistic, p = energy_test(spec, plain, permutations=permutations, seed=config.seed)

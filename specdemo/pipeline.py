@@ -12,10 +12,11 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
-from .calibration import call_seconds, call_sizes, calibrate
+from .calibration import PILOT_DEPTH, call_seconds, call_sizes, calibrate
 from .drafts import FREEZE, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .kernels import Kernel
+from .limits import Cancel, Limits
 from .models import KERNEL_NAMES, DiffusersTarget, Target, resolve_target
 from .parallel import process_state
 from .sampling import PREFETCH, Cost, SampleResult, sample
@@ -28,7 +29,6 @@ METHODS = ("target", "chain", "tree")
 OBJECTIVES = ("time", "calls")
 DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
 DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
-MAX_SAMPLES = 100_000
 _WARM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {(device, call size)} set up
 # What --tree auto alone uses, by device (a model may override it in Target.defaults["auto"]): the
 # settings the latency benchmark found fastest (docs/benchmarks.md, section "latency").
@@ -168,10 +168,13 @@ def resolve(config: SamplerConfig, target: Target, kernel: Kernel, device: torch
                    budget=c.budget if c.budget is not None else best.get("budget"))
 
 
-def build(config: SamplerConfig, target: Target | None = None) -> Problem:
+def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits | None = None,
+          cancel: Cancel | None = None) -> Problem:
     """Resolve and check a configuration, then calibrate it (pilots and plans, or the plan cache);
-    every refusal names the problem and what is accepted."""
+    every refusal names the problem and what is accepted. limits: what the run may ask for, checked
+    before any work (default: Limits.from_env(), generous); cancel stops the pilots between rounds."""
     c = config
+    limits = limits or Limits.from_env()
     _choice(c.method, METHODS, "method")
     _choice(c.objective, OBJECTIVES, "objective")
     if c.freeze is not None:
@@ -181,15 +184,16 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
     for name in ("eta", "draft_bias") + tuple(n for n in ("churn", "gamma") if getattr(c, n) is not None):
         if not math.isfinite(getattr(c, name)):
             raise SpecdemoError(f"{name} must be a finite number, got {getattr(c, name)}")
-    if not 1 <= c.num_samples <= MAX_SAMPLES:
-        raise SpecdemoError(f"the number of samples must be in 1..{MAX_SAMPLES}, got {c.num_samples}")
-    if not 1 <= c.pilot_samples <= MAX_SAMPLES:
-        raise SpecdemoError(f"pilot_samples must be in 1..{MAX_SAMPLES}, got {c.pilot_samples}")
+    if not 0 <= c.seed < 2**63:
+        raise SpecdemoError(f"the seed must be in 0..2**63 - 1, got {c.seed}")
+    if not 1 <= c.pilot_samples <= limits.max_samples:
+        raise SpecdemoError(f"pilot_samples must be in 1..{limits.max_samples}, got {c.pilot_samples}")
     target = target or resolve_target(c.model)
     defaults = target.defaults
     kernel_name = c.kernel or defaults.get("kernel", target.kernels[0])
     _choice(kernel_name, KERNEL_NAMES, "kernel")
     steps = c.steps if c.steps is not None else defaults.get("steps", 100)
+    limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=1)  # before the kernel's tables
     kernel = target.kernel(kernel_name, steps, eta=c.eta,
                            churn=c.churn if c.churn is not None else defaults.get("churn", 0.06),
                            gamma=c.gamma if c.gamma is not None else defaults.get("gamma", 0.01),
@@ -208,6 +212,9 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
         if c.method == "chain" and tree is not None and not tree.is_chain:
             raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
         _choice(c.verifier, tuple(VERIFIERS), "verifier")
+        pilots = (2 if c.freeze == "auto" else 1) if auto or c.freeze == "auto" else 0
+        limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=c.budget if auto else tree.num_nodes,
+                     pilot_runs=pilots, pilot_samples=c.pilot_samples, pilot_rows_per_round=PILOT_DEPTH + 1)
         verifier = get_verifier(c.verifier)
         draft = build_draft(c, target, kernel, device)
 
@@ -220,7 +227,7 @@ def build(config: SamplerConfig, target: Target | None = None) -> Problem:
     elif c.class_label is not None:
         raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")
     problem = Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
-    return warm_up(problem if c.method == "target" else calibrate(problem))
+    return warm_up(problem if c.method == "target" else calibrate(problem, cancel))
 
 
 def warm_up(problem: Problem) -> Problem:

@@ -149,7 +149,12 @@ def test_round_and_trajectory_views(default_run):
     ({"model": "custom", "custom_model": ""}, "type a Hub id"),
     ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "cannot load model"),
     ({"model": "custom", "custom_model": "/no/such/folder"}, "unknown model"),
-    ({"steps": 5000}, "out of range"),
+    ({"model": "custom", "custom_model": "x" * 10_000}, "10000 characters long"),
+    ({"steps": 5000}, "--steps 5000 is over the limit of 1000 steps here"),
+    ({"steps": 0}, "--steps 0 is out of range"),
+    ({"model": "digits", "tree": "1x5", "steps": 1000, "num_samples": 64}, "over the limit of 250,000"),
+    ({"seed": -1}, "seed must be in 0..2**63 - 1"),
+    ({"tree": "1x3000000000"}, "tree depth 3000000000 is over the limit of 128"),
     ({"steps": 2.5}, "whole number"),
     ({"eta": float("nan"), "kernel": "ddim"}, "finite"),
     ({"verifier": "rmc", "tree": "3,2,1"}, "one child per node"),
@@ -278,7 +283,7 @@ def test_app_uses_the_public_api_only():
     src = (ROOT / "app.py").read_text()
     imports = [line.strip() for line in src.splitlines() if line.strip().startswith(("import ", "from "))]
     specdemo_imports = [line for line in imports if "specdemo" in line]
-    assert specdemo_imports == ["from specdemo import KERNEL_NAMES, PRESETS, SamplerConfig, SpecdemoError, Topology, __version__",
+    assert specdemo_imports == ["from specdemo import (KERNEL_NAMES, PRESETS, Cancel, Cancelled, Limits, SamplerConfig, SpecdemoError, Topology,",
                                 "from specdemo import compare as C", "from specdemo import figures as F"]
 
 

@@ -1,6 +1,7 @@
 """The launched app through gradio_client: the main endpoint, bad inputs, and eight clients at once."""
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -113,8 +114,8 @@ BAD = [
     ({"tree": "10x4"}, "over the limit"),
     ({"tree": "4x5", "num_samples": 4096}, "fewer samples or a smaller tree"),
     ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "cannot load model"),
-    ({"steps": 5000}, "out of range"),
-    ({"steps": 0}, "out of range"),
+    ({"steps": 5000}, "greater than maximum value 1000"),
+    ({"steps": 0}, "less than minimum value 1"),
     ({"verifier": "rmc", "tree": "3,2,1"}, "one child per node"),
     ({"model": "no-such-choice"}, "not in the list of choices"),  # gradio refuses it before the app
 ]
@@ -142,3 +143,38 @@ def test_eight_clients_at_once(url):
     assert sorted(seed for seed, _, _ in results) == list(range(8))
     for seed, summary, table in results:
         assert f"seed {seed}" in summary and len(table) == 3
+
+
+LONG = {**SMALL, "model": "gm512", "freeze": "out", "tree": "1x5", "verifier": "rmc", "steps": 1000, "num_samples": 4096}
+
+
+def _wait(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_cancelled_job_stops_its_work(client):
+    # about a minute of work uncancelled (gm512, 1,000 steps, 4,096 samples); gradio_client's cancel
+    # must stop the worker between rounds, not only free the queue's slot
+    client.predict("gm512", "default", api_name="/model_defaults")  # the samples slider's range, as in the page
+    job = client.submit(*LONG.values(), api_name="/run")
+    assert _wait(lambda: any(app._RUNNING.values()), 30), "the run never started"
+    job.cancel()
+    assert _wait(lambda: not any(app._RUNNING.values()), 10), "the run kept working after its job was cancelled"
+    out = client.predict(*SMALL.values(), api_name="/run")  # the server serves the next run
+    assert "fewer target calls" in out[0]
+
+
+def test_the_stop_endpoint_stops_the_sessions_run(url):
+    c = Client(url, verbose=False)
+    c.predict("gm512", "default", api_name="/model_defaults")
+    job = c.submit(*LONG.values(), api_name="/run")
+    assert _wait(lambda: any(app._RUNNING.values()), 30), "the run never started"
+    c.predict(api_name="/stop")
+    assert _wait(lambda: not any(app._RUNNING.values()), 10), "the run kept working after Stop"
+    with pytest.raises(Exception):
+        job.result(timeout=10)

@@ -41,6 +41,17 @@ BAD_IN_PROCESS = {
     "num-samples-zero": (["--num-samples", "0"], "samples"),
     "langevin-freeze-x0": (["--model", "banana", "--method", "chain", "--freeze", "x0"], "x0"),
     "eta-out-of-range": (["--kernel", "ddim", "--eta", "3"], "eta"),
+    "negative-seed": (["--seed", "-1"], "seed"),
+    "long-model-name": (["--model", "x" * 10_000], "10000 characters long"),
+    "huge-chain": (["--method", "chain", "--tree", "1x3000000000"], "over the limit of 128"),
+    "huge-width": (["--method", "tree", "--tree", "99999999999x2"], "over the limit of 4096"),
+    "long-tree-text": (["--method", "tree", "--tree", "1," * 2000 + "1"], "characters long"),
+    "steps-over-the-limit": (["--model", "gm2d", "--steps", "100000"], "over the limit of 10000 steps"),
+    "rows-over-the-limit": (["--model", "gm2d", "--method", "tree", "--tree", "4x4", "--steps", "1000",
+                             "--num-samples", "100000"], "target rows"),
+    # refused before sampling, not after it
+    "grid-of-vectors": (["--model", "gm2d", "--grid", "samples.png"], "--grid draws images"),
+    "out-into-a-missing-folder": (["--model", "gm2d", "--out", "no/such/folder/x.npz"], "folder does not exist"),
 }
 CUDA = torch.cuda.is_available()
 
@@ -181,3 +192,17 @@ def test_device_cuda(runs):
         assert loose_json(stdout)["device"].startswith("cuda")
     else:
         assert "cuda" in one_line_error(runs["device-cuda"]).lower()
+
+
+def test_unknown_bench_section_fails_with_one_line(capsys):
+    line = one_line_error(in_process(["bench", "--sections", "nosuch", "--out", "unused.md"], capsys))
+    assert "nosuch" in line and "gm512" in line
+
+
+def test_deterministic_kernel_runs_plain(capsys):
+    """DDIM with eta 0 has no stochastic step: nothing to speculate on, a speedup of exactly 1."""
+    code, out, err = in_process(["sample", "--model", "gm2d", "--kernel", "ddim", "--eta", "0", "--method", "target",
+                                 "--steps", "5", "--num-samples", "2"], capsys)
+    assert code == 0, err
+    summary = loose_json(out)
+    assert summary["stochastic_steps"] == 0 and summary["speedup"] == 1.0 and summary["target_calls"] == 5

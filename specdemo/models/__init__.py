@@ -9,11 +9,17 @@ from .diffusers_unet import EMBEDDED, DiffusersTarget, load_diffusers_target
 MODEL_HELP = f"a preset ({', '.join(PRESETS)}), a mixture .json file, {', '.join(EMBEDDED)}, a diffusers folder or a Hub id"
 
 
+MAX_MODEL_NAME = 512
+
+
 def resolve_target(spec: str) -> Target:
     """A preset name, a mixture JSON file, an embedded model, a local diffusers folder or a Hub id."""
     spec = str(spec).strip()
     if not spec:
         raise SpecdemoError(f"no model given; accepted: {MODEL_HELP}")
+    if len(spec) > MAX_MODEL_NAME:  # a path or Hub id is never this long; echo only its start
+        raise SpecdemoError(f"model name {spec[:40]!r}... is {len(spec)} characters long, over the limit of "
+                            f"{MAX_MODEL_NAME}; accepted: {MODEL_HELP}")
     return analytic_target(spec) or load_diffusers_target(spec)
 
 

@@ -49,6 +49,8 @@ class Cost:
 
     @property
     def speedup(self) -> float:
+        if not self.stochastic_steps:  # every step deterministic (DDIM, eta 0): nothing to speculate on
+            return 1.0
         return self.stochastic_steps / float(np.mean(self.counted_calls))
 
     @property

@@ -33,6 +33,7 @@ import torch
 from ..drafts import Draft
 from ..errors import SpecdemoError
 from ..kernels import Kernel
+from ..limits import Cancel
 from ..trees import MAX_DEPTH, Topology, TopologyPlan
 from ..trees.cost_model import call_size
 from ..verifiers import Verifier
@@ -457,6 +458,7 @@ def sample(
     trace_states: bool = True,
     callback: Callable[[dict], None] | None = None,
     max_batch: int | None = None,
+    cancel: Cancel | None = None,
 ) -> SampleResult:
     """Draw num_samples exact samples of the target chain Y_0 -> ... -> Y_N.
 
@@ -471,6 +473,8 @@ def sample(
     callback receives a dict after every round (for progress bars: "progress" in [0, 1]).
     max_batch: at most this many trajectories in flight; a finished one frees its slot for the
     next (continuous batching). Default: all at once.
+    cancel: checked before every round; the run raises specdemo.limits.Cancelled once it is set or
+    past its time limit.
     """
     if max_batch is not None and max_batch < 1:
         raise SpecdemoError(f"max_batch must be >= 1, got {max_batch}")
@@ -483,7 +487,11 @@ def sample(
     with torch.inference_mode():
         batch = _Batch(network, kernel, shape, num_samples, tree, draft, verifier, prefetch or NearestSibling(), seed,
                        indices, cond, device, dtype, keep_steps, trace, trace_states, max_batch)
-        while batch.round():
+        while True:
+            if cancel is not None:
+                cancel.check()
+            if not batch.round():
+                break
             if callback is not None:
                 live = batch.slot_traj >= 0
                 done = batch.next_traj - int(live.sum()) + int((batch.n[live] == batch.num_steps).sum())

@@ -17,10 +17,17 @@ from ..errors import SpecdemoError
 
 MAX_DEPTH = 128  # at 1,000 steps, with 95-97% of nodes accepted, chains still gain past depth 64
 MAX_NODES = 4096
+MAX_TEXT = 600  # characters of a topology string (a chain of MAX_DEPTH written out takes 255)
 TOPOLOGY_HELP = (
     'widths per depth such as "3,2,1", "KxL" for a uniform tree (K children per node, depth L; '
     '"1xL" is a chain of length L), or "chain:L"'
 )
+
+
+def _bounded(value: int, limit: int, what: str) -> int:
+    if value > limit:
+        raise SpecdemoError(f"tree {what} {value} is over the limit of {limit}; accepted: {TOPOLOGY_HELP}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -52,10 +59,14 @@ class Topology:
     def parse(cls, text: str) -> "Topology":
         """Parse "3,2,1", "4x4", "1x5" or "chain:5"; refuse anything else with a reason."""
         spec = str(text).strip().lower().replace(" ", "")
+        if len(spec) > MAX_TEXT:
+            raise SpecdemoError(f"tree {spec[:24]!r}... is {len(spec)} characters long, over the limit of {MAX_TEXT}; "
+                                f"accepted: {TOPOLOGY_HELP}")
         if m := re.fullmatch(r"chain:(\d+)", spec):
-            tree = cls.chain(int(m.group(1)))
+            tree = cls.chain(_bounded(int(m.group(1)), MAX_DEPTH, "depth"))
         elif m := re.fullmatch(r"(\d+)x(\d+)", spec):
-            tree = cls.uniform(int(m.group(1)), int(m.group(2)))
+            # sizes are checked before the widths are built: "1x3000000000" would take gigabytes
+            tree = cls.uniform(_bounded(int(m.group(1)), MAX_NODES, "width"), _bounded(int(m.group(2)), MAX_DEPTH, "depth"))
         elif re.fullmatch(r"\d+(,\d+)*", spec):
             tree = cls(tuple(int(w) for w in spec.split(",")))
         else:
