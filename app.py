@@ -186,6 +186,29 @@ def _float(value, what: str) -> float:
     return number
 
 
+# ---------------------------------------------------------------------------------------------- models a visitor may load
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}")  # org/name, nothing else
+
+
+def allowed_model(spec: str, what: str = "model") -> None:
+    """Refuse a model the Space's owner has not opened to visitors: local folders and files unless
+    SPECDEMO_APP_LOCAL_MODELS=1, Hub ids unless listed in SPECDEMO_APP_HUB_MODELS (comma-separated;
+    "*" for any). A path is refused by its form alone, so the answer is the same whether it names a
+    folder, a file or nothing: it says nothing about the server's disk."""
+    if spec in PRESETS or spec in C.EMBEDDED or spec == "frozen":
+        return
+    if HUB_ID.fullmatch(spec):
+        listed = [s.strip() for s in os.environ.get("SPECDEMO_APP_HUB_MODELS", "").split(",") if s.strip()]
+        if "*" not in listed and spec not in listed:
+            raise SpecdemoError(f"the Hub {what} {spec!r} is not on this Space's list"
+                                + (f"; accepted: {', '.join(listed)}" if listed else " (the list is empty)")
+                                + "; the Space's owner can add it to SPECDEMO_APP_HUB_MODELS")
+        return
+    if os.environ.get("SPECDEMO_APP_LOCAL_MODELS") != "1":
+        raise SpecdemoError(f"local {what}s are off on this Space; pick a listed model, or a Hub id (org/name) on the "
+                            "Space's list (its owner can turn local models on with SPECDEMO_APP_LOCAL_MODELS=1)")
+
+
 # ---------------------------------------------------------------------------------------------- config
 def tree_work(tree: str, budget: int | None) -> tuple[int, str]:
     """Nodes a round of `tree` may hold (an auto plan: at most 2 x budget + 1, the root whose output
@@ -213,6 +236,8 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
     spec = (custom_model or "").strip() if model == "custom" else model
     if not spec:
         raise SpecdemoError("type a Hub id (org/name) or a local diffusers folder in the custom model field")
+    allowed_model(spec)
+    allowed_model((draft or "frozen").strip(), "draft")
     tree = str(tree or "").strip()
     if not tree:
         raise SpecdemoError("no topology given; accepted: auto, or widths such as 3,2,1, KxL or 1xL")

@@ -147,9 +147,10 @@ def test_round_and_trajectory_views(default_run):
     ({"tree": "4x5", "num_samples": 4096}, "more than this app runs at once"),
     ({"num_samples": 10**6}, "number of samples must be in 1..4096"),
     ({"model": "custom", "custom_model": ""}, "type a Hub id"),
-    ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "cannot load model"),
-    ({"model": "custom", "custom_model": "/no/such/folder"}, "unknown model"),
-    ({"model": "custom", "custom_model": "x" * 10_000}, "10000 characters long"),
+    ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "not on this Space's list"),
+    ({"model": "custom", "custom_model": "/no/such/folder"}, "local models are off on this Space"),
+    ({"model": "custom", "custom_model": "x" * 10_000}, "local models are off on this Space"),
+    ({"draft": "/etc"}, "local drafts are off on this Space"),
     ({"steps": 5000}, "--steps 5000 is over the limit of 1000 steps here"),
     ({"steps": 0}, "--steps 0 is out of range"),
     ({"model": "digits", "tree": "1x5", "steps": 1000, "num_samples": 64}, "over the limit of 250,000"),
@@ -204,7 +205,32 @@ def test_auto_topology_on_a_2d_target_with_freeze_auto():
     assert all(t.rows_per_round() <= 6 for t in comp.plan.trees if t.widths)
 
 
-def test_image_model_from_a_folder(tmp_path):
+def test_local_models_are_off_whatever_the_path_names(tmp_path):
+    """A visitor learns nothing about the server's disk: a folder, a file, a missing path and the
+    home folder get the same answer."""
+    folder = tiny_pipeline_folder(tmp_path / "unet")
+    (tmp_path / "mixture.json").write_text("{}")
+    answers = set()
+    for path in (folder, str(tmp_path / "mixture.json"), str(tmp_path / "missing"), "~", "/etc", "../.."):
+        with pytest.raises(gr.Error) as err:
+            app.run(*controls(model="custom", custom_model=path), progress=no_progress)
+        answers.add(err.value.message)
+    assert len(answers) == 1 and "local models are off" in answers.pop()
+
+
+def test_the_owner_opens_hub_ids_and_local_models(monkeypatch):
+    monkeypatch.setenv("SPECDEMO_APP_HUB_MODELS", "nobody-here/no-such-model, google/ddpm-cifar10-32")
+    with pytest.raises(gr.Error, match="cannot load model 'nobody-here/no-such-model'"):  # listed: loading is tried
+        app.run(*controls(model="custom", custom_model="nobody-here/no-such-model"), progress=no_progress)
+    with pytest.raises(gr.Error, match="accepted: nobody-here/no-such-model, google/ddpm-cifar10-32"):
+        app.run(*controls(model="custom", custom_model="someone/else"), progress=no_progress)
+    monkeypatch.setenv("SPECDEMO_APP_LOCAL_MODELS", "1")
+    with pytest.raises(gr.Error, match="unknown model"):
+        app.run(*controls(model="custom", custom_model="/no/such/folder"), progress=no_progress)
+
+
+def test_image_model_from_a_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEMO_APP_LOCAL_MODELS", "1")  # the owner's switch; off by default
     folder = tiny_pipeline_folder(tmp_path / "unet")
     out = app.run(*controls(model="custom", custom_model=folder, steps=6, num_samples=2, class_label=7),
                   progress=no_progress)

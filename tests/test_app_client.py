@@ -113,7 +113,7 @@ BAD = [
     ({"tree": "3,,x"}, "cannot read tree"),
     ({"tree": "10x4"}, "over the limit"),
     ({"tree": "4x5", "num_samples": 4096}, "fewer samples or a smaller tree"),
-    ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "cannot load model"),
+    ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "not on this Space's list"),
     ({"steps": 5000}, "greater than maximum value 1000"),
     ({"steps": 0}, "less than minimum value 1"),
     ({"verifier": "rmc", "tree": "3,2,1"}, "one child per node"),

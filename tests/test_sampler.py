@@ -356,6 +356,23 @@ def test_keep_steps_of_plain_langevin_is_the_shorter_run():
     assert not torch.equal(long.states[10], long.samples)
 
 
+@pytest.mark.parametrize("kernel", [LangevinKernel(12, 0.01), DDPMKernel(default_ddpm_scheduler(), 12)])
+def test_evaluated_leaves_stay_within_the_steps(kernel):
+    """With leaf evaluation, a round that reaches step N does not evaluate its leaves there: step N
+    is the sample, and a network with per-step tables (0..N-1) would index out of range."""
+    target = gm2d()
+    net = target.network(kernel)
+    steps = []
+
+    def checked(x, n, **cond):
+        steps.append(int(n.max()))
+        return net(x, n, **cond)
+
+    sample(checked, kernel, target.shape, 64, tree=Topology.parse("2,2"), draft=FrozenDraft("out"),
+           verifier=GreedyRejectionSampling(), prefetch="leaves", seed=0)
+    assert max(steps) == kernel.num_steps - 1
+
+
 def test_keep_steps_in_a_tree_run():
     target, kernel, net = gm16_ddpm(20)
     result = run(net, kernel, target.shape, 5, "tree-dgrs", seed=6, keep_steps=[0, 7, 19, 20])

@@ -107,7 +107,9 @@ class Schedule:
                 t = tree.at(n, bool(k))
                 self.tree_id[n, k] = position[t]
                 self.depth[n, k] = min(t.depth, run_len[n])
-        self.leaves = leaf_table & (self.depth > 0)
+        # a leaf at step N is the sample itself: there is no step N for the network to evaluate
+        ends = np.arange(n_steps)[:, None] + self.depth
+        self.leaves = leaf_table & (self.depth > 0) & (ends < n_steps)
 
 
 class _Batch:
