@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -53,6 +54,7 @@ MAX_ROWS = {"image": 250_000, "other": 50_000_000}
 MAX_STEPS = 1000
 MAX_SECONDS = 120.0
 EXACTNESS_SAMPLES = 1000
+EXPORT_TTL = 1800  # seconds an exported run stays on the server (ours, and gradio's cached copy)
 PILOT_SAMPLES = 8  # trajectories of the pilot run that plans an auto topology (or freeze auto): kept small
 
 
@@ -563,20 +565,48 @@ def export(comp):
     c = comp.config
     tree = f"auto{c.budget}" if is_auto(c.tree) else c.tree
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"specdemo-run-{c.model}-{tree}-seed{c.seed}")[:120] + ".json"
-    path = os.path.join(tempfile.mkdtemp(prefix="specdemo-"), name)
+    folder = tempfile.mkdtemp(prefix="specdemo-export-", dir=export_root())
+    path = os.path.join(folder, name)
     with open(path, "w") as f:
         json.dump(comp.to_json(max_trajectories=64), f)
     return path
 
 
+_EXPORT_ROOT: list[str] = []
+
+
+def export_root() -> str:
+    """The one folder exports are written under (gradio serves a copy from its cache, which it
+    clears itself: `delete_cache`); each export first removes those older than EXPORT_TTL."""
+    if not _EXPORT_ROOT:
+        _EXPORT_ROOT.append(tempfile.mkdtemp(prefix="specdemo-exports-"))
+    root = _EXPORT_ROOT[0]
+    cutoff = time.time() - EXPORT_TTL
+    for entry in os.scandir(root):
+        if entry.stat().st_mtime < cutoff:
+            shutil.rmtree(entry.path, ignore_errors=True)
+    return root
+
+
 # The handlers below return gr.update(...): only the named properties change (a fresh component
 # would be checked against its own empty list of choices).
+def model_kernels(model: str) -> tuple[str, ...]:
+    """The kernels a model offers (a custom diffusers model: DDPM and DDIM)."""
+    if model == "custom":
+        return ("ddpm", "ddim")
+    return C.cached_target(model).kernels if model in MODEL_VALUES else KERNEL_NAMES
+
+
 def model_changed(model, kernel):
-    """Switch the controls to what suits the picked model."""
+    """Switch the controls to what suits the picked model; only its own kernels are offered, and a
+    kernel it lacks falls back to its default."""
     d = UI_DEFAULTS.get(model, UI_DEFAULTS["custom"])
     image = model in ("digits", "custom")
+    kernels = model_kernels(model)
+    kernel = kernel if kernel in kernels else "default"
     freeze = d["freeze"] if has_denoised(model, kernel) else "out"
     return (
+        gr.update(choices=[KERNEL_CHOICES[0], *[(k, k) for k in kernels]], value=kernel),
         gr.update(visible=model == "custom"),
         gr.update(value=d["steps"]),
         gr.update(value=d["samples"], maximum=MAX_SAMPLES["image" if image else "other"]),
@@ -595,8 +625,23 @@ def kernel_changed(model, kernel):
 
 
 def freeze_follows_kernel(model, kernel, freeze):
-    """Langevin has no x0-hat: the frozen draft keeps the network output there."""
-    return gr.update(value=freeze if has_denoised(model, kernel) else "out")
+    """Langevin has no x0-hat: the frozen draft keeps the network output there, and the model's
+    default comes back with a kernel that has one."""
+    if not has_denoised(model, kernel):
+        return gr.update(value="out")
+    return gr.update(value=UI_DEFAULTS.get(model, UI_DEFAULTS["custom"])["freeze"] if freeze == "out" else freeze)
+
+
+def exactness_button(model) -> dict:
+    """The two-sample test needs the target's law in closed form: offered for the analytic targets,
+    and said so in place for the image models."""
+    analytic = model in PRESETS
+    return {"interactive": analytic,
+            "value": "Run the two-sample test" if analytic else "Two-sample test: for the analytic targets only"}
+
+
+def exactness_offered(model):
+    return gr.update(**exactness_button(model))
 
 
 def tree_changed(tree):
@@ -663,13 +708,14 @@ THEME = gr.themes.Soft(
 D0 = UI_DEFAULTS[DEFAULT_MODEL]
 IMAGE0 = DEFAULT_MODEL in ("digits", "custom")
 
-with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as demo:
+with gr.Blocks(title="specdemo · speculative sampling for diffusion models",
+               delete_cache=(EXPORT_TTL // 3, EXPORT_TTL)) as demo:
     gr.HTML(HEADER)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=330):
             with gr.Group():
                 model = gr.Dropdown(MODEL_CHOICES, value=DEFAULT_MODEL, label="target model", elem_id="model")
-                custom_model = gr.Textbox(label="Hub id or local diffusers folder", placeholder="google/ddpm-cifar10-32",
+                custom_model = gr.Textbox("", label="Hub id or local diffusers folder", placeholder="google/ddpm-cifar10-32",
                                           visible=DEFAULT_MODEL == "custom")
                 class_label = gr.Number(value=DEFAULT_CLASS, precision=0, visible=IMAGE0, elem_id="class-label",
                                         label="class label (the digit to draw)" if DEFAULT_MODEL == "digits"
@@ -691,7 +737,8 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
                                      visible=is_auto(D0["tree"]), elem_id="objective")
                 verifier = gr.Dropdown(VERIFIER_CHOICES, value="default", label="verifier", elem_id="verifier")
             with gr.Accordion("sampler", open=True):
-                kernel = gr.Dropdown(KERNEL_CHOICES, value="default", label="kernel")
+                kernel = gr.Dropdown([KERNEL_CHOICES[0], *[(k, k) for k in model_kernels(DEFAULT_MODEL)]],
+                                     value="default", label="kernel")
                 with gr.Row():
                     steps = gr.Number(value=D0["steps"], precision=0, label="steps", min_width=100, minimum=1,
                                       maximum=MAX_STEPS)
@@ -705,7 +752,7 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
             with gr.Row():
                 run_button = gr.Button("Run", variant="primary", size="lg", elem_id="run-button", scale=3)
                 stop_button = gr.Button("Stop", variant="stop", size="lg", elem_id="stop-button", scale=1)
-            gr.Markdown(f"<small>specdemo {__version__} · same seed, same samples · runs queue "
+            gr.Markdown(f"<small>specdemo {__version__} · same seed, device and batch: same samples · runs queue "
                         f"{CONCURRENCY_LIMIT} at a time</small>")
         with gr.Column(scale=3):
             summary = gr.Markdown("Press **Run**: the chosen topology, the plain target sampler and the chain at the "
@@ -736,7 +783,7 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
                     with gr.Row():
                         test_samples = gr.Slider(100, 2000, value=EXACTNESS_SAMPLES, step=100,
                                                  label="samples per group")
-                        test_button = gr.Button("Run the two-sample test", variant="secondary")
+                        test_button = gr.Button(variant="secondary", **exactness_button(DEFAULT_MODEL))
                     test_summary = gr.Markdown(elem_id="exact-summary")
                     test_plot = gr.Plot(label="histograms", show_label=False, elem_id="exact-plot")
                 with gr.Tab("Export", id="export-tab"):
@@ -767,8 +814,9 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models") as
     demo.unload(stop)
     export_button.click(export, [state], [export_file], api_name="export")
     model.change(model_changed, [model, kernel],
-                 [custom_model, steps, num_samples, tree, budget, class_label, draft, freeze, eta, churn],
+                 [kernel, custom_model, steps, num_samples, tree, budget, class_label, draft, freeze, eta, churn],
                  api_name="model_defaults", show_progress="hidden")
+    model.change(exactness_offered, [model], [test_button], api_name="exactness_options", show_progress="hidden")
     kernel.change(kernel_changed, [model, kernel], [eta, churn], api_name="kernel_options", show_progress="hidden")
     kernel.change(freeze_follows_kernel, [model, kernel, freeze], [freeze], api_name="kernel_freeze",
                   show_progress="hidden")

@@ -79,7 +79,7 @@ def _add_sample_args(p: argparse.ArgumentParser) -> None:
                         "~/.cache/specdemo)")
     p.add_argument("--replan", action="store_true", help="run the pilots and plan again, even if a plan is cached")
     p.add_argument("--num-samples", type=int, default=d.num_samples, metavar="M", help="(default %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, help="same seed, same device: same samples (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="same seed, device and --max-batch: same samples (default %(default)s)")
     p.add_argument("--max-batch", type=int, metavar="B",
                    help="at most B trajectories in flight; a finished one frees its slot for the next "
                         "(continuous batching; default: all at once)")

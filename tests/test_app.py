@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import types
@@ -268,20 +269,39 @@ def test_export_writes_the_run_as_json(default_run):
         app.export(None)
 
 
+def test_old_exports_are_removed(default_run, monkeypatch):
+    first = Path(app.export(default_run[9]))
+    os.utime(first, (0, 0))
+    os.utime(first.parent, (0, 0))  # as if written long ago
+    second = Path(app.export(default_run[9]))
+    assert second.exists() and not first.exists() and first.parent.parent == second.parent.parent
+
+
 def test_controls_follow_the_model():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "value not in the list of choices" from a fresh gr.Dropdown
-        custom, steps, samples, tree, budget, label, draft, freeze, eta, churn = app.model_changed("gm512", "default")
+        kernel, custom, steps, samples, tree, budget, label, draft, freeze, eta, churn = app.model_changed("gm512", "default")
+        assert [v for _, v in kernel["choices"]] == ["default", "ddpm", "ddim", "flow-churn", "langevin"]
         assert steps["value"] == 30 and tree["value"] == "auto" and budget["visible"] and freeze["value"] == "x0"
         assert churn["visible"] and not eta["visible"] and not custom["visible"] and not label["visible"]
-        custom, steps, samples, tree, budget, label, draft, freeze, eta, churn = app.model_changed("custom", "ddim")
-        assert custom["visible"] and label["visible"] and eta["visible"]
+        kernel, custom, steps, samples, tree, budget, label, draft, freeze, eta, churn = app.model_changed("custom", "ddim")
+        assert custom["visible"] and label["visible"] and eta["visible"] and kernel["value"] == "ddim"
+        # the digits UNet offers only its own kernels; a kernel it lacks falls back to its default
+        kernel, *_, freeze, eta, churn = app.model_changed("digits", "langevin")
+        assert [v for _, v in kernel["choices"]] == ["default", "ddpm", "ddim"] and kernel["value"] == "default"
+        assert freeze["value"] == "auto" and not churn["visible"]
         assert samples["maximum"] == app.MAX_SAMPLES["image"]
         *_, freeze, eta, churn = app.model_changed("banana", "default")  # Langevin: no x0-hat to freeze
         assert freeze["value"] == "out"
         assert app.freeze_follows_kernel("gm2d", "langevin", "x0")["value"] == "out"
         assert app.freeze_follows_kernel("gm2d", "ddim", "x0")["value"] == "x0"
+        # back from Langevin, where it had to be the output, freeze returns to the model's default
+        assert app.freeze_follows_kernel("digits", "default", "out")["value"] == app.UI_DEFAULTS["digits"]["freeze"]
         assert all(u["visible"] for u in app.tree_changed("auto"))
+        # the two-sample test is offered where it can run, and says where in place elsewhere
+        assert app.exactness_offered("gm2d")["interactive"]
+        offered = app.exactness_offered("digits")
+        assert not offered["interactive"] and "analytic targets only" in offered["value"]
         assert not any(u["visible"] for u in app.tree_changed("3,2,1"))
         assert app.draft_changed("frozen")["visible"] and not app.draft_changed("digits-draft")["visible"]
 

@@ -123,7 +123,7 @@ BAD = [
 
 def test_bad_inputs_give_readable_errors_and_the_server_keeps_serving(client):
     # picking gm2d raises the samples slider's maximum for this session, as it does in the page
-    assert client.predict("gm2d", "default", api_name="/model_defaults")[2]["maximum"] == app.MAX_SAMPLES["other"]
+    assert client.predict("gm2d", "default", api_name="/model_defaults")[3]["maximum"] == app.MAX_SAMPLES["other"]
     for change, message in BAD:
         with pytest.raises(AppError) as err:
             client.predict(*{**SMALL, **change}.values(), api_name="/run")
@@ -178,3 +178,8 @@ def test_the_stop_endpoint_stops_the_sessions_run(url):
     assert _wait(lambda: not any(app._RUNNING.values()), 10), "the run kept working after Stop"
     with pytest.raises(Exception):
         job.result(timeout=10)
+
+
+def test_run_with_no_arguments_takes_the_page_defaults(client):
+    out = client.predict(api_name="/run")
+    assert "fewer target calls" in out[0]

@@ -37,6 +37,9 @@ VARIANTS = {
     "chain-rmc-bias3": (Topology.chain(4), ReflectionMaximalCoupling, FrozenDraft(), 3.0),
     "tree-rank-bias3": (Topology((3, 2, 2)), RankAwareSelection, FrozenDraft(), 3.0),
     "tree-dgrs-x0-leaves": (Topology((2, 2)), GreedyRejectionSampling, FrozenDraft("x0"), 0.0),
+    # four siblings drawn lazily at the reached node, often all examined (bias 2): siblings that shared
+    # their noise passed every other case
+    "wide-dgrs-bias2": (Topology((4,)), GreedyRejectionSampling, FrozenDraft(), 2.0),
     "chain-block-frozen": (Topology.chain(6), BlockVerification, FrozenDraft(), 0.0),
     # bias 1.5, not 3: there a block often commits nodes with weight p_eta < 1, where a wrong
     # residual shows (test_broken_verifier_is_caught)
@@ -95,8 +98,24 @@ def test_speculative_matches_plain(problem, variant):
     assert not torch.isnan(mid).any()
     assert min_pvalue_bonferroni(end, end_ref) > ALPHA
     assert min_pvalue_bonferroni(mid, mid_ref) > ALPHA
-    # it did speculate: more than one step per target call
-    assert result.cost.speedup_total > 1.0 or bias
+    # it did speculate: drafted nodes were verified, and without a bias more than one step per target call
+    assert result.cost.examined_per_depth[0] > 0
+    if not bias:
+        assert result.cost.speedup_total > 1.0
+
+
+def test_a_known_root_uses_the_committed_leafs_output():
+    """A chain of one with evaluated leaves: every round after the first starts at a root whose output
+    the last call computed, and drafts and verifies its one node from it (delta 0). Few, long steps make
+    a wrong stored output (the parent's, one step back) change the law clearly (p = 0 with it)."""
+    target, kernel = gm2d(), DDPMKernel(default_ddpm_scheduler(), 10)
+    net = target.network(kernel)
+    plain_samples = sample(net, kernel, target.shape, 10_000, seed=1).samples
+    result = sample(net, kernel, target.shape, 10_000, tree=Topology.chain(1), draft=FrozenDraft("out"),
+                    verifier=ReflectionMaximalCoupling(), prefetch="leaves", seed=2)
+    # roots were known: one row a round (the leaf), where an unknown root would add its own row
+    assert result.cost.rows_per_trajectory.mean() < 1.5 * kernel.num_steps
+    assert min_pvalue_bonferroni(result.samples, plain_samples) > ALPHA
 
 
 class BlockUnweightedResidual(BlockVerification):

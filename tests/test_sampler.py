@@ -86,6 +86,23 @@ def test_trajectory_does_not_depend_on_its_batch_bitwise(method):
     assert alone.cost.calls_per_trajectory[0] == batch.cost.calls_per_trajectory[7]
 
 
+@pytest.mark.parametrize("method", ["plain", "tree-dgrs"])
+def test_each_trajectory_gets_its_own_conditioning_through_continuous_batching(method):
+    """Per-trajectory class labels reach the network with the trajectory's rows: with 3 slots for 9
+    trajectories, a slot holds three trajectories in turn, and each is sampled as it is alone."""
+    target, kernel, base = gm16_ddpm(12)
+    base = row_by_row(base)
+
+    def net(x, n, class_labels):  # the label shifts the prediction: a wrong row changes the sample
+        return base(x, n) + 0.2 * class_labels.view(-1, *[1] * (x.dim() - 1)).to(x.dtype)
+
+    labels = torch.arange(9)
+    batched = run(net, kernel, target.shape, 9, method, seed=4, cond={"class_labels": labels}, max_batch=3)
+    for i in (0, 4, 8):
+        alone = run(net, kernel, target.shape, 1, method, seed=4, indices=[i], cond={"class_labels": labels[i:i + 1]})
+        assert torch.equal(alone.samples[0], batched.samples[i]), i
+
+
 def test_block_verified_trajectory_does_not_depend_on_the_depths_of_its_batch():
     """Near the end of the schedule a round holds chains cut short next to full ones: a trajectory's
     draws must not depend on the longest chain of its round."""

@@ -91,10 +91,6 @@ def test_exact_draw_and_acceptance(name, k, delta, fast_uniforms):
     assert torch.equal(verdict.sample[rows], children[rows, verdict.kept[rows]])
 
 
-def test_rmc_refuses_more_than_one_child():
-    assert ReflectionMaximalCoupling.max_children == 1
-
-
 @pytest.mark.parametrize("delta,k,rmc,dgrs,rank,bound", [
     (0.5, 2, 0.803, 0.868, 0.941, 0.970),
     (0.5, 4, 0.803, 0.918, 0.977, 0.999),
@@ -112,12 +108,25 @@ def test_acceptance_table_of_algorithms_md(delta, k, rmc, dgrs, rank, bound):
     assert RankAwareSelection().acceptance(d, k)[0] <= bound + 1e-3
 
 
-def test_grs_stairs_sum_to_one():
-    """lambda_K + G_{K+1} is the total mass split among K candidates and the residual."""
-    delta = torch.tensor([0.3, 1.0, 5.0], dtype=torch.float64)
-    lam, reach = grs_levels(delta, 8)
-    assert torch.all(reach[:, 1:] <= reach[:, :-1] + 1e-15)
-    assert torch.all(lam[:, 1:] >= 1)
+@pytest.mark.parametrize("delta", [0.3, 1.0, 2.5])
+def test_grs_levels_split_the_target_density(delta):
+    """By quadrature in u: candidate k (reached with mass G_k) accepts density
+    phi(u) min(G_k, (r(u) - lambda_{k-1})_+), r = q / p = exp(delta u - delta^2 / 2). Those densities
+    and the residual (phi(u - delta) - lambda_K phi(u))_+ add up to the target's phi(u - delta) at
+    every u, and G_{k+1} is G_k less what candidate k accepted."""
+    k_max = 6
+    lam, reach = (t[0] for t in grs_levels(torch.tensor([delta], dtype=torch.float64), k_max))
+    u = torch.linspace(-15, 15 + delta, 400_001, dtype=torch.float64)
+    p, q = torch.exp(-0.5 * u**2), torch.exp(-0.5 * (u - delta) ** 2)  # both without 1/sqrt(2 pi)
+    r = q / p
+    accepted = torch.zeros_like(u)
+    for k in range(1, k_max + 1):
+        density = p * torch.minimum(reach[k - 1], (r - lam[k - 1]).clamp_min(0))
+        mass = torch.trapezoid(density, u) / (2 * torch.pi) ** 0.5
+        assert reach[k].item() == pytest.approx((reach[k - 1] - mass).item(), abs=1e-9)
+        accepted += density
+    residual = (q - lam[k_max] * p).clamp_min(0)
+    assert torch.allclose(accepted + residual, q, atol=1e-12)
 
 
 class AlwaysAccept(ReflectionMaximalCoupling):

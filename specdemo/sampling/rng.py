@@ -1,10 +1,11 @@
 """Per-trajectory random streams.
 
 Trajectory i of a run with seed S draws everything (initial noise, drafts, uniforms) from its own
-torch.Generator seeded from (S, i). Its samples therefore do not depend on the batch it runs in:
-the same seed gives the same samples on the same device whether the run has one process or
-several, one batch or many (bit for bit when the network treats rows independently; batched
-matrix products may round by batch size, which moves samples by float rounding only).
+torch.Generator seeded from (S, i). The same seed, device and batch give the same samples bit for
+bit. Across batches and processes they stay the same bit for bit when the network computes each row
+on its own; a network evaluated in batches may round by batch size, which moves a sample by rounding
+or, where a draw sits on an acceptance boundary, sends the trajectory down another path. The law of
+the samples is exact either way.
 
 A round draws all of a trajectory's randomness at once: one call for its normals and one for its
 uniforms. A counter-based generator keyed by (trajectory, step, node) would draw every trajectory in

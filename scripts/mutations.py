@@ -1,0 +1,132 @@
+"""Plant known bugs one at a time and show that the test suite catches each.
+
+    python scripts/mutations.py            # every planted bug
+    python scripts/mutations.py --short    # the ones CI runs (see .ci/run)
+    python scripts/mutations.py --list
+
+Each mutation replaces one exact piece of code (it must occur once) in a copy of the checkout (the
+files git tracks or would track), then runs the tests named for it there; the mutation is caught when
+they fail. The checkout itself is never written. Exit status 1 if any planted bug went uncaught.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]  # pytest arguments
+    short: bool = False  # one of CI's short list
+
+
+MUTATIONS = [
+    Mutation("lazy siblings share one noise draw", "specdemo/sampling/phases.py",
+             "        xi = state.noise[:, lay.num_drafted_nodes - 1:].unflatten(1, (1, width))\n",
+             "        xi = state.noise[:, lay.num_drafted_nodes - 1:].unflatten(1, (1, width))\n"
+             "        xi = xi[:, :, :1].expand_as(xi)\n",
+             ("tests/test_exactness.py", "-k", "gm2d-ddpm-wide-dgrs-bias2"), short=True),
+    Mutation("RMC accepts every child", "specdemo/verifiers/rmc.py",
+             "        accept = uniforms[:, 0] < p\n", "        accept = uniforms[:, 0] < 2.0\n",
+             ("tests/test_verifiers.py", "-k", "rmc"), short=True),
+    Mutation("RMC reflects to -u instead of delta - u", "specdemo/verifiers/rmc.py",
+             "red.delta - red.u[:, 0]", "-red.u[:, 0]",
+             ("tests/test_verifiers.py", "-k", "rmc")),
+    Mutation("block verification draws from the unweighted residual", "specdemo/verifiers/block.py",
+             "        lam = torch.exp(-log_p.clamp_min(-LOG_WEIGHT_FLOOR))\n",
+             "        lam = torch.ones_like(log_p)\n",
+             ("tests/test_exactness.py", "-k", "gm2d-ddpm-chain-block-bias1.5"), short=True),
+    Mutation("D-GRS levels off (lambda grows by 0.99 G)", "specdemo/verifiers/dgrs.py",
+             "        lam.append(lam[-1] + reach[-1])\n", "        lam.append(lam[-1] + 0.99 * reach[-1])\n",
+             ("tests/test_verifiers.py", "-k", "grs_levels")),
+    Mutation("a known root takes its parent's output", "specdemo/sampling/phases.py",
+             "            run.root_out[state.slots[rows]] = state.outputs_at(state.cur[rows, None], rows)[:, 0]\n",
+             "            run.root_out[state.slots[rows]] = state.outputs_at(state.layout.parent[state.cur[rows]][:, None], rows)[:, 0]\n",
+             ("tests/test_exactness.py", "-k", "known_root"), short=True),
+    Mutation("the network's conditioning taken by slot, not by trajectory", "specdemo/sampling/driver.py",
+             "            traj = self.slot_traj_device[slots]\n", "            traj = slots\n",
+             ("tests/test_sampler.py", "-k", "own_conditioning"), short=True),
+    Mutation("leaves evaluated at step N", "specdemo/sampling/driver.py",
+             "        self.leaves = leaf_table & (self.depth > 0) & (ends < n_steps)\n",
+             "        self.leaves = leaf_table & (self.depth > 0)\n",
+             ("tests/test_sampler.py", "-k", "within_the_steps")),
+    Mutation("a run goes on after it is cancelled", "specdemo/sampling/driver.py",
+             "                cancel.check()\n", "                pass\n",
+             ("tests/test_limits.py",)),
+    Mutation("the work limit ignores the pilot", "specdemo/limits.py",
+             "        pilot = pilot_runs * pilot_samples * steps * pilot_rows_per_round\n", "        pilot = 0\n",
+             ("tests/test_limits.py",)),
+]
+
+
+def checkout_copy(into: Path) -> None:
+    """The files git tracks or would track (not ignored), as they are in the working tree."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+
+
+def run_one(mutation: Mutation, work: Path) -> tuple[bool, float]:
+    """(caught, seconds): apply to the copy, run its tests, undo."""
+    target = work / mutation.path
+    original = target.read_text()
+    if original.count(mutation.old) != 1:
+        raise SystemExit(f"mutation {mutation.name!r}: its code occurs {original.count(mutation.old)} times in "
+                         f"{mutation.path}; update scripts/mutations.py")
+    target.write_text(original.replace(mutation.old, mutation.new))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", SPECDEMO_CACHE="off",
+               PYTHONPATH=str(work))
+    t0 = time.perf_counter()
+    try:
+        result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutation.tests],
+                                cwd=work, env=env, capture_output=True, text=True)
+    finally:
+        target.write_text(original)
+    if result.returncode not in (0, 1):  # 5: no test selected, 2-4: usage or collection errors
+        raise SystemExit(f"mutation {mutation.name!r}: pytest exited {result.returncode}\n{result.stdout[-2000:]}")
+    return result.returncode == 1, time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--short", action="store_true", help="only the mutations CI runs")
+    parser.add_argument("--list", action="store_true", help="list the mutations and their tests")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTATIONS if m.short or not args.short]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}: {m.path} -> {' '.join(m.tests)}")
+        return 0
+    missed = []
+    with tempfile.TemporaryDirectory(prefix="specdemo-mutations-") as tmp:
+        work = Path(tmp)
+        checkout_copy(work)
+        for m in chosen:
+            caught, seconds = run_one(m, work)
+            print(f"{'caught' if caught else 'MISSED'}  {m.name}  ({' '.join(m.tests)}, {seconds:.0f} s)", flush=True)
+            if not caught:
+                missed.append(m.name)
+    print(f"{len(chosen) - len(missed)} of {len(chosen)} planted bugs caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
