@@ -54,6 +54,7 @@ MAX_ROWS = {"image": 250_000, "other": 50_000_000}
 MAX_STEPS = 1000
 MAX_SECONDS = 120.0
 EXACTNESS_SAMPLES = 1000
+KEPT_TRAJECTORIES = 64  # trajectories whose rounds a session keeps (and the page and the export show)
 EXPORT_TTL = 1800  # seconds an exported run stays on the server (ours, and gradio's cached copy)
 PILOT_SAMPLES = 8  # trajectories of the pilot run that plans an auto topology (or freeze auto): kept small
 
@@ -310,11 +311,16 @@ def data_view(comp: C.Comparison, trajectory: int, k: int) -> PlotData:
                                  "coordinates.", height=160), "specdemo-data")
 
 
+def viewable(comp: C.Comparison) -> int:
+    """Trajectories whose rounds the page can show (the first KEPT_TRAJECTORIES)."""
+    return min(comp.config.num_samples, KEPT_TRAJECTORIES)
+
+
 def round_views(comp: C.Comparison | None, trajectory, k):
     """Tree, data view and all-rounds figure for one trajectory's k-th round."""
     if comp is None:
         raise gr.Error("run the sampler first", title="Nothing to show yet")
-    t = min(max(_int(trajectory, "the trajectory", 0), 0), comp.config.num_samples - 1)
+    t = min(max(_int(trajectory, "the trajectory", 0), 0), viewable(comp) - 1)
     k = max(_int(k, "the round", 1), 1)
     return (plot(F.tree_figure(comp.trace, t, k), "specdemo-tree"), data_view(comp, t, k),
             plot(F.rounds_figure(comp.trace, t, comp.num_steps, k=k), "specdemo-rounds"))
@@ -486,7 +492,8 @@ def run(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, 
                                  eta, churn, num_samples, class_label, seed, device, objective)
     limits = app_limits(target, config.device)
     with cancellable(request, limits.max_seconds) as cancel:
-        comp = _compute(config, target, progress, limits, cancel)
+        # the session keeps the trace of the first KEPT_TRAJECTORIES only: a few MB whatever the samples
+        comp = _compute(config, target, progress, limits, cancel).summarised(KEPT_TRAJECTORIES)
     t, k = F.pick_round(comp.trace)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
     tree_fig, data_fig, rounds_fig = round_views(comp, t, k)
@@ -499,8 +506,7 @@ def run(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, 
         F.comparison_table(comp.runs),
         plot(F.samples_figure(comp.runs, log_density=comp.log_density), "specdemo-samples"),
         comp,
-        gr.Slider(minimum=0, maximum=max(config.num_samples - 1, 1), value=t, step=1,
-                  interactive=config.num_samples > 1),
+        gr.Slider(minimum=0, maximum=max(viewable(comp) - 1, 1), value=t, step=1, interactive=viewable(comp) > 1),
         gr.Slider(minimum=1, maximum=max(n_rounds, 2), value=k, step=1, interactive=n_rounds > 1),
     )
     log.info("run %s took %.2f s", config.to_dict(), time.perf_counter() - t0)
@@ -518,7 +524,7 @@ def show_trajectory(comp, trajectory):
     """Pick a trajectory: its first round, and the round slider's range."""
     if comp is None:
         raise gr.Error("run the sampler first", title="Nothing to show yet")
-    t = min(max(_int(trajectory, "the trajectory", 0), 0), comp.config.num_samples - 1)
+    t = min(max(_int(trajectory, "the trajectory", 0), 0), viewable(comp) - 1)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
     return (*round_views(comp, t, 1), gr.Slider(minimum=1, maximum=max(n_rounds, 2), value=1, step=1,
                                                 interactive=n_rounds > 1))
@@ -568,7 +574,7 @@ def export(comp):
     folder = tempfile.mkdtemp(prefix="specdemo-export-", dir=export_root())
     path = os.path.join(folder, name)
     with open(path, "w") as f:
-        json.dump(comp.to_json(max_trajectories=64), f)
+        json.dump(comp.to_json(), f)  # summarised already
     return path
 
 

@@ -213,22 +213,24 @@ class Comparison:
             out.update(planned_calls=self.plan.expected_calls, planned_s=self.plan.expected_s)
         return out
 
+    @property
+    def traced_trajectories(self) -> int:
+        """How many trajectories (the first ones) the trace and paths hold."""
+        return max((int(rt.trajectories.max()) + 1 for rt in self.trace if len(rt.trajectories)), default=0)
+
+    def summarised(self, max_trajectories: int) -> "Comparison":
+        """The trace and paths of the first max_trajectories only: what a session keeps, a few MB
+        whatever the number of samples (the samples and every cost are kept whole)."""
+        trace = [rt.restricted(rt.trajectories < max_trajectories) for rt in self.trace]
+        return replace(self, trace=[rt for rt in trace if len(rt.trajectories)],
+                       paths=None if self.paths is None else self.paths[:max_trajectories])
+
     def to_json(self, max_trajectories: int | None = None) -> dict:
         """The run as JSON: settings, every method's cost summary, the chosen run's samples and its
         trace (node states kept for 2-D targets only; rows of the first max_trajectories)."""
-        rounds = []
-        for rt in self.trace:
-            if self.kind != "plane" and rt.states is not None:
-                rt = replace(rt, states=None)
-            if max_trajectories is not None:
-                keep = rt.trajectories < max_trajectories
-                if not keep.any():
-                    continue
-                rt = replace(rt, **{k: getattr(rt, k)[keep] for k in (
-                    "trajectories", "step", "depth", "corrected_parent", "status", "evaluated", "delta",
-                    "node_accept_prob", "child_accept_prob", "committed_steps")},
-                    states=None if rt.states is None else rt.states[keep])
-            rounds.append(rt.to_json())
+        comp = self if max_trajectories is None else self.summarised(max_trajectories)
+        rounds = [(rt if self.kind == "plane" or rt.states is None else replace(rt, states=None)).to_json()
+                  for rt in comp.trace]
         return {
             "format": "specdemo-run/1",
             "config": self.config.to_dict(),

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
+import numpy as np
 import pytest
 
 import app
@@ -267,6 +268,19 @@ def test_export_writes_the_run_as_json(default_run):
     assert data["trace"] and max(max(rt["trajectories"]) for rt in data["trace"]) < 64
     with pytest.raises(gr.Error, match="run the sampler first"):
         app.export(None)
+
+
+def test_a_session_keeps_a_bounded_result():
+    """What gradio keeps per session is the comparison: its trace and paths cover the first 64
+    trajectories whatever the number of samples (a 2,000-sample run of 2-D paths kept whole held
+    0.3 GB a session)."""
+    out = app.run(*controls(num_samples=2000, steps=60, tree="1x3", verifier="rmc"), progress=no_progress)
+    comp, trajectory_slider = out[9], out[10]
+    assert comp.traced_trajectories == 64 and comp.paths.shape[0] == 64 and comp.chosen.samples.shape[0] == 2000
+    kept = sum(v.nbytes for rt in comp.trace for v in vars(rt).values() if isinstance(v, np.ndarray))
+    assert kept + comp.paths.nbytes < 2_000_000, kept  # bytes
+    assert trajectory_slider.maximum == 63
+    assert app.show_trajectory(comp, 500)[3].maximum >= 1  # a trajectory past the kept ones shows the last kept
 
 
 def test_old_exports_are_removed(default_run, monkeypatch):

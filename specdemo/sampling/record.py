@@ -6,7 +6,7 @@ The driver builds them from a round's state after its walk (`round_trace`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
@@ -50,6 +50,12 @@ class RoundTrace:
     child_accept_prob: np.ndarray
     committed_steps: np.ndarray
     states: np.ndarray | None = None
+
+    def restricted(self, keep: np.ndarray) -> "RoundTrace":
+        """The record of the trajectories selected by keep (A,) bool."""
+        per_trajectory = {f.name: getattr(self, f.name)[keep] for f in fields(self)
+                          if f.name not in ("round", "parent", "node_depth", "states")}
+        return replace(self, **per_trajectory, states=None if self.states is None else self.states[keep])
 
     def to_json(self) -> dict:
         # NaN is not JSON: unverified nodes' values become null
