@@ -40,18 +40,23 @@ def gather(state, indices: list[int], samples: torch.Tensor, cost: Cost) -> tupl
     if not state.is_main_process:
         return None
     order = np.argsort(np.concatenate([p[0] for p in parts]))
-    merged = np.concatenate([p[1] for p in parts])[order]
-    costs = [p[2] for p in parts]
+    return np.concatenate([p[1] for p in parts])[order], merge_costs([p[2] for p in parts], order)
+
+
+def merge_costs(costs: list[Cost], order: np.ndarray) -> Cost:
+    """The processes' costs as one run's: per-trajectory figures in trajectory order (`order` sorts
+    the processes' trajectories, concatenated), sequential figures (calls, rounds, seconds) of the
+    slowest process, since the processes run side by side, and every process's calls in
+    processes_calls."""
     per = lambda name: np.concatenate([getattr(c, name) for c in costs])[order]
     first = costs[0]
-    total = Cost(
+    return Cost(
         method=first.method, steps=first.steps, stochastic_steps=first.stochastic_steps,
         calls_per_trajectory=per("calls_per_trajectory"), counted_calls=per("counted_calls"),
         rows_per_trajectory=per("rows_per_trajectory"),
-        target_calls=max(c.target_calls for c in costs),  # the processes call their targets side by side
+        target_calls=max(c.target_calls for c in costs), processes_calls=sum(c.total_target_calls for c in costs),
         draft_calls=max(c.draft_calls for c in costs), rounds=max(c.rounds for c in costs),
         wall_s=max(c.wall_s for c in costs), target_s=max(c.target_s for c in costs),
         examined_per_depth=list(np.sum([c.examined_per_depth for c in costs], axis=0)),
         accepted_per_depth=list(np.sum([c.accepted_per_depth for c in costs], axis=0)),
     )
-    return merged, total

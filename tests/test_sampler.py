@@ -230,6 +230,35 @@ def test_single_trajectory_batch_calls_equal_its_calls():
     assert cost.target_calls == cost.calls_per_trajectory[0] == cost.counted_calls[0] + 2
 
 
+def test_a_batch_reports_its_sequential_speedup_next_to_the_per_trajectory_one():
+    """A batch moves at its slowest trajectory's pace: its sequential calls are at least any one
+    trajectory's, so speedup_batch (steps over them) is at most the per-trajectory figures."""
+    target, kernel, net = gm512_flow()
+    cost = sample(net, kernel, target.shape, 30, tree=Topology.chain(5), draft=FrozenDraft(),
+                  verifier=ReflectionMaximalCoupling(), seed=1).cost
+    assert cost.target_calls >= cost.calls_per_trajectory.max()
+    assert cost.speedup_batch == kernel.num_steps / cost.target_calls
+    assert cost.speedup_batch < cost.speedup_total <= cost.speedup
+    summary = cost.summary()
+    assert summary["speedup_batch"] == cost.speedup_batch and summary["total_target_calls"] == cost.target_calls
+
+
+def test_processes_merge_into_one_run():
+    """Two processes side by side: trajectory figures in trajectory order, sequential calls of the
+    slower process, and every process's calls in total_target_calls."""
+    from specdemo.parallel import merge_costs
+
+    target, kernel, net = gm512_flow()
+    runs = [sample(net, kernel, target.shape, 2, tree=Topology.chain(3), draft=FrozenDraft(),
+                   verifier=ReflectionMaximalCoupling(), seed=1, indices=indices).cost for indices in ([0, 2], [1, 3])]
+    merged = merge_costs(runs, np.argsort([0, 2, 1, 3]))
+    alone = sample(net, kernel, target.shape, 4, tree=Topology.chain(3), draft=FrozenDraft(),
+                   verifier=ReflectionMaximalCoupling(), seed=1).cost
+    assert np.array_equal(merged.calls_per_trajectory, alone.calls_per_trajectory)
+    assert merged.target_calls == max(r.target_calls for r in runs)
+    assert merged.total_target_calls == sum(r.target_calls for r in runs) > merged.target_calls
+
+
 @pytest.mark.parametrize("tree,verifier,expected", [
     (Topology.chain(5), ReflectionMaximalCoupling, 1.93),
     (Topology((2, 2, 2)), GreedyRejectionSampling, 1.84),

@@ -16,12 +16,15 @@ import torch
 class Cost:
     """Cost of one run of B trajectories.
 
-    target_calls counts sequential batched calls (the batch moves at its slowest member's pace);
-    calls_per_trajectory counts, per trajectory, the calls that had a row of it. counted_calls
+    target_calls counts sequential batched calls (the batch moves at its slowest member's pace; with
+    several processes side by side, the slowest process's), total_target_calls the calls of every
+    process together; calls_per_trajectory counts, per trajectory, the calls that had a row of it. counted_calls
     leaves out calls spent on deterministic steps whose output no draft uses (the endpoint steps
     of section 5), and keeps a warm-up call. speedup = stochastic steps / mean counted calls, as
     the table of section 5 counts; speedup_total = all steps / (mean calls + the pilot's sequential
-    calls when this run paid for a pilot), everything counted.
+    calls when this run paid for a pilot), everything counted. speedup_batch = steps / target_calls:
+    the batch's sequential calls against plain sampling's (a batch waits for its slowest trajectory,
+    so this is at most the per-trajectory figures).
     """
 
     method: str
@@ -42,6 +45,7 @@ class Cost:
     padded_rows: int = 0  # rows the calls were padded with to a few shapes (trees/cost_model.py), in no trajectory's rows
     pilot_calls: int = 0  # sequential target calls of the pilot this run paid for (0: none, or a cached plan)
     pilot_s: float = 0.0  # its wall-clock, planning included
+    processes_calls: int | None = None  # every process's target calls together (None: one process)
 
     @property
     def num_trajectories(self) -> int:
@@ -52,6 +56,14 @@ class Cost:
         if not self.stochastic_steps:  # every step deterministic (DDIM, eta 0): nothing to speculate on
             return 1.0
         return self.stochastic_steps / float(np.mean(self.counted_calls))
+
+    @property
+    def total_target_calls(self) -> int:
+        return self.target_calls if self.processes_calls is None else self.processes_calls
+
+    @property
+    def speedup_batch(self) -> float:
+        return self.steps / self.target_calls if self.target_calls else 1.0
 
     @property
     def speedup_total(self) -> float:
@@ -81,6 +93,7 @@ class Cost:
             "stochastic_steps": self.stochastic_steps,
             "num_samples": b,
             "target_calls": self.target_calls,
+            "total_target_calls": self.total_target_calls,
             "target_calls_per_sample": float(np.mean(self.calls_per_trajectory)),
             "counted_calls_per_sample": float(np.mean(self.counted_calls)),
             "target_rows": int(np.sum(self.rows_per_trajectory)),
@@ -90,6 +103,7 @@ class Cost:
             "rounds": self.rounds,
             "speedup": self.speedup,
             "speedup_total": self.speedup_total,
+            "speedup_batch": self.speedup_batch,
             "acceptance": self.acceptance,
             "acceptance_per_depth": self.acceptance_per_depth,
             "wall_s": self.wall_s,
