@@ -123,3 +123,47 @@ def test_offline_hub_id_is_refused_fast_with_a_way_out():
 def test_unknown_models_are_refused(spec):
     with pytest.raises(SpecdemoError):
         resolve_target(spec)
+
+
+def test_an_unreachable_hub_is_answered_from_the_cache_at_once(monkeypatch):
+    """Without HF_HUB_OFFLINE and without a network, one short request finds the Hub silent; the
+    loaders then read the local cache only (no minute of retried downloads) and say what to do."""
+    import huggingface_hub
+    from diffusers import UNet2DModel
+
+    from specdemo.models import diffusers_unet
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    calls = []
+
+    def silent(self, repo_id, timeout=None, **kwargs):
+        calls.append(timeout)
+        raise ConnectionError("no route to host")
+
+    def from_pretrained(*args, **kwargs):
+        calls.append(("unet", kwargs.get("local_files_only")))
+        raise OSError("not in the cache")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", silent)
+    monkeypatch.setattr(UNet2DModel, "from_pretrained", from_pretrained)
+    with pytest.raises(SpecdemoError, match="does not answer from here and it is not in the local cache; download it"):
+        diffusers_unet.load_diffusers_target("someone/some-unet")
+    assert calls == [diffusers_unet.HUB_TIMEOUT, ("unet", True)]
+
+
+def test_a_repo_the_hub_does_not_have_is_named(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    from specdemo.models import diffusers_unet
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    def missing(self, repo_id, timeout=None, **kwargs):
+        error = RepositoryNotFoundError.__new__(RepositoryNotFoundError)  # as the Hub's 404 raises it
+        Exception.__init__(error, "404 Repository Not Found")
+        raise error
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", missing)
+    with pytest.raises(SpecdemoError, match="no model 'someone/nothing' on the Hub"):
+        diffusers_unet.load_diffusers_target("someone/nothing")

@@ -95,31 +95,63 @@ def load_diffusers_target(spec: str) -> DiffusersTarget:
     if not local and not _looks_like_hub_id(spec):
         raise SpecdemoError(f"unknown model {spec!r}: not a preset, a mixture .json file, a folder or a Hub id (org/name)")
     where = str(source) if local else spec
+    cache_only = not local and not _hub_answers(spec)
     try:
         with warnings.catch_warnings():  # diffusers passes huggingface_hub a deprecated argument
             warnings.simplefilter("ignore")
-            pipeline_layout = (source / "unet").is_dir() if local else _hub_has_pipeline(spec)
+            pipeline_layout = (source / "unet").is_dir() if local else _hub_has_pipeline(spec, cache_only)
             sub = "unet" if pipeline_layout else None
-            unet = UNet2DModel.from_pretrained(where, subfolder=sub, use_safetensors=True)
-            scheduler = DDPMScheduler.load_config(where, subfolder="scheduler" if pipeline_layout else None)
+            unet = UNet2DModel.from_pretrained(where, subfolder=sub, use_safetensors=True, local_files_only=cache_only)
+            scheduler = DDPMScheduler.load_config(where, subfolder="scheduler" if pipeline_layout else None,
+                                                  local_files_only=cache_only)
     except Exception as err:  # offline, unknown repo, missing or pickle-only weights, bad config
         reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
         if local:
             hint = "the folder needs model_index.json with unet/ and scheduler/, or config.json, scheduler_config.json and safetensors weights"
-        elif os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        elif _offline():
             hint = f"the Hub is offline here (HF_HUB_OFFLINE) and it is not in the local cache; {HOW_TO_GET.format(spec=spec)}"
+        elif cache_only:
+            hint = f"the Hub does not answer from here and it is not in the local cache; {HOW_TO_GET.format(spec=spec)}"
         else:
             hint = f"the Hub may be unreachable, or the repo lacks safetensors weights; {HOW_TO_GET.format(spec=spec)}"
         raise SpecdemoError(f"cannot load model {spec!r} ({reason}); {hint}") from None
     return DiffusersTarget(spec, unet, dict(scheduler))
 
 
-def _hub_has_pipeline(repo_id: str) -> bool:
+HUB_TIMEOUT = 5.0  # seconds for the one request that tells whether the Hub answers
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def _hub_answers(repo_id: str) -> bool:
+    """One short request before any download: True when the Hub answers for repo_id; False when it
+    does not (offline: then only the local cache is read, at once, where the downloads would retry for
+    about a minute); a repo the Hub does not have is refused here."""
+    if _offline():
+        return False
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(repo_id, timeout=HUB_TIMEOUT)
+    except GatedRepoError:
+        raise SpecdemoError(f"model {repo_id!r} is gated on the Hub: accept its terms and log in, or pass a local "
+                            "folder") from None
+    except RepositoryNotFoundError:
+        raise SpecdemoError(f"no model {repo_id!r} on the Hub (or it is private); check the id") from None
+    except Exception:  # no network, DNS, timeout, a proxy's error page: read the cache only
+        return False
+    return True
+
+
+def _hub_has_pipeline(repo_id: str, cache_only: bool) -> bool:
     """Whether a Hub repo is a pipeline (model_index.json with a unet/ subfolder)."""
     from huggingface_hub import hf_hub_download
 
     try:
-        index = json.loads(Path(hf_hub_download(repo_id, "model_index.json")).read_text())
+        index = json.loads(Path(hf_hub_download(repo_id, "model_index.json", local_files_only=cache_only)).read_text())
     except Exception:
         return False
     return "unet" in index
