@@ -133,6 +133,21 @@ def test_a_planned_trajectory_does_not_depend_on_its_batch(verifier, trees):
         assert torch.equal(alone.samples[0], batch.samples[i]), i
 
 
+def test_known_roots_do_not_shift_a_trajectorys_stream():
+    """Rank-aware trees with evaluated leaves and frozen x0-hat: after a committed evaluated leaf the
+    root's output is known and the first level's delta is 0 up to rounding. A round draws a fixed
+    number of uniforms for its topology whatever the deltas, so rounding that differs by batch
+    cannot shift a trajectory's stream (the audit's batch-dependent divergence)."""
+    target, kernel, net = gm16_ddpm(20)
+    net = row_by_row(net)
+    kwargs = dict(tree=Topology((2, 2)), verifier=RankAwareSelection(), draft=FrozenDraft("x0"), prefetch="leaves",
+                  seed=5)
+    batch = sample(net, kernel, target.shape, 8, **kwargs)
+    for i in (0, 3, 7):
+        alone = sample(net, kernel, target.shape, 1, indices=[i], **kwargs)
+        assert torch.equal(alone.samples[0], batch.samples[i]), i
+
+
 @pytest.mark.parametrize("method", list(methods()))
 def test_trajectory_does_not_depend_on_its_batch_mixture_network(method):
     """The same with the batched mixture network itself: equal up to float32 rounding (the network's
