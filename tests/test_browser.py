@@ -2,8 +2,8 @@
 on the default digits model, then gm2d's data plane and the exactness test.
 
 Debian's Chromium (/usr/bin/chromium) driven by Playwright for Python; no browser is ever downloaded.
-The screenshots it takes land in assets/screenshots/ (SPECDEMO_SCREENSHOTS overrides), for the README;
-the first click's latency, from the click to the drawn figures, is printed.
+The screenshots it takes land in a temporary folder; SPECDEMO_SCREENSHOTS=assets/screenshots retakes
+the README's. The first click's latency, from the click to the drawn figures, is printed.
 """
 
 import os
