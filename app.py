@@ -483,6 +483,14 @@ def _compute(config: SamplerConfig, target, progress, limits: Limits, cancel: Ca
 
 
 @readable_errors
+def check_inputs(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
+                 num_samples, class_label, seed, device, objective="time"):
+    """Refuse bad settings before a run starts (what `run` checks first too, for API callers)."""
+    make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
+                num_samples, class_label, seed, device, objective)
+
+
+@readable_errors
 def run(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn, num_samples,
         class_label, seed, device, objective="time", request: gr.Request = None, progress=gr.Progress()):
     """Run the chosen chain, tree or planned topology, the plain target sampler and the budget-matched chain."""
@@ -803,7 +811,9 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models",
 
     controls = [model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
                 num_samples, class_label, seed, device, objective]
-    run_event = run_button.click(
+    # the inputs are checked in an event with no outputs first: a refusal is a message, and the last
+    # results stay on screen (an error in the run itself marks every output panel)
+    run_event = run_button.click(check_inputs, controls, None, api_name="check", show_progress="hidden").success(
         run, controls,
         [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state,
          trajectory, round_k],
@@ -813,8 +823,10 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models",
                   trigger_mode="always_last", show_progress="hidden")
     trajectory.input(show_trajectory, [state, trajectory], [tree_plot, data_plot, rounds_plot, round_k],
                      api_name="trajectory_view", trigger_mode="always_last", show_progress="hidden")
-    test_event = test_button.click(exactness, [*controls, test_samples], [test_summary, test_plot],
-                                   api_name="exactness", concurrency_id="sampler")
+    test_event = test_button.click(check_inputs, controls, None, api_name="check_exactness",
+                                   show_progress="hidden").success(
+        exactness, [*controls, test_samples], [test_summary, test_plot], api_name="exactness",
+        concurrency_id="sampler")
     # the flag stops the work between rounds; `cancels` frees the queue's slot and the page at once
     stop_button.click(stop, None, None, cancels=[run_event, test_event], api_name="stop", queue=False)
     demo.unload(stop)

@@ -164,6 +164,22 @@ def test_run_draws_the_tree_and_the_comparison(page):
     page.screenshot(path=str(SHOTS / "comparison.png"), full_page=True)
 
 
+def test_an_error_keeps_the_last_results_on_screen(page):
+    before = page.locator("#headline").inner_text()
+    points = plotted_points(page, "#tree-plot")
+    set_topology(page, "3,,x")
+    page.click("#run-button")
+    page.locator(".toast-body").filter(has_text="cannot read tree").first.wait_for(state="visible")
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / "error-kept.png"))
+    assert page.locator("#headline").inner_text() == before  # no "Error" badge over it either
+    assert page.locator("#tree-plot").get_by_text("Error", exact=True).count() == 0
+    assert plotted_points(page, "#tree-plot") == points > 5
+    for close in page.locator(".toast-close").all():
+        close.click()
+    set_topology(page, "auto")
+
+
 def test_round_slider_redraws_the_tree(page):
     page.get_by_role("tab", name="Draft tree").click()
     wait_for_plot(page, "#tree-plot")
