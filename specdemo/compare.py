@@ -134,13 +134,13 @@ def rows_per_round(tree: Topology | TopologyPlan, evaluate_leaves: bool = False)
 
 def plan_segments(plan: TopologyPlan) -> list[tuple[int, int, str]]:
     """(first step, last step, topology) for each run of steps that share a planned tree (for a
-    root whose output is not known; "+leaves" where its leaves are evaluated); steps with no
+    root whose output is not known; "(leaves evaluated)" where they are); steps with no
     speculation (deterministic ones, the last step) are left out."""
     out: list[tuple[int, int, str]] = []
     for n, (tree, leaves) in enumerate(zip(plan.trees, plan.leaves)):
         if not tree.widths:
             continue
-        text = f"{tree}+leaves" if leaves else str(tree)
+        text = f"{tree} (leaves evaluated)" if leaves else str(tree)
         if out and out[-1][2] == text and out[-1][1] == n - 1:
             out[-1] = (out[-1][0], n, text)
         else:
