@@ -1,0 +1,32 @@
+"""Every figure the README's Results quote is one the benchmark runner wrote into docs/benchmarks.md."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# ratios, percentages and times: "2.32x", "+12%", "0.46 ms", "1,155 ms"
+FIGURE = re.compile(r"(?<![\w.])[+-]?\d[\d,]*(?:\.\d+)?(?:x|%| ms| s)(?![\w])")
+
+
+def figures_missing(readme: str, report: str) -> list[str]:
+    results = readme[readme.index("## Results"):readme.index("\n## ", readme.index("## Results") + 1)]
+    written = report.replace("**", "").replace(",", "")
+    missing = []
+    for figure in FIGURE.findall(results):
+        number = figure.replace(",", "")
+        # the report's tables write figures without their unit: "0.46" in a column of milliseconds,
+        # "3.30" in a column of speedups
+        bare = re.sub(r"( ms| s|x)$", "", number)
+        if number not in written and not re.search(rf"(?<![\d.]){re.escape(bare)}(?![\d])", written):
+            missing.append(figure)
+    return missing
+
+
+def test_every_figure_in_the_readme_results_is_in_the_benchmark_report():
+    missing = figures_missing((ROOT / "README.md").read_text(), (ROOT / "docs" / "benchmarks.md").read_text())
+    assert not missing, f"README figures not written by the benchmark runner: {missing}"
+
+
+def test_a_figure_typed_in_by_hand_is_caught():
+    readme = "## Results\n\nThe tree samples 9.99x faster and 12.34 ms per round.\n## Next\n"
+    assert figures_missing(readme, "| 9.99x |") == ["12.34 ms"]
