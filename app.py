@@ -145,6 +145,17 @@ def is_auto(tree) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- errors
+MAX_MESSAGE = 600  # characters of an error message: no input is echoed back whole
+
+
+def user_error(message: str, title: str) -> gr.Error:
+    """The page's error for something the visitor can change: one line in the server's log, no
+    traceback (gradio prints one for every gr.Error unless told not to)."""
+    message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "…"
+    log.info("%s: %s", title, message)
+    return gr.Error(message, title=title, print_exception=False)
+
+
 def readable_errors(fn):
     """Every failure becomes a gr.Error the page shows; the server never goes down with it."""
 
@@ -155,14 +166,15 @@ def readable_errors(fn):
         except gr.Error:
             raise
         except Cancelled as err:
-            raise gr.Error(str(err), title="Stopped") from None
+            raise user_error(str(err), "Stopped") from None
         except SpecdemoError as err:
-            raise gr.Error(str(err), title="Cannot run this") from None
+            raise user_error(str(err), "Cannot run this") from None
         except (MemoryError, torch.OutOfMemoryError):
-            raise gr.Error("out of memory: use fewer samples or a smaller tree", title="Too large") from None
-        except Exception as err:  # a bug: say what, keep serving
+            raise user_error("out of memory: use fewer samples or a smaller tree", "Too large") from None
+        except Exception as err:  # a bug: its traceback logged once, here; the page says what
             log.exception("unexpected error in %s", fn.__name__)
-            raise gr.Error(f"unexpected error ({type(err).__name__}): {err}", title="Something went wrong") from None
+            raise gr.Error(f"unexpected error ({type(err).__name__}): {str(err)[:MAX_MESSAGE]}",
+                           title="Something went wrong", print_exception=False) from None
 
     return wrapper
 
@@ -319,7 +331,7 @@ def viewable(comp: C.Comparison) -> int:
 def round_views(comp: C.Comparison | None, trajectory, k):
     """Tree, data view and all-rounds figure for one trajectory's k-th round."""
     if comp is None:
-        raise gr.Error("run the sampler first", title="Nothing to show yet")
+        raise user_error("run the sampler first", "Nothing to show yet")
     t = min(max(_int(trajectory, "the trajectory", 0), 0), viewable(comp) - 1)
     k = max(_int(k, "the round", 1), 1)
     return (plot(F.tree_figure(comp.trace, t, k), "specdemo-tree"), data_view(comp, t, k),
@@ -531,7 +543,7 @@ def show_round(comp, trajectory, k):
 def show_trajectory(comp, trajectory):
     """Pick a trajectory: its first round, and the round slider's range."""
     if comp is None:
-        raise gr.Error("run the sampler first", title="Nothing to show yet")
+        raise user_error("run the sampler first", "Nothing to show yet")
     t = min(max(_int(trajectory, "the trajectory", 0), 0), viewable(comp) - 1)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
     return (*round_views(comp, t, 1), gr.Slider(minimum=1, maximum=max(n_rounds, 2), value=1, step=1,
@@ -575,7 +587,7 @@ def exactness(model, custom_model, draft, freeze, draft_bias, tree, budget, veri
 def export(comp):
     """The last run as JSON: settings, every method's costs, the chosen run's samples and its trace."""
     if comp is None:
-        raise gr.Error("run the sampler first", title="Nothing to export yet")
+        raise user_error("run the sampler first", "Nothing to export yet")
     c = comp.config
     tree = f"auto{c.budget}" if is_auto(c.tree) else c.tree
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"specdemo-run-{c.model}-{tree}-seed{c.seed}")[:120] + ".json"

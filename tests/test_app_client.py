@@ -183,3 +183,13 @@ def test_the_stop_endpoint_stops_the_sessions_run(url):
 def test_run_with_no_arguments_takes_the_page_defaults(client):
     out = client.predict(api_name="/run")
     assert "fewer target calls" in out[0]
+
+
+def test_a_refusal_is_one_log_line_without_a_traceback(client, capfd, caplog):
+    caplog.set_level("INFO", logger="specdemo.app")
+    with pytest.raises(AppError, match="characters long"):
+        client.predict(*{**SMALL, "tree": "3,,x" + "9" * 5000}.values(), api_name="/run")
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    refusals = [r.getMessage() for r in caplog.records if "characters long" in r.getMessage()]
+    assert len(refusals) == 1 and len(refusals[0]) < 700  # the 5,000-character input is not echoed whole
