@@ -55,6 +55,8 @@ MAX_STEPS = 1000
 MAX_SECONDS = 120.0
 EXACTNESS_SAMPLES = 1000
 KEPT_TRAJECTORIES = 64  # trajectories whose rounds a session keeps (and the page and the export show)
+SESSION_BYTES = 16_000_000  # ... and as many as fit in this (an image model's node states are large)
+SESSIONS = 256  # sessions whose last run the server keeps (the least recently used goes first)
 EXPORT_TTL = 1800  # seconds an exported run stays on the server (ours, and gradio's cached copy)
 PILOT_SAMPLES = 8  # trajectories of the pilot run that plans an auto topology (or freeze auto): kept small
 
@@ -324,8 +326,8 @@ def data_view(comp: C.Comparison, trajectory: int, k: int) -> PlotData:
 
 
 def viewable(comp: C.Comparison) -> int:
-    """Trajectories whose rounds the page can show (the first KEPT_TRAJECTORIES)."""
-    return min(comp.config.num_samples, KEPT_TRAJECTORIES)
+    """Trajectories whose rounds the page can show (the first ones the session keeps)."""
+    return max(1, min(comp.config.num_samples, comp.traced_trajectories))
 
 
 def round_views(comp: C.Comparison | None, trajectory, k):
@@ -513,7 +515,7 @@ def run(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, 
     limits = app_limits(target, config.device)
     with cancellable(request, limits.max_seconds) as cancel:
         # the session keeps the trace of the first KEPT_TRAJECTORIES only: a few MB whatever the samples
-        comp = _compute(config, target, progress, limits, cancel).summarised(KEPT_TRAJECTORIES)
+        comp = _compute(config, target, progress, limits, cancel).summarised(KEPT_TRAJECTORIES, SESSION_BYTES)
     t, k = F.pick_round(comp.trace)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
     tree_fig, data_fig, rounds_fig = round_views(comp, t, k)
@@ -858,7 +860,7 @@ demo.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=QUEUE_SIZE)
 
 def launch(**kwargs):
     """Serve the app with its theme and styles (what `python app.py` and the Space do)."""
-    return demo.launch(theme=THEME, css=CSS, **kwargs)
+    return demo.launch(theme=THEME, css=CSS, **{"state_session_capacity": SESSIONS, **kwargs})
 
 
 if __name__ == "__main__":

@@ -218,12 +218,21 @@ class Comparison:
         """How many trajectories (the first ones) the trace and paths hold."""
         return max((int(rt.trajectories.max()) + 1 for rt in self.trace if len(rt.trajectories)), default=0)
 
-    def summarised(self, max_trajectories: int) -> "Comparison":
-        """The trace and paths of the first max_trajectories only: what a session keeps, a few MB
-        whatever the number of samples (the samples and every cost are kept whole)."""
+    def summarised(self, max_trajectories: int, max_bytes: int | None = None) -> "Comparison":
+        """The trace and paths of the first trajectories only: at most max_trajectories, and as many
+        as fit in max_bytes (at least one), what a session keeps whatever the number of samples
+        (the samples and every cost are kept whole)."""
+        if max_bytes is not None and self.trace:
+            per_trajectory = (self.trace_bytes() + (0 if self.paths is None else self.paths.nbytes)) / max(
+                self.traced_trajectories, 1)
+            max_trajectories = max(1, min(max_trajectories, int(max_bytes // max(per_trajectory, 1))))
         trace = [rt.restricted(rt.trajectories < max_trajectories) for rt in self.trace]
         return replace(self, trace=[rt for rt in trace if len(rt.trajectories)],
                        paths=None if self.paths is None else self.paths[:max_trajectories])
+
+    def trace_bytes(self) -> int:
+        """Bytes of the arrays the trace holds (node states included)."""
+        return sum(v.nbytes for rt in self.trace for v in vars(rt).values() if isinstance(v, np.ndarray))
 
     def to_json(self, max_trajectories: int | None = None) -> dict:
         """The run as JSON: settings, every method's cost summary, the chosen run's samples and its

@@ -283,6 +283,16 @@ def test_a_session_keeps_a_bounded_result():
     assert app.show_trajectory(comp, 500)[3].maximum >= 1  # a trajectory past the kept ones shows the last kept
 
 
+def test_a_session_keeps_what_fits_its_byte_budget(monkeypatch):
+    """An image model's node states are large: a session keeps as many trajectories as fit."""
+    monkeypatch.setattr(app, "SESSION_BYTES", 400_000)
+    out = app.run(*controls(model="digits", tree="1x4", verifier="rmc", freeze="x0", steps=30, num_samples=12,
+                            class_label=3), progress=no_progress)
+    comp, trajectory_slider = out[9], out[10]
+    assert 1 <= comp.traced_trajectories < 12 and comp.trace_bytes() <= 400_000
+    assert trajectory_slider.maximum == max(comp.traced_trajectories - 1, 1)
+
+
 def test_old_exports_are_removed(default_run, monkeypatch):
     first = Path(app.export(default_run[9]))
     os.utime(first, (0, 0))
