@@ -92,10 +92,9 @@ _cache_lock = threading.Lock()
 
 
 def cached_target(spec: str, size: int = 4) -> Target:
-    """resolve_target, remembering the presets and embedded models (loaded once per process)."""
+    """resolve_target, remembering the last `size` models (each loaded once while it is kept: the
+    app's check of a run's settings and the run itself share one load)."""
     spec = str(spec).strip()
-    if spec not in PRESETS and spec not in EMBEDDED:
-        return resolve_target(spec)
     with _cache_lock:
         if spec in _cache:
             _cache.move_to_end(spec)
