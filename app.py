@@ -204,7 +204,11 @@ def _float(value, what: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- models a visitor may load
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}")  # org/name, nothing else
+HUB_ID = re.compile(r"(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/(?!\.\.?$)[\w.-]{1,96}")  # org/name, no "..", no .json
+
+
+def local_models() -> bool:
+    return os.environ.get("SPECDEMO_APP_LOCAL_MODELS") == "1"
 
 
 def allowed_model(spec: str, what: str = "model") -> None:
@@ -216,12 +220,14 @@ def allowed_model(spec: str, what: str = "model") -> None:
         return
     if HUB_ID.fullmatch(spec):
         listed = [s.strip() for s in os.environ.get("SPECDEMO_APP_HUB_MODELS", "").split(",") if s.strip()]
-        if "*" not in listed and spec not in listed:
+        # a draft is loaded by the library, which looks for a local folder of that name first
+        local_name = what == "draft" and not local_models() and os.path.lexists(spec)
+        if ("*" not in listed and spec not in listed) or local_name:
             raise SpecdemoError(f"the Hub {what} {spec!r} is not on this Space's list"
                                 + (f"; accepted: {', '.join(listed)}" if listed else " (the list is empty)")
                                 + "; the Space's owner can add it to SPECDEMO_APP_HUB_MODELS")
         return
-    if os.environ.get("SPECDEMO_APP_LOCAL_MODELS") != "1":
+    if not local_models():
         raise SpecdemoError(f"local {what}s are off on this Space; pick a listed model, or a Hub id (org/name) on the "
                             "Space's list (its owner can turn local models on with SPECDEMO_APP_LOCAL_MODELS=1)")
 
@@ -278,7 +284,7 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
         raise SpecdemoError(f"unknown objective {objective!r}; accepted: {', '.join(v for _, v in OBJECTIVE_CHOICES)}")
     samples = _int(num_samples, "the number of samples")
     device = str(device or "auto")
-    target = C.cached_target(spec)
+    target = C.cached_target(spec, hub_only=not local_models())  # a Hub id never reads the local disk
     limits = app_limits(target, device)
     if samples is None or not 1 <= samples <= limits.max_samples:
         raise SpecdemoError(f"the number of samples must be in 1..{limits.max_samples} here, got {samples}")
@@ -609,10 +615,14 @@ def export_root() -> str:
     if not _EXPORT_ROOT:
         _EXPORT_ROOT.append(tempfile.mkdtemp(prefix="specdemo-exports-"))
     root = _EXPORT_ROOT[0]
+    os.makedirs(root, exist_ok=True)  # a temporary-files cleaner may have removed it
     cutoff = time.time() - EXPORT_TTL
     for entry in os.scandir(root):
-        if entry.stat().st_mtime < cutoff:
-            shutil.rmtree(entry.path, ignore_errors=True)
+        try:
+            if entry.stat().st_mtime < cutoff:
+                shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:  # removed meanwhile by another export's pruning
+            pass
     return root
 
 
@@ -769,7 +779,7 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models",
                                      value="default", label="kernel")
                 with gr.Row():
                     steps = gr.Number(value=D0["steps"], precision=0, label="steps", min_width=100, minimum=1,
-                                      maximum=MAX_STEPS)
+                                      maximum=Limits.from_env("SPECDEMO_APP_", max_steps=MAX_STEPS).max_steps)
                     seed = gr.Number(value=0, precision=0, label="seed", min_width=100)
                 eta = gr.Slider(0, 1, value=1, step=0.05, label="eta (DDIM)", visible=False)
                 churn = gr.Slider(0, 1, value=0.06, step=0.01, label="churn (flow matching)",
@@ -827,7 +837,8 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models",
                 num_samples, class_label, seed, device, objective]
     # the inputs are checked in an event with no outputs first: a refusal is a message, and the last
     # results stay on screen (an error in the run itself marks every output panel)
-    run_event = run_button.click(check_inputs, controls, None, api_name="check", show_progress="hidden").success(
+    run_check = run_button.click(check_inputs, controls, None, api_name="check", show_progress="hidden")
+    run_event = run_check.success(
         run, controls,
         [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state,
          trajectory, round_k],
@@ -837,12 +848,13 @@ with gr.Blocks(title="specdemo · speculative sampling for diffusion models",
                   trigger_mode="always_last", show_progress="hidden")
     trajectory.input(show_trajectory, [state, trajectory], [tree_plot, data_plot, rounds_plot, round_k],
                      api_name="trajectory_view", trigger_mode="always_last", show_progress="hidden")
-    test_event = test_button.click(check_inputs, controls, None, api_name="check_exactness",
-                                   show_progress="hidden").success(
+    test_check = test_button.click(check_inputs, controls, None, api_name="check_exactness", show_progress="hidden")
+    test_event = test_check.success(
         exactness, [*controls, test_samples], [test_summary, test_plot], api_name="exactness",
         concurrency_id="sampler")
     # the flag stops the work between rounds; `cancels` frees the queue's slot and the page at once
-    stop_button.click(stop, None, None, cancels=[run_event, test_event], api_name="stop", queue=False)
+    stop_button.click(stop, None, None, cancels=[run_check, run_event, test_check, test_event], api_name="stop",
+                      queue=False)
     demo.unload(stop)
     export_button.click(export, [state], [export_file], api_name="export")
     model.change(model_changed, [model, kernel],

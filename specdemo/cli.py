@@ -16,6 +16,7 @@ import torch
 
 from .drafts import FREEZE
 from .errors import SpecdemoError
+from .limits import Cancel, Limits
 from .images import save_grid
 from .models import KERNEL_NAMES
 from .parallel import gather, launched_by_torchrun, my_indices, process_state
@@ -102,17 +103,19 @@ def _sample(args) -> int:
     for option, path in (("--out", args.out), ("--grid", args.grid), ("--trace", args.trace)):
         if path and not Path(path).resolve().parent.is_dir():
             raise SpecdemoError(f"{option} {path[:80]!r}: its folder does not exist")
-    problem = build(config)
+    limits = Limits.from_env()
+    cancel = Cancel(limits.max_seconds) if limits.max_seconds else None  # SPECDEMO_MAX_SECONDS
+    problem = build(config, limits=limits, cancel=cancel)
     if args.grid and len(problem.target.shape) != 3:
         raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {problem.target.shape}")
     state = process_state()
     if state is None:
-        result = problem.run(trace=args.trace is not None, trace_states=False, with_pilot=True)
+        result = problem.run(trace=args.trace is not None, trace_states=False, with_pilot=True, cancel=cancel)
         samples, cost = result.samples.cpu().numpy(), result.cost
     else:
         indices = my_indices(state, config.num_samples)
         try:
-            result = problem.run(indices=indices, with_pilot=True)
+            result = problem.run(indices=indices, with_pilot=True, cancel=cancel)
             gathered = gather(state, indices, result.samples, result.cost)
         finally:
             # every process leaves the group before it exits: a gloo thread that outlives it aborts

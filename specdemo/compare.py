@@ -91,7 +91,7 @@ _cache: OrderedDict[str, Target] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def cached_target(spec: str, size: int = 4) -> Target:
+def cached_target(spec: str, size: int = 4, hub_only: bool = False) -> Target:
     """resolve_target, remembering the last `size` models (each loaded once while it is kept: the
     app's check of a run's settings and the run itself share one load)."""
     spec = str(spec).strip()
@@ -99,7 +99,7 @@ def cached_target(spec: str, size: int = 4) -> Target:
         if spec in _cache:
             _cache.move_to_end(spec)
             return _cache[spec]
-    target = resolve_target(spec)
+    target = resolve_target(spec, hub_only=hub_only)
     with _cache_lock:
         _cache[spec] = target
         while len(_cache) > size:

@@ -81,6 +81,12 @@ class Cancel:
         self.seconds = seconds
         self._deadline = None if seconds is None else time.monotonic() + seconds
 
+    def __reduce__(self):
+        """A copy for another process (ZeroGPU runs the sampler in a forked worker): the time left,
+        not the flag; cancel() on the original does not reach the copy."""
+        left = None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+        return (Cancel, (left,))
+
     def cancel(self) -> None:
         self._event.set()
 
@@ -92,6 +98,6 @@ class Cancel:
         """Raise Cancelled when the run should stop."""
         if self._event.is_set():
             raise Cancelled("the run was cancelled")
-        if self._deadline is not None and time.monotonic() > self._deadline:
+        if self._deadline is not None and time.monotonic() >= self._deadline:
             raise Cancelled(f"the run took longer than its limit of {self.seconds:g} s; use fewer samples, fewer "
                             "steps or a smaller tree")

@@ -213,7 +213,8 @@ def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits
             raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
         _choice(c.verifier, tuple(VERIFIERS), "verifier")
         pilots = (2 if c.freeze == "auto" else 1) if auto or c.freeze == "auto" else 0
-        limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=c.budget if auto else tree.num_nodes,
+        # a warm-up round adds the root's row and commits no step: one more row a round at most
+        limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=(c.budget if auto else tree.num_nodes) + 1,
                      pilot_runs=pilots, pilot_samples=c.pilot_samples, pilot_rows_per_round=PILOT_DEPTH + 1)
         verifier = get_verifier(c.verifier)
         draft = build_draft(c, target, kernel, device)
@@ -260,7 +261,10 @@ def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: t
 
 
 def generate(config: SamplerConfig, **kwargs) -> tuple[SampleResult, Problem]:
-    """Build and run; kwargs go to `sample` (trace, keep_steps, callback). The run's cost counts the
-    pilot runs when the build ran them (not for a plan from the cache)."""
-    problem = build(config)
-    return problem.run(with_pilot=True, **kwargs), problem
+    """Build and run; kwargs go to `sample` (trace, keep_steps, callback, cancel). The run's cost
+    counts the pilot runs when the build ran them (not for a plan from the cache). With
+    SPECDEMO_MAX_SECONDS set (Limits.from_env), the build and the run stop past that many seconds."""
+    limits = Limits.from_env()
+    cancel = kwargs.pop("cancel", None) or (Cancel(limits.max_seconds) if limits.max_seconds else None)
+    problem = build(config, limits=limits, cancel=cancel)
+    return problem.run(with_pilot=True, cancel=cancel, **kwargs), problem

@@ -106,3 +106,22 @@ def test_build_passes_the_flag_to_the_pilots():
                            replan=True)
     with pytest.raises(Cancelled):
         build(config, cancel=cancel)
+
+
+def test_a_cancel_flag_travels_to_another_process_as_its_time_left():
+    """ZeroGPU pickles a function's arguments into a forked worker: the copy keeps the deadline."""
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(Cancel(seconds=60.0)))
+    assert 59.0 < copy.seconds <= 60.0 and not copy.cancelled
+    copy.check()  # not past its time
+    assert pickle.loads(pickle.dumps(Cancel())).seconds is None
+
+
+def test_the_cli_stops_past_specdemo_max_seconds(monkeypatch, capsys):
+    from specdemo.cli import main
+
+    monkeypatch.setenv("SPECDEMO_MAX_SECONDS", "0.000001")
+    code = main(["sample", "--model", "gm2d", "--steps", "50", "--num-samples", "4", "--method", "chain"])
+    err = capsys.readouterr().err
+    assert code == 2 and "longer than its limit" in err and len(err.strip().splitlines()) == 1

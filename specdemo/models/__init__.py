@@ -12,14 +12,18 @@ MODEL_HELP = f"a preset ({', '.join(PRESETS)}), a mixture .json file, {', '.join
 MAX_MODEL_NAME = 512
 
 
-def resolve_target(spec: str) -> Target:
-    """A preset name, a mixture JSON file, an embedded model, a local diffusers folder or a Hub id."""
+def resolve_target(spec: str, hub_only: bool = False) -> Target:
+    """A preset name, a mixture JSON file, an embedded model, a local diffusers folder or a Hub id.
+    hub_only: a preset, an embedded model or a Hub id, never a local path (what a public app lets a
+    visitor name)."""
     spec = str(spec).strip()
     if not spec:
         raise SpecdemoError(f"no model given; accepted: {MODEL_HELP}")
     if len(spec) > MAX_MODEL_NAME:  # a path or Hub id is never this long; echo only its start
         raise SpecdemoError(f"model name {spec[:40]!r}... is {len(spec)} characters long, over the limit of "
                             f"{MAX_MODEL_NAME}; accepted: {MODEL_HELP}")
+    if hub_only and spec not in PRESETS:
+        return load_diffusers_target(spec, hub_only=True)
     return analytic_target(spec) or load_diffusers_target(spec)
 
 

@@ -83,15 +83,20 @@ def _looks_like_hub_id(spec: str) -> bool:
     return len(parts) == 2 and all(parts) and not spec.startswith((".", "/", "~"))
 
 
-def load_diffusers_target(spec: str) -> DiffusersTarget:
+def load_diffusers_target(spec: str, hub_only: bool = False) -> DiffusersTarget:
     """Load a UNet2DModel and its scheduler config from an embedded name, a folder or a Hub id.
 
     safetensors only (use_safetensors=True: pickle weights are never loaded), no remote code.
     A pipeline folder (model_index.json, unet/, scheduler/) and a bare model folder (config.json
     and scheduler_config.json side by side) are both accepted.
     """
-    source = Path(EMBEDDED.get(spec, Path(spec).expanduser()))
-    local = source.is_dir()
+    if hub_only and spec not in EMBEDDED:  # never the local disk: a Hub id, or nothing
+        if not _looks_like_hub_id(spec):
+            raise SpecdemoError(f"{spec[:80]!r} is not a Hub id (org/name)")
+        source, local = Path(spec), False
+    else:
+        source = Path(EMBEDDED.get(spec, Path(spec).expanduser()))
+        local = source.is_dir()
     if not local and not _looks_like_hub_id(spec):
         raise SpecdemoError(f"unknown model {spec!r}: not a preset, a mixture .json file, a folder or a Hub id (org/name)")
     where = str(source) if local else spec
@@ -132,10 +137,12 @@ def _hub_answers(repo_id: str) -> bool:
     if _offline():
         return False
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
 
     try:
         HfApi().model_info(repo_id, timeout=HUB_TIMEOUT)
+    except HFValidationError:
+        raise SpecdemoError(f"{repo_id[:80]!r} is not a valid Hub id (org/name: letters, digits, '-', '_', '.')") from None
     except GatedRepoError:
         raise SpecdemoError(f"model {repo_id!r} is gated on the Hub: accept its terms and log in, or pass a local "
                             "folder") from None
