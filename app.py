@@ -25,7 +25,7 @@ from gradio.components.plot import PlotData
 from gradio.context import LocalContext
 
 from specdemo import (KERNEL_NAMES, PRESETS, Cancel, Cancelled, Limits, SamplerConfig, SpecdemoError, Topology,
-                      __version__)
+                      __version__, check_config)
 from specdemo import compare as C
 from specdemo import figures as F
 
@@ -505,9 +505,11 @@ def _compute(config: SamplerConfig, target, progress, limits: Limits, cancel: Ca
 @readable_errors
 def check_inputs(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
                  num_samples, class_label, seed, device, objective="time"):
-    """Refuse bad settings before a run starts (what `run` checks first too, for API callers)."""
-    make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
-                num_samples, class_label, seed, device, objective)
+    """Refuse bad settings before a run starts, the library's limits included (what `run` checks
+    too, for API callers), so that a refusal leaves the last results on screen."""
+    config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
+                                 eta, churn, num_samples, class_label, seed, device, objective)
+    check_config(config, target, limits=app_limits(target, config.device))
 
 
 @readable_errors

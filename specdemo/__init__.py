@@ -14,7 +14,7 @@ from .drafts import BiasedDraft, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .limits import Cancel, Cancelled, Limits
 from .models import KERNEL_NAMES, MODEL_HELP, Target, resolve_target
-from .pipeline import METHODS, Problem, SamplerConfig, build, generate
+from .pipeline import METHODS, Problem, SamplerConfig, build, check_config, generate
 from .sampling import SampleResult, sample
 from .targets import PRESETS, GaussianMixture
 from .sampling import STATUS_NAMES, Cost, RoundTrace
@@ -28,5 +28,5 @@ __all__ = [
     "Topology", "TOPOLOGY_HELP", "FrozenDraft", "NetworkDraft", "BiasedDraft", "Draft", "VERIFIERS", "get_verifier",
     "ReflectionMaximalCoupling", "GreedyRejectionSampling", "RankAwareSelection", "GaussianMixture", "PRESETS",
     "Target", "resolve_target", "MODEL_HELP", "METHODS", "KERNEL_NAMES", "SpecdemoError",
-    "Limits", "Cancel", "Cancelled",
+    "Limits", "Cancel", "Cancelled", "check_config",
 ]

@@ -9,6 +9,7 @@ import math
 import time
 import weakref
 from dataclasses import asdict, dataclass, fields, replace
+from typing import NamedTuple
 
 import torch
 
@@ -168,11 +169,23 @@ def resolve(config: SamplerConfig, target: Target, kernel: Kernel, device: torch
                    budget=c.budget if c.budget is not None else best.get("budget"))
 
 
-def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits | None = None,
-          cancel: Cancel | None = None) -> Problem:
-    """Resolve and check a configuration, then calibrate it (pilots and plans, or the plan cache);
-    every refusal names the problem and what is accepted. limits: what the run may ask for, checked
-    before any work (default: Limits.from_env(), generous); cancel stops the pilots between rounds."""
+class Checked(NamedTuple):
+    """A configuration that passed every check made before any work: its defaults resolved, its kernel
+    and device, its fixed topology (None for tree auto; Topology(()) for plain sampling) and each
+    trajectory's conditioning."""
+
+    config: SamplerConfig
+    target: Target
+    kernel: Kernel
+    device: torch.device
+    tree: Topology | None
+    cond: dict
+
+
+def check_config(config: SamplerConfig, target: Target | None = None, *, limits: Limits | None = None) -> Checked:
+    """Every refusal `build` makes before any work (no pilot, no network call, no draft network
+    loaded), each naming the problem and what is accepted. limits: what the run may ask for
+    (default: Limits.from_env(), generous)."""
     c = config
     limits = limits or Limits.from_env()
     _choice(c.method, METHODS, "method")
@@ -200,10 +213,8 @@ def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits
                            prediction=c.prediction)
     device = resolve_device(c.device)
     c = resolve(c, target, kernel, device)
-
-    if c.method == "target":
-        tree, draft, verifier = Topology(()), None, None
-    else:
+    tree = Topology(())
+    if c.method != "target":
         auto = c.tree == "auto"
         if auto and (c.budget is None or c.budget < 1):
             raise SpecdemoError("--tree auto needs a rows budget of at least 1 (--budget R: the target rows a round "
@@ -216,9 +227,6 @@ def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits
         # a warm-up round adds the root's row and commits no step: one more row a round at most
         limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=(c.budget if auto else tree.num_nodes) + 1,
                      pilot_runs=pilots, pilot_samples=c.pilot_samples, pilot_rows_per_round=PILOT_DEPTH + 1)
-        verifier = get_verifier(c.verifier)
-        draft = build_draft(c, target, kernel, device)
-
     cond = {}
     if target.num_classes:
         label = c.class_label if c.class_label is not None else 0
@@ -227,6 +235,18 @@ def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits
         cond["class_labels"] = torch.full((c.num_samples,), label, dtype=torch.long)
     elif c.class_label is not None:
         raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")
+    return Checked(c, target, kernel, device, tree, cond)
+
+
+def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits | None = None,
+          cancel: Cancel | None = None) -> Problem:
+    """Check a configuration (check_config), then calibrate it (pilots and plans, or the plan cache);
+    cancel stops the pilots between rounds."""
+    c, target, kernel, device, tree, cond = check_config(config, target, limits=limits)
+    draft = verifier = None
+    if c.method != "target":
+        verifier = get_verifier(c.verifier)
+        draft = build_draft(c, target, kernel, device)
     problem = Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
     return warm_up(problem if c.method == "target" else calibrate(problem, cancel))
 

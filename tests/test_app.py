@@ -175,6 +175,16 @@ def test_bad_inputs_are_readable_errors(change, message):
     assert message in err.value.message
 
 
+def test_the_settings_check_includes_the_librarys_limits():
+    """The page's check (an event with no outputs, so a refusal leaves the results on screen) refuses
+    what the run would: the rows bound, a negative seed."""
+    with pytest.raises(gr.Error, match="over the limit of 250,000"):
+        app.check_inputs(*controls(model="digits", tree="1x5", steps=1000, num_samples=64))
+    with pytest.raises(gr.Error, match="seed must be in"):
+        app.check_inputs(*controls(seed=-1))
+    assert app.check_inputs(*controls()) is None
+
+
 def test_a_chain_the_langevin_densities_and_a_vector_target():
     out = app.run(*controls(tree="1x4", verifier="rmc", freeze="x0"), progress=no_progress)
     assert [r.key for r in out[9].runs] == ["target", "chain"] and len(out[7]) == 2
