@@ -242,18 +242,23 @@ def tree_work(tree: str, budget: int | None) -> tuple[int, str]:
     return topology.num_nodes, f"tree {topology} ({topology.num_nodes} nodes per round)"
 
 
+def kind_and_scale(target, device: str) -> tuple[str, int]:
+    """Which of the app's limits apply ("image" or "other"), and their multiple (x16 on a GPU)."""
+    return ("image" if C.target_kind(target) == "image" else "other",
+            16 if device != "cpu" and torch.cuda.is_available() else 1)
+
+
 def app_limits(target, device: str) -> Limits:
-    """What one click may ask for (the library checks it before any work; x16 on a GPU)."""
-    kind = "image" if C.target_kind(target) == "image" else "other"
-    scale = 16 if device != "cpu" and torch.cuda.is_available() else 1
+    """What one click may ask for (the library checks it before any work)."""
+    kind, scale = kind_and_scale(target, device)
     return Limits.from_env("SPECDEMO_APP_", max_steps=MAX_STEPS, max_samples=MAX_SAMPLES[kind] * scale,
                            max_rows=MAX_ROWS[kind] * scale, max_seconds=MAX_SECONDS)
 
 
 def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
-                num_samples, class_label, seed, device, objective="time") -> tuple[SamplerConfig, object]:
-    """The controls as a SamplerConfig (and the resolved target), checked against the app's limits
-    (app_limits: the rest of them when the library builds the run)."""
+                num_samples, class_label, seed, device, objective="time") -> tuple[SamplerConfig, object, Limits]:
+    """The controls as a SamplerConfig, the resolved target and the run's limits (app_limits; the
+    library checks the rest of them before any work)."""
     if model not in MODEL_VALUES:
         raise SpecdemoError(f"unknown model choice {model!r}; accepted: {', '.join(MODEL_VALUES)}")
     spec = (custom_model or "").strip() if model == "custom" else model
@@ -288,8 +293,7 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
     limits = app_limits(target, device)
     if samples is None or not 1 <= samples <= limits.max_samples:
         raise SpecdemoError(f"the number of samples must be in 1..{limits.max_samples} here, got {samples}")
-    kind = "image" if C.target_kind(target) == "image" else "other"
-    scale = 16 if device != "cpu" and torch.cuda.is_available() else 1
+    kind, scale = kind_and_scale(target, device)
     nodes, what = tree_work(tree, rows)
     if samples * nodes > MAX_WORK[kind] * scale:
         raise SpecdemoError(
@@ -308,7 +312,7 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
         pilot_samples=PILOT_SAMPLES, num_samples=samples, seed=_int(seed, "the seed", 0), device=device,
         class_label=label,
     )
-    return config, target
+    return config, target, limits
 
 
 # ---------------------------------------------------------------------------------------------- views
@@ -507,9 +511,9 @@ def check_inputs(model, custom_model, draft, freeze, draft_bias, tree, budget, v
                  num_samples, class_label, seed, device, objective="time"):
     """Refuse bad settings before a run starts, the library's limits included (what `run` checks
     too, for API callers), so that a refusal leaves the last results on screen."""
-    config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
-                                 eta, churn, num_samples, class_label, seed, device, objective)
-    check_config(config, target, limits=app_limits(target, config.device))
+    config, target, limits = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel,
+                                         steps, eta, churn, num_samples, class_label, seed, device, objective)
+    check_config(config, target, limits=limits)
 
 
 @readable_errors
@@ -518,9 +522,8 @@ def run(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, 
     """Run the chosen chain, tree or planned topology, the plain target sampler and the budget-matched chain."""
     progress(0, desc="loading the model")
     t0 = time.perf_counter()
-    config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
-                                 eta, churn, num_samples, class_label, seed, device, objective)
-    limits = app_limits(target, config.device)
+    config, target, limits = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel,
+                                         steps, eta, churn, num_samples, class_label, seed, device, objective)
     with cancellable(request, limits.max_seconds) as cancel:
         # the session keeps the trace of the first KEPT_TRAJECTORIES only: a few MB whatever the samples
         comp = _compute(config, target, progress, limits, cancel).summarised(KEPT_TRAJECTORIES, SESSION_BYTES)
@@ -572,14 +575,13 @@ def exactness(model, custom_model, draft, freeze, draft_bias, tree, budget, veri
               progress=gr.Progress()):
     """Two-sample test of the chosen chain, tree or plan against plain target sampling (analytic targets)."""
     progress(0, desc="loading the model")
-    config, target = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps,
-                                 eta, churn, 1, class_label, seed, device, objective)
+    config, target, limits = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel,
+                                         steps, eta, churn, 1, class_label, seed, device, objective)
     num = _int(test_samples, "the number of test samples")
     nodes, what = tree_work(config.tree, config.budget)
     if num * nodes > MAX_WORK["other"] * 2:
         raise SpecdemoError(f"{num} test samples with {what} is more than this app runs at once; "
                             "use fewer samples or a smaller tree")
-    limits = app_limits(target, config.device)
     with cancellable(request, limits.max_seconds) as cancel:
         report = _exactness(config, num, target, progress, limits, cancel)
     fig = F.exactness_figure(report.plain, report.speculative, report.p_value, spec_label=report.label,

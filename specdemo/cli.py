@@ -104,7 +104,7 @@ def _sample(args) -> int:
         if path and not Path(path).resolve().parent.is_dir():
             raise SpecdemoError(f"{option} {path[:80]!r}: its folder does not exist")
     limits = Limits.from_env()
-    cancel = Cancel(limits.max_seconds) if limits.max_seconds else None  # SPECDEMO_MAX_SECONDS
+    cancel = Cancel(limits.max_seconds)  # SPECDEMO_MAX_SECONDS, if set
     problem = build(config, limits=limits, cancel=cancel)
     if args.grid and len(problem.target.shape) != 3:
         raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {problem.target.shape}")

@@ -87,21 +87,21 @@ def energy_test(x: torch.Tensor, y: torch.Tensor, permutations: int = 500, seed:
 Progress = Callable[[float, str], None]
 MAX_TEST_SAMPLES = 2000  # per group: the test's pooled distance matrix grows as the square
 
-_cache: OrderedDict[str, Target] = OrderedDict()
+_cache: OrderedDict[tuple[str, bool], Target] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
 def cached_target(spec: str, size: int = 4, hub_only: bool = False) -> Target:
     """resolve_target, remembering the last `size` models (each loaded once while it is kept: the
     app's check of a run's settings and the run itself share one load)."""
-    spec = str(spec).strip()
+    key = (str(spec).strip(), hub_only)  # the same name read from the Hub only, or from the disk too
     with _cache_lock:
-        if spec in _cache:
-            _cache.move_to_end(spec)
-            return _cache[spec]
-    target = resolve_target(spec, hub_only=hub_only)
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    target = resolve_target(key[0], hub_only=hub_only)
     with _cache_lock:
-        _cache[spec] = target
+        _cache[key] = target
         while len(_cache) > size:
             _cache.popitem(last=False)
     return target

@@ -285,6 +285,6 @@ def generate(config: SamplerConfig, **kwargs) -> tuple[SampleResult, Problem]:
     counts the pilot runs when the build ran them (not for a plan from the cache). With
     SPECDEMO_MAX_SECONDS set (Limits.from_env), the build and the run stop past that many seconds."""
     limits = Limits.from_env()
-    cancel = kwargs.pop("cancel", None) or (Cancel(limits.max_seconds) if limits.max_seconds else None)
+    cancel = kwargs.pop("cancel", None) or Cancel(limits.max_seconds)
     problem = build(config, limits=limits, cancel=cancel)
     return problem.run(with_pilot=True, cancel=cancel, **kwargs), problem

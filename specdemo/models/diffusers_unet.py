@@ -90,9 +90,7 @@ def load_diffusers_target(spec: str, hub_only: bool = False) -> DiffusersTarget:
     A pipeline folder (model_index.json, unet/, scheduler/) and a bare model folder (config.json
     and scheduler_config.json side by side) are both accepted.
     """
-    if hub_only and spec not in EMBEDDED:  # never the local disk: a Hub id, or nothing
-        if not _looks_like_hub_id(spec):
-            raise SpecdemoError(f"{spec[:80]!r} is not a Hub id (org/name)")
+    if hub_only and spec not in EMBEDDED:  # never the local disk: a Hub id, or refused just below
         source, local = Path(spec), False
     else:
         source = Path(EMBEDDED.get(spec, Path(spec).expanduser()))
