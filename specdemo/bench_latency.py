@@ -232,7 +232,7 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
               "",
               "Milliseconds per round outside the target call, with a network that returns at once (the exact "
               "eps-prediction for data ~ N(0, I) in the digits shape), the digits model's kernel (100 DDPM steps, "
-              "x0-hat clipped) and the frozen draft freezing x0-hat; the fastest of 9 seeds. *Before*: the same "
+              "x0-hat clipped) and the frozen draft freezing x0-hat; the median of 9 seeds. *Before*: the same "
               "measurement at commit 85c9071, the driver before it was rewritten as phases. A 1-row call of the digits "
               f"UNet takes {call_ms:.2f} ms on this machine (median of 50).",
               "",

@@ -36,6 +36,8 @@ def brute_force(accept, calls_ahead, horizon, budget, max_width, leaf_options):
     for depth in range(1, horizon + 1):
         for widths in itertools.product(range(1, max_width + 1), repeat=depth):
             for leaves in leaf_options:
+                if leaves and depth >= len(calls_ahead) - 1:  # a leaf at step N is the sample: never evaluated
+                    continue
                 if Topology(widths).rows_per_round(leaves) - 1 <= budget:
                     best = min(best, calls_after(widths, leaves, accept, calls_ahead))
     return best
@@ -70,6 +72,17 @@ def test_ties_go_to_the_narrower_tree(leaf_options):
     assert set(widths) == {1} and value == pytest.approx(brute_force(accept, calls_ahead, 5, 30, 4, leaf_options))
 
 
+@pytest.mark.parametrize("leaf_options", [(True,), (False, True)])
+def test_no_leaf_row_at_step_n(leaf_options):
+    """A round that reaches step N ends at the sample itself: its leaves are never evaluated (the
+    driver has no step N to call the network at), so the plan may not choose or count them there."""
+    accept = lambda d: (0.95,) * 4  # every level is worth drafting: the plan goes to the horizon
+    calls_ahead = np.stack([np.linspace(5, 0, 6), np.linspace(4, 0, 6)], 1)  # the last row is step N
+    value, widths, leaves = _best_round(accept, calls_ahead, 5, 30, leaf_options)
+    assert not (leaves and len(widths) == 5)
+    assert value == pytest.approx(brute_force(accept, calls_ahead, 5, 30, 4, leaf_options), abs=1e-12)
+
+
 def test_auto_plans_every_step_within_the_budget():
     problem = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="auto", budget=15, verifier="dgrs",
                                   freeze="out", prefetch="nearest", objective="calls", num_samples=8, device="cpu"))
@@ -101,6 +114,8 @@ def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_
                                   freeze="x0", prefetch="auto", objective="calls", num_samples=64, device="cpu", seed=3))
     plan = problem.tree
     assert any(plan.leaves) and not plan.leaves[59]  # no leaves where the horizon is 0 (the deterministic last step)
+    # nor a leaf row at step N, which the driver would not evaluate: the plan must not count it
+    assert all(n + plan.at(n, known).depth < 60 for n in range(60) for known in (False, True) if plan.leaves_at(n, known))
     assert all(t.rows_per_round(ev) <= 10 for t, ev in zip(plan.trees, plan.leaves) if t.widths)
     assert all(t.rows_per_round(ev) - 1 <= 10 for t, ev in zip(plan.known_trees, plan.known_leaves) if t.widths)
     result = problem.run(trace=True, trace_states=False)

@@ -12,8 +12,21 @@ import torch
 
 from ..kernels import Kernel
 
-# m^p of the nodes at one depth of a round: (depth below the root, x (A, P, *shape), out) -> (A, P, *shape)
-LevelMeans = Callable[..., torch.Tensor]
+
+class LevelMeans:
+    """m^p of the nodes at one depth of a round: means(d, x (A, P, *shape), out=None) -> (A, P, *shape),
+    d the depth below the root.
+
+    affine: (alpha (A, L), beta (A, L, *shape)) where m^p at depth d is alpha_d x + beta_d whatever the
+    state x (a frozen draft without a clamp on x), else None; a chain is then drafted with one
+    operation a level (specdemo.sampling.phases)."""
+
+    def __init__(self, level: Callable[..., torch.Tensor],
+                 affine: tuple[torch.Tensor, torch.Tensor] | None = None):
+        self.level, self.affine = level, affine
+
+    def __call__(self, d: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.level(d, x, out)
 
 
 class Draft:
@@ -24,19 +37,18 @@ class Draft:
     uses_frozen = False
     calls_network = False
 
-    def for_round(self, kernel: Kernel, step: torch.Tensor, depth: int, frozen: torch.Tensor | None,
+    def for_round(self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None,
                   cond: dict[str, torch.Tensor]) -> LevelMeans:
-        """m^p for a round of A trajectories rooted at steps `step` (A,), for `depth` levels: a
-        function of (d, x, out=None) giving the means at nodes x (A, P, *shape) at depth d below the
-        root (step + d), written into `out` when given. frozen (A, *frozen_shape) is each
-        trajectory's frozen value, cond its conditioning. What depends on the steps alone is set up
-        here once per round, not once per level."""
+        """m^p for a round of A trajectories over L levels, steps (A, L) the step n + d of each
+        depth d below each root: the means at nodes x (A, P, *shape) at depth d, written into `out`
+        when given. frozen (A, *frozen_shape) is each trajectory's frozen value, cond its
+        conditioning. What depends on the steps alone is set up here once per round, not once per level."""
         raise NotImplementedError
 
     def means(self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor | None,
               cond: dict[str, torch.Tensor]) -> torch.Tensor:
         """m^p_n at the P nodes of each of A trajectories: x (A, P, *shape), n (A,) the nodes' step."""
-        return self.for_round(kernel, n, 1, frozen, cond)(0, x)
+        return self.for_round(kernel, n[:, None], frozen, cond)(0, x)
 
     def check(self, kernel: Kernel) -> None:
         """Refuse a kernel this draft cannot serve, with a reason."""

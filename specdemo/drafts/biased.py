@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Draft
+from .base import Draft, LevelMeans
 
 
 class BiasedDraft(Draft):
@@ -26,13 +26,13 @@ class BiasedDraft(Draft):
     def frozen_value(self, kernel, out, x, n):
         return self.base.frozen_value(kernel, out, x, n)
 
-    def for_round(self, kernel, step, depth, frozen, cond):
-        base = self.base.for_round(kernel, step, depth, frozen, cond)
+    def for_round(self, kernel, steps, frozen, cond):
+        base = self.base.for_round(kernel, steps, frozen, cond)
 
         def level(d, x, out=None):
             m = base(d, x, out)
-            return m.add_(kernel.scale(step + d, x) * (self.bias / x[0, 0].numel() ** 0.5))
-        return level
+            return m.add_(kernel.scale(steps[:, d], x) * (self.bias / x[0, 0].numel() ** 0.5))
+        return LevelMeans(level)
 
     def config(self):
         return {**self.base.config(), "draft_bias": self.bias}

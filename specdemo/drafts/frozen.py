@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SpecdemoError
-from .base import Draft
+from .base import Draft, LevelMeans
 
 FREEZE = ("out", "x0", "auto")
 
@@ -50,7 +50,7 @@ class FrozenDraft(Draft):
         x0 = kernel.denoised(out, x, n)
         return x0 if self.freeze == "x0" else torch.stack((out, x0), 1)
 
-    def for_round(self, kernel, step, depth, frozen, cond):
+    def for_round(self, kernel, steps, frozen, cond):
         """With the frozen value f plugged in, m^p at depth d is linear in the node's state x:
 
             freeze out:  A x + B f + C clip(D x + E f)
@@ -58,36 +58,41 @@ class FrozenDraft(Draft):
 
         (kernels/base.py's coefficients at the node's step). The coefficients of every level are
         gathered once; a level then costs one fused operation, two more and a clamp where the
-        kernel clips and the output is frozen. freeze auto takes, per step, the x0 form or the out form."""
-        n = step[:, None] + torch.arange(depth, device=step.device)  # (A, L): the step of each depth
+        kernel clips and the output is frozen. freeze auto takes, per step, the x0 form or the out form.
+        Without that clamp m^p is affine in x (LevelMeans.affine)."""
+        n, (a, depth) = steps, steps.shape
         out_f, x0_f = (frozen[:, 0], frozen[:, 1]) if self.freeze == "auto" else (frozen, frozen)
         out_f, x0_f = out_f[:, None, None], x0_f[:, None, None]  # (A, 1, 1, *shape): every level, every node
-        k = kernel.coefficients(n, out_f)
         r = kernel.clip_range
-        alpha, beta = k.A, k.B * out_f  # the out form's linear part
-        gain = k.C if r is not None else None  # its clipped part's weight
+        if self.freeze != "x0":
+            k = kernel.coefficients(n, out_f)
+            alpha, beta = k.A, k.B * out_f  # the out form's linear part
+            gain = k.C if r is not None else None  # its clipped part's weight
         if self.freeze != "out":
-            alpha_x0 = k.A - k.B * k.D / k.E
-            beta_x0 = (k.B / k.E) * x0_f
+            alpha_x0, b_x0, c_x0 = kernel.denoised_coefficients(n, x0_f)
+            beta_x0 = b_x0 * x0_f
             if r is not None:
-                beta_x0 = beta_x0.addcmul_(k.C, x0_f.clamp(-r, r))
+                beta_x0 = beta_x0.addcmul_(c_x0, x0_f.clamp(-r, r))
             if self.freeze == "x0":
                 alpha, beta, gain = alpha_x0, beta_x0, None
             else:
-                use_x0 = self.x0_steps.to(n.device)[n].view(k.A.shape)
+                use_x0 = self.x0_steps.to(n.device)[n].view(alpha.shape)
                 alpha, beta = torch.where(use_x0, alpha_x0, alpha), torch.where(use_x0, beta_x0, beta)
                 gain = None if gain is None else torch.where(use_x0, 0.0, gain)
-        # one view per depth, taken once
-        alpha, beta = alpha.expand(-1, depth, *alpha.shape[2:]).unbind(1), beta.expand(-1, depth, *beta.shape[2:]).unbind(1)
-        if gain is not None:
-            gain, ef, d_coef = gain.unbind(1), (k.E * out_f).unbind(1), k.D.unbind(1)
+        beta = beta.expand(-1, depth, *beta.shape[2:])
+        affine = None if gain is not None else (alpha.reshape(a, depth), beta[:, :, 0])
+        by_depth = []  # one view per depth, taken at the first level asked for
 
         def level(d, x, out=None):
-            m = torch.addcmul(beta[d], alpha[d], x, out=out)
+            if not by_depth:
+                by_depth.extend((alpha.expand(-1, depth, *alpha.shape[2:]).unbind(1), beta.unbind(1)))
+                if gain is not None:
+                    by_depth.extend((gain.unbind(1), (k.E * out_f).unbind(1), k.D.unbind(1)))
+            m = torch.addcmul(by_depth[1][d], by_depth[0][d], x, out=out)
             if gain is not None:
-                m.addcmul_(gain[d], torch.addcmul(ef[d], d_coef[d], x).clamp_(-r, r))
+                m.addcmul_(by_depth[2][d], torch.addcmul(by_depth[3][d], by_depth[4][d], x).clamp_(-r, r))
             return m
-        return level
+        return LevelMeans(level, affine)
 
     def config(self):
         return {"draft": "frozen", "freeze": self.freeze}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Draft
+from .base import Draft, LevelMeans
 
 
 class NetworkDraft(Draft):
@@ -13,15 +13,15 @@ class NetworkDraft(Draft):
     def __init__(self, network, name: str = "network"):
         self.network, self.name = network, name
 
-    def for_round(self, kernel, step, depth, frozen, cond):
+    def for_round(self, kernel, steps, frozen, cond):
         def level(d, x, out=None):
             a, p = x.shape[:2]
             rows = x.flatten(0, 1)
-            n_rows = (step + d).repeat_interleave(p)
+            n_rows = steps[:, d].repeat_interleave(p)
             cond_rows = {k: v.repeat_interleave(p, dim=0) for k, v in cond.items()}
             m = kernel.mean(self.network(rows, n_rows, **cond_rows), rows, n_rows).view_as(x)
             return m if out is None else out.copy_(m)
-        return level
+        return LevelMeans(level)
 
     def config(self):
         return {"draft": self.name}

@@ -48,6 +48,10 @@ class Kernel:
         self.scales = scales.to(torch.float64)
         self.timesteps = timesteps
         self.coefficient_table = coefficients.to(torch.float64)  # (N, 5): A..E per step
+        self._columns = self.coefficient_table.T.contiguous()  # (5, N): a row's coefficients in one gather
+        if has_denoised:  # m_n given x0-hat: (A - B D / E) x + (B / E) x0-hat + C clip(x0-hat)
+            a, b, c, d, e = self._columns
+            self._denoised_columns = torch.stack((a - b * d / e, b / e, c))
         self.clip_range = clip_range
         self.has_denoised = has_denoised
         self._tables: dict[tuple, torch.Tensor] = {}
@@ -79,8 +83,15 @@ class Kernel:
 
     def coefficients(self, n: torch.Tensor, like: torch.Tensor) -> StepCoefficients:
         """A_n..E_n for steps n, shaped to broadcast against `like`, whose leading dimensions are n's."""
-        columns = self.table("coefficients", self.coefficient_table.T, like)[:, n]  # (5, *n.shape): one gather
+        columns = torch.index_select(self.table("coefficients", self._columns, like), 1, n.reshape(-1))
         return StepCoefficients(*columns.view(5, *n.shape, *[1] * (like.dim() - n.dim())).unbind(0))
+
+    def denoised_coefficients(self, n: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(A_n - B_n D_n / E_n, B_n / E_n, C_n): the mean as a function of x and the denoised estimate,
+        m_n = (A - B D / E) x + (B / E) x0-hat + C clip(x0-hat), shaped as coefficients()."""
+        self._needs_denoised()
+        columns = torch.index_select(self.table("denoised", self._denoised_columns, like), 1, n.reshape(-1))
+        return columns.view(3, *n.shape, *[1] * (like.dim() - n.dim())).unbind(0)
 
     def scale(self, n: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """s_n shaped to broadcast against `like`."""

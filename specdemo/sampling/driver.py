@@ -184,13 +184,13 @@ class _Batch:
         """s_n per row, in the run's dtype, shaped to broadcast against `like` (rows first)."""
         return self.scales_dtype[step].view(-1, *[1] * (like.dim() - 1))
 
-    def round_means(self, state: RoundState, depth: int):
+    def round_means(self, state: RoundState):
         """The draft's means for a round of the trajectories in state.slots (Draft.for_round)."""
         if self.draft.calls_network:
-            self.cost.draft_calls += depth  # one call per level (a lazy last level's at the reached node)
-        traj = self.slot_traj_device[state.slots]
-        return self.draft.for_round(self.kernel, state.step, depth, self.rows_of(self.frozen, state) if self.uses_frozen
-                                    else None, {k: v[traj] for k, v in self.cond.items()})
+            self.cost.draft_calls += state.tree.depth  # one call per level (a lazy last level's at the reached node)
+        cond = {k: v[self.slot_traj_device[state.slots]] for k, v in self.cond.items()} if self.cond else {}
+        return self.draft.for_round(self.kernel, state.depth_steps,
+                                    self.rows_of(self.frozen, state) if self.uses_frozen else None, cond)
 
     def rows_of(self, per_slot: torch.Tensor, state: RoundState) -> torch.Tensor:
         """A per-slot tensor's rows for a round's trajectories: itself (no copy) when the round holds
@@ -226,8 +226,10 @@ class _Batch:
             self._spaces.pop(next(iter(self._spaces)))
         return space
 
-    def slot_tensor(self, slots) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(slots, dtype=np.int64)).to(self.device, non_blocking=True)
+    def slot_tensor(self, values) -> torch.Tensor:
+        """Host integers (slots, steps) as a long tensor on the run's device (a copy: the host arrays change)."""
+        t = torch.from_numpy(np.array(values, dtype=np.int64))
+        return t if self.device.type == "cpu" else t.to(self.device, non_blocking=True)
 
     # ---------------------------------------------------------------- the batch's slots
     def refill(self, slots: list[int]) -> None:
@@ -314,7 +316,7 @@ class _Batch:
             slot_t = self.slot_tensor(members)
             whole = members.size == self.slot_traj.size and bool((np.diff(members) == 1).all())
             state = RoundState(layout, slot_t, members.tolist(),
-                               torch.as_tensor(self.n[members]).to(self.device, non_blocking=True), kn,
+                               self.slot_tensor(self.n[members]), kn,
                                space=self.workspace(layout, kn).rows(members.size), whole=whole)
             if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
                 self.set_rows(self.frozen, state, self.draft.frozen_value(
@@ -330,7 +332,7 @@ class _Batch:
         parts = [phases.call_inputs(s, self) for s in calling]
         if roots.size:
             r = self.slot_tensor(roots)
-            parts.append((self.y[r], torch.as_tensor(self.n[roots]).to(self.device), r))
+            parts.append((self.y[r], self.slot_tensor(self.n[roots])))
         out = None
         if parts:
             rows = sum(p[1].numel() for p in parts)
@@ -339,10 +341,14 @@ class _Batch:
             if padding:
                 first = parts[0]
                 parts.append(tuple(t[:1].expand(padding, *t.shape[1:]) for t in first))
-            x, steps, slots = (torch.cat(p) for p in zip(*parts)) if len(parts) > 1 else parts[0]
+            x, steps = (torch.cat(p) for p in zip(*parts)) if len(parts) > 1 else parts[0]
+            cond = {}
+            if self.cond:  # each row's trajectory's conditioning (padding rows repeat the first row's)
+                slots = [s.slots.repeat_interleave(s.call_rows) for s in calling] + ([r] if roots.size else [])
+                slots = torch.cat(slots + [slots[0][:1].expand(padding)])
+                cond = {k: v[self.slot_traj_device[slots]] for k, v in self.cond.items()}
             t0 = self.clock.mark()
-            traj = self.slot_traj_device[slots]
-            out = self.network(x, steps, **{k: v[traj] for k, v in self.cond.items()})
+            out = self.network(x, steps, **cond)
             if out.shape != x.shape:
                 raise SpecdemoError(f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(x.shape)}")
             self.clock.add("target", t0)
@@ -368,12 +374,12 @@ class _Batch:
     def synchronise(self, states: list[RoundState], out) -> bool:
         """The round's one device-to-host copy: every group's committed depths and corrections, and
         whether the call's outputs were finite."""
-        parts = [torch.stack([s.end_depth, s.corrected.long()]).flatten() for s in states]
+        parts = [t for s in states for t in (s.end_depth, s.corrected)]
         if out is not None:
-            parts.append(torch.isfinite(out.sum()).long()[None])  # one reduction (huge sums are refused too)
+            parts.append(out.sum().isfinite()[None])  # one reduction (huge sums are refused too)
         if not parts:
             return True
-        host = torch.cat(parts).tolist()
+        host = torch.cat(parts).tolist()  # one dtype: cat promotes the flags to the depths' integers
         start = 0
         for s in states:
             a = s.count
@@ -389,7 +395,7 @@ class _Batch:
     def direct_step(self, direct: np.ndarray) -> None:
         """Y_{n+1} = m_n(Y_n) + s_n xi with the target: plain sampling and deterministic steps."""
         d = self.slot_tensor(direct)
-        step = torch.as_tensor(self.n[direct]).to(self.device)
+        step = self.slot_tensor(self.n[direct])
         y_next = self.kernel.mean(self.root_out[d], self.y[d], step)
         noisy = np.flatnonzero(self.scales_host[self.n[direct]] > 0)
         if noisy.size:

@@ -66,9 +66,10 @@ class NearestSibling(Prefetch):
         """Where a corrected draw ended the round, the evaluated child of its parent (a rejected
         sibling, at the same step) nearest to it, if the level was evaluated."""
         lay, cur = state.layout, state.cur
+        if lay.max_width == 1:  # a chain: the one sibling is the rejected child (node cur + 1), if evaluated;
+            # else the parent of the commit, node cur itself or (a kept unevaluated leaf) cur - 1
+            return torch.where(state.corrected, cur + (cur < lay.evaluated_depth), cur - int(not state.evaluate_leaves))
         fallback = parent_of_commit(state)
-        if lay.max_width == 1:  # a chain: the one sibling is the rejected child (node cur + 1), if evaluated
-            return torch.where(state.corrected & (cur < lay.evaluated_depth), cur + 1, fallback)
         width = lay.max_width
         sib = lay.first_child[cur][:, None] + torch.arange(width, device=cur.device)
         valid = (torch.arange(width, device=cur.device)[None] < lay.num_children[cur][:, None]) \

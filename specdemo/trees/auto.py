@@ -244,7 +244,9 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
     choices = []
     for d in range(horizon, 0, -1):
         rejected, a = calls_ahead[d, 0], np.asarray(accept(d))[:, None, None]
-        afters = ([np.full(fits.shape, calls_ahead[d, 1])] if True in leaf_options else []) + [
+        # a leaf at step N is the sample itself: the driver never evaluates it, nor may the plan
+        leaf_after = calls_ahead[d, 1] if d < calls_ahead.shape[0] - 1 else math.inf
+        afters = ([np.full(fits.shape, leaf_after)] if True in leaf_options else []) + [
             below[index[:, :, None], grid.left] if d < horizon else np.full(fits.shape, math.inf)]
         by_width = []
         for after in afters:  # (w, m, B)
@@ -339,7 +341,7 @@ def _best_block_chain(stops: np.ndarray, calls_ahead: np.ndarray, budget: int, l
     for length in range(1, stops.shape[0] + 1):
         for leaves in leaf_options:
             rows = length - 1 + leaves
-            if rows > budget:
+            if rows > budget or (leaves and length >= calls_ahead.shape[0] - 1):  # no leaf row at step N
                 continue
             p = stops[length - 1]
             after = float(p[:length] @ calls_ahead[1:length + 1, 0] + p[length] * calls_ahead[length, int(leaves)])
