@@ -7,6 +7,7 @@ error in the page and the server keeps serving.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -25,7 +26,7 @@ from gradio.components.plot import PlotData
 from gradio.context import LocalContext
 
 from specdemo import (KERNEL_NAMES, PRESETS, Cancel, Cancelled, Limits, SamplerConfig, SpecdemoError, Topology,
-                      __version__, check_config)
+                      __version__)
 from specdemo import compare as C
 from specdemo import figures as F
 
@@ -42,7 +43,7 @@ except ImportError:  # anywhere else the decorator is skipped
 log = logging.getLogger("specdemo.app")
 
 # ---------------------------------------------------------------------------------------------- settings
-# the embedded digits UNet (class-conditional, 16x16); gm2d where a checkout lacks assets/models/digits
+# the embedded digits UNet (class-conditional, 16x16); gm2d where a checkout lacks the embedded models
 DEFAULT_MODEL = "digits" if C.embedded_available("digits") else "gm2d"
 CONCURRENCY_LIMIT = 2  # runs at once; the queue holds the others
 QUEUE_SIZE = 64
@@ -72,11 +73,6 @@ def cpu_budget() -> int:
         pass
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
-
-# Each run gets its share of the CPUs: on a 2-core machine two concurrent runs of two threads each fight
-# over the cores, and small tensors gain nothing from intra-op threads (measured: 1.05 s against 7-9 s
-# for the default click with another process busy).
-torch.set_num_threads(max(1, cpu_budget() // CONCURRENCY_LIMIT))
 
 MODEL_CHOICES = [
     ("digits · embedded 16×16 UNet", "digits"),
@@ -109,22 +105,24 @@ UI_DEFAULTS = {
 }
 DEFAULT_CLASS = 3  # the digit the first click draws
 
-TREE_CHOICES = [
-    ("auto (planned per step)", "auto"),
-    ("3,2,1 · tree, 10 rows per round", "3,2,1"),
-    ("2,2,1 · small tree", "2,2,1"),
-    ("2x3 · binary tree, depth 3", "2x3"),
-    ("2x5 · binary tree, depth 5", "2x5"),
-    ("4x3 · wide tree", "4x3"),
-    ("4x4 · wide tree, depth 4", "4x4"),
-    ("2,2,2,1,1 · branches, then a chain", "2,2,2,1,1"),
-    ("1x5 · chain of 5", "1x5"),
-    ("1x10 · chain of 10", "1x10"),
+# The topology is typed (what is typed is what runs); these presets fill the box with one click.
+TREE_PRESETS = [
+    ("auto", "auto: planned per step"),
+    ("3,2,1", "3,2,1: tree, 10 rows per round"),
+    ("2,2,1", "2,2,1: small tree"),
+    ("2x3", "2x3: binary tree, depth 3"),
+    ("4x4", "4x4: wide tree, depth 4"),
+    ("2,2,2,1,1", "2,2,2,1,1: branches, then a chain"),
+    ("1x5", "1x5: chain of 5"),
+    ("1x10", "1x10: chain of 10"),
 ]
 VERIFIER_CHOICES = [("default: block for auto, D-GRS for trees, RMC for chains", "default"),
                     ("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc"),
                     ("block verification (chains only)", "block")]
 OBJECTIVE_CHOICES = [("wall-clock (measured here)", "time"), ("target calls", "calls")]
+# the run settings' defaults and help, read from the one config (specdemo/config.py)
+CONFIG_DEFAULTS = SamplerConfig()
+CONFIG_FIELDS = {f.name: f.metadata for f in dataclasses.fields(SamplerConfig)}  # help, choices
 KERNEL_CHOICES = [("the model's default", "default"), *[(k, k) for k in KERNEL_NAMES]]
 DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: digits-draft", "digits-draft")]
 FREEZE_CHOICES = [("network output", "out"), ("x0-hat", "x0"), ("auto (pilot per step)", "auto")]
@@ -290,6 +288,9 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
     samples = _int(num_samples, "the number of samples")
     device = str(device or "auto")
     target = C.cached_target(spec, hub_only=not local_models())  # a Hub id never reads the local disk
+    if target.text_conditioned:  # no prompt box yet, and its latents need the VAE to be shown
+        raise SpecdemoError(f"{spec[:80]!r} is a text-to-image model, which this page does not run yet; use the "
+                            "command line (--prompt) or a pixel-space model")
     limits = app_limits(target, device)
     if samples is None or not 1 <= samples <= limits.max_samples:
         raise SpecdemoError(f"the number of samples must be in 1..{limits.max_samples} here, got {samples}")
@@ -439,9 +440,15 @@ def plan_text(comp: C.Comparison, max_segments: int = 7) -> str:
     if len(segments) > max_segments:
         parts.append(f"… {len(segments) - max_segments} more")
     goal = "the least expected wall-clock on this machine" if c.objective == "time" else "the fewest expected target calls"
+    known = ""
+    if any(comp.plan.leaves):  # the round view shows these trees too: say where they come from
+        deepest = max((t for t in comp.plan.known_trees if t.widths), key=lambda t: t.num_nodes, default=None)
+        known = (" · a round that starts where an evaluated leaf was committed knows its root's output (no row for "
+                 f"it) and drafts from the plan's trees for a known root{f', up to `{deepest}`' if deepest else ''}; "
+                 "the round view marks it \"root output known\"")
     return (f"**Planned trees** for {goal} (≤ {c.budget} target rows a round, "
             f"{rows_text(round(chosen.rows_per_round, 1))} on average; branching at {branching} of {speculative} steps) "
-            f"by starting step: " + " · ".join(parts) + f" · {comp.chosen.verifier} verifier · {draft}.")
+            f"by starting step: " + " · ".join(parts) + known + f" · {comp.chosen.verifier} verifier · {draft}.")
 
 
 # ---------------------------------------------------------------------------------------------- handlers
@@ -509,11 +516,12 @@ def _compute(config: SamplerConfig, target, progress, limits: Limits, cancel: Ca
 @readable_errors
 def check_inputs(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
                  num_samples, class_label, seed, device, objective="time"):
-    """Refuse bad settings before a run starts, the library's limits included (what `run` checks
-    too, for API callers), so that a refusal leaves the last results on screen."""
+    """Refuse bad settings before a run starts, the library's limits included and applied to the
+    click's runs together (what `run` checks too, for API callers), so that a refusal leaves the last
+    results on screen."""
     config, target, limits = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel,
                                          steps, eta, churn, num_samples, class_label, seed, device, objective)
-    check_config(config, target, limits=limits)
+    C.check_click(config, target, limits)
 
 
 @readable_errors
@@ -710,9 +718,6 @@ def warm_up() -> None:
     except Exception:  # the app serves anyway; the first click pays instead
         log.exception("warm-up failed")
 
-
-warm_up()
-
 # ---------------------------------------------------------------------------------------------- page
 LEGEND = "".join(
     f'<span class="sd-chip"><span class="sd-dot" style="background:{F.STATUS_COLORS[s]}"></span>{label}</span>'
@@ -747,135 +752,158 @@ THEME = gr.themes.Soft(
     font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "DejaVu Sans Mono", "monospace"],
 )
 
-D0 = UI_DEFAULTS[DEFAULT_MODEL]
-IMAGE0 = DEFAULT_MODEL in ("digits", "custom")
-
-with gr.Blocks(title="specdemo · speculative sampling for diffusion models",
-               delete_cache=(EXPORT_TTL // 3, EXPORT_TTL)) as demo:
-    gr.HTML(HEADER)
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=330):
-            with gr.Group():
-                model = gr.Dropdown(MODEL_CHOICES, value=DEFAULT_MODEL, label="target model", elem_id="model")
-                custom_model = gr.Textbox("", label="Hub id or local diffusers folder", placeholder="google/ddpm-cifar10-32",
-                                          visible=DEFAULT_MODEL == "custom")
-                class_label = gr.Number(value=DEFAULT_CLASS, precision=0, visible=IMAGE0, elem_id="class-label",
-                                        label="class label (the digit to draw)" if DEFAULT_MODEL == "digits"
-                                        else "class label")
-            with gr.Group():
-                draft = gr.Dropdown(DRAFT_CHOICES, value=D0["draft"], label="draft", allow_custom_value=True,
-                                    info="or a draft network's folder or Hub id (same noise schedule)")
-                freeze = gr.Radio(FREEZE_CHOICES, value=D0["freeze"], label="freeze (frozen draft)", elem_id="freeze",
-                                  info="what the draft keeps from the last target call", visible=D0["draft"] == "frozen")
-                draft_bias = gr.Slider(0, 3, value=0, step=0.1, label="draft bias",
-                                       info="moves the draft off the target: slower, still exact")
-            with gr.Group():
-                tree = gr.Dropdown(TREE_CHOICES, value=D0["tree"], allow_custom_value=True, label="topology",
-                                   info="auto, a preset, or widths per depth such as 3,2,1, 4x4, 1x5", elem_id="topology")
-                budget = gr.Slider(*BUDGET_RANGE, value=D0["budget"], step=1, label="rows per round (auto)",
-                                   info=f"target rows a round may use; widths planned per step from a pilot of "
-                                        f"{PILOT_SAMPLES} trajectories", visible=is_auto(D0["tree"]), elem_id="budget")
-                objective = gr.Radio(OBJECTIVE_CHOICES, value="time", label="the plan minimises (auto)",
-                                     visible=is_auto(D0["tree"]), elem_id="objective")
-                verifier = gr.Dropdown(VERIFIER_CHOICES, value="default", label="verifier", elem_id="verifier")
-            with gr.Accordion("sampler", open=True):
-                kernel = gr.Dropdown([KERNEL_CHOICES[0], *[(k, k) for k in model_kernels(DEFAULT_MODEL)]],
-                                     value="default", label="kernel")
+def build_demo() -> gr.Blocks:
+    """The page: controls on the left, the run's views in tabs on the right, and their events."""
+    d0 = UI_DEFAULTS[DEFAULT_MODEL]
+    image0 = DEFAULT_MODEL in ("digits", "custom")
+    with gr.Blocks(title="specdemo · speculative sampling for diffusion models",
+                   delete_cache=(EXPORT_TTL // 3, EXPORT_TTL)) as demo:
+        gr.HTML(HEADER)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=330):
+                with gr.Group():
+                    model = gr.Dropdown(MODEL_CHOICES, value=DEFAULT_MODEL, label="target model", elem_id="model")
+                    custom_model = gr.Textbox("", label="Hub id or local diffusers folder", elem_id="custom-model",
+                                              placeholder="google/ddpm-cifar10-32", visible=DEFAULT_MODEL == "custom")
+                    class_label = gr.Number(value=DEFAULT_CLASS, precision=0, visible=image0, elem_id="class-label",
+                                            label="class label (the digit to draw)" if DEFAULT_MODEL == "digits"
+                                            else "class label")
+                with gr.Group():
+                    draft = gr.Dropdown(DRAFT_CHOICES, value=d0["draft"], label="draft", allow_custom_value=True,
+                                        info="or a draft network's folder or Hub id (same noise schedule)",
+                                        elem_id="draft")
+                    freeze = gr.Radio(FREEZE_CHOICES, value=d0["freeze"], label="freeze (frozen draft)",
+                                      elem_id="freeze", info="what the draft keeps from the last target call",
+                                      visible=d0["draft"] == "frozen")
+                    draft_bias = gr.Slider(0, 3, value=CONFIG_DEFAULTS.draft_bias, step=0.1, label="draft bias",
+                                           elem_id="draft-bias", info=CONFIG_FIELDS["draft_bias"]["help"])
+                with gr.Group():
+                    tree = gr.Textbox(d0["tree"], label="topology", elem_id="topology", max_lines=1,
+                                      info="auto, or widths per depth such as 3,2,1, 4x4, 1x5 (Enter runs it)")
+                    gr.Examples([[value] for value, _ in TREE_PRESETS], inputs=[tree], label="presets",
+                                example_labels=[label for _, label in TREE_PRESETS], examples_per_page=len(TREE_PRESETS),
+                                elem_id="topology-presets")
+                    budget = gr.Slider(*BUDGET_RANGE, value=d0["budget"], step=1, label="rows per round (auto)",
+                                       info=f"target rows a round may use; widths planned per step from a pilot of "
+                                            f"{PILOT_SAMPLES} trajectories", visible=is_auto(d0["tree"]), elem_id="budget")
+                    objective = gr.Radio(OBJECTIVE_CHOICES, value=CONFIG_DEFAULTS.objective, label="the plan minimises (auto)",
+                                         visible=is_auto(d0["tree"]), elem_id="objective")
+                    verifier = gr.Dropdown(VERIFIER_CHOICES, value="default", label="verifier", elem_id="verifier")
+                with gr.Accordion("sampler", open=True):
+                    kernel = gr.Dropdown([KERNEL_CHOICES[0], *[(k, k) for k in model_kernels(DEFAULT_MODEL)]],
+                                         value="default", label="kernel", elem_id="kernel")
+                    with gr.Row():
+                        steps = gr.Number(value=d0["steps"], precision=0, label="steps", min_width=100, minimum=1,
+                                          maximum=Limits.from_env("SPECDEMO_APP_", max_steps=MAX_STEPS).max_steps,
+                                          elem_id="steps")
+                        seed = gr.Number(value=CONFIG_DEFAULTS.seed, precision=0, label="seed", min_width=100,
+                                         elem_id="seed")
+                    eta = gr.Slider(0, 1, value=CONFIG_DEFAULTS.eta, step=0.05, label="eta (DDIM)", visible=False,
+                                    elem_id="eta", info=CONFIG_FIELDS["eta"]["help"])
+                    churn = gr.Slider(0, 1, value=0.06, step=0.01, label="churn (flow matching)", elem_id="churn",
+                                      visible=model_kernel(DEFAULT_MODEL, "default") == "flow-churn")
+                    num_samples = gr.Slider(1, MAX_SAMPLES["image" if image0 else "other"], value=d0["samples"], step=1,
+                                            label="samples", elem_id="num-samples")
+                    device = gr.Radio(list(CONFIG_FIELDS["device"]["choices"]), value=CONFIG_DEFAULTS.device, label="device", elem_id="device")
                 with gr.Row():
-                    steps = gr.Number(value=D0["steps"], precision=0, label="steps", min_width=100, minimum=1,
-                                      maximum=Limits.from_env("SPECDEMO_APP_", max_steps=MAX_STEPS).max_steps)
-                    seed = gr.Number(value=0, precision=0, label="seed", min_width=100)
-                eta = gr.Slider(0, 1, value=1, step=0.05, label="eta (DDIM)", visible=False)
-                churn = gr.Slider(0, 1, value=0.06, step=0.01, label="churn (flow matching)",
-                                  visible=model_kernel(DEFAULT_MODEL, "default") == "flow-churn")
-                num_samples = gr.Slider(1, MAX_SAMPLES["image" if IMAGE0 else "other"], value=D0["samples"], step=1,
-                                        label="samples")
-                device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device")
-            with gr.Row():
-                run_button = gr.Button("Run", variant="primary", size="lg", elem_id="run-button", scale=3)
-                stop_button = gr.Button("Stop", variant="stop", size="lg", elem_id="stop-button", scale=1)
-            gr.Markdown(f"<small>specdemo {__version__} · same seed, device and batch: same samples · runs queue "
-                        f"{CONCURRENCY_LIMIT} at a time</small>")
-        with gr.Column(scale=3):
-            summary = gr.Markdown("Press **Run**: the chosen topology, the plain target sampler and the chain at the "
-                                  "same target rows per round draw samples with one seed.", elem_classes="sd-headline",
-                                  elem_id="headline")
-            with gr.Tabs():
-                with gr.Tab("Draft tree", id="tree-tab"):
-                    plan_line = gr.Markdown(elem_id="plan-line", elem_classes="sd-plan")
-                    with gr.Row():
-                        trajectory = gr.Slider(0, 1, value=0, step=1, label="trajectory", interactive=False)
-                        round_k = gr.Slider(1, 2, value=1, step=1, label="round of this trajectory", interactive=False)
-                    tree_plot = gr.Plot(label="draft tree", show_label=False, elem_id="tree-plot")
-                    data_plot = gr.Plot(label="the round in the data plane", show_label=False, elem_id="data-plot")
-                    rounds_plot = gr.Plot(label="all rounds", show_label=False, elem_id="rounds-plot")
-                with gr.Tab("Comparison", id="compare-tab"):
-                    cost_plot = gr.Plot(label="costs", show_label=False, elem_id="cost-plot")
-                    table = gr.Dataframe(headers=F.TABLE_HEADERS, label="the same seed, three samplers",
-                                         interactive=False, wrap=True, elem_id="compare-table",
-                                         column_widths=["20%", "11%", "8%", "9%", "9%", "11%", "11%", "10%", "11%"])
-                    with gr.Row():
-                        accept_plot = gr.Plot(label="acceptance by depth", show_label=False, elem_id="accept-plot",
-                                              scale=2)
-                    samples_plot = gr.Plot(label="samples", show_label=False, elem_id="samples-plot")
-                with gr.Tab("Exactness", id="exact-tab", elem_id="exact-tab-content"):
-                    gr.Markdown("Draws fresh samples with the chosen chain, tree or plan and with the plain target sampler "
-                                "(independent seeds) and tests whether they come from the same distribution. For the "
-                                "analytic targets. Try a large draft bias: the speedup drops, the p-value does not.")
-                    with gr.Row():
-                        test_samples = gr.Slider(100, 2000, value=EXACTNESS_SAMPLES, step=100,
-                                                 label="samples per group")
-                        test_button = gr.Button(variant="secondary", **exactness_button(DEFAULT_MODEL))
-                    test_summary = gr.Markdown(elem_id="exact-summary")
-                    test_plot = gr.Plot(label="histograms", show_label=False, elem_id="exact-plot")
-                with gr.Tab("Export", id="export-tab"):
-                    gr.Markdown("Every figure downloads as a PNG from its toolbar (camera icon, top right of the "
-                                "figure). The run downloads as JSON: settings, every method's costs, the chosen "
-                                "run's samples and its trace (rounds of the first 64 trajectories; node states for "
-                                "2-D targets).")
-                    export_button = gr.Button("Export the run as JSON")
-                    export_file = gr.File(label="run JSON", interactive=False)
-    state = gr.State(None, time_to_live=3600)
+                    run_button = gr.Button("Run", variant="primary", size="lg", elem_id="run-button", scale=3)
+                    stop_button = gr.Button("Stop", variant="stop", size="lg", elem_id="stop-button", scale=1)
+                gr.Markdown(f"<small>specdemo {__version__} · same seed, device and batch: same samples · runs queue "
+                            f"{CONCURRENCY_LIMIT} at a time</small>")
+            with gr.Column(scale=3):
+                summary = gr.Markdown("Press **Run**: the chosen topology, the plain target sampler and the chain at "
+                                      "the same target rows per round draw samples with one seed.",
+                                      elem_classes="sd-headline", elem_id="headline")
+                with gr.Tabs():
+                    with gr.Tab("Draft tree", id="tree-tab"):
+                        plan_line = gr.Markdown(elem_id="plan-line", elem_classes="sd-plan")
+                        with gr.Row():
+                            trajectory = gr.Slider(0, 1, value=0, step=1, label="trajectory", interactive=False)
+                            round_k = gr.Slider(1, 2, value=1, step=1, label="round of this trajectory",
+                                                interactive=False)
+                        tree_plot = gr.Plot(label="draft tree", show_label=False, elem_id="tree-plot")
+                        data_plot = gr.Plot(label="the round in the data plane", show_label=False, elem_id="data-plot")
+                        rounds_plot = gr.Plot(label="all rounds", show_label=False, elem_id="rounds-plot")
+                    with gr.Tab("Comparison", id="compare-tab"):
+                        cost_plot = gr.Plot(label="costs", show_label=False, elem_id="cost-plot")
+                        table = gr.Dataframe(headers=F.TABLE_HEADERS, label="the same seed, three samplers",
+                                             interactive=False, wrap=True, elem_id="compare-table",
+                                             column_widths=["20%", "11%", "8%", "9%", "9%", "11%", "11%", "10%", "11%"])
+                        with gr.Row():
+                            accept_plot = gr.Plot(label="acceptance by depth", show_label=False, elem_id="accept-plot",
+                                                  scale=2)
+                        samples_plot = gr.Plot(label="samples", show_label=False, elem_id="samples-plot")
+                    with gr.Tab("Exactness", id="exact-tab", elem_id="exact-tab-content"):
+                        gr.Markdown("Draws fresh samples with the chosen chain, tree or plan and with the plain target "
+                                    "sampler (independent seeds) and tests whether they come from the same "
+                                    "distribution. For the analytic targets. Try a large draft bias: the speedup "
+                                    "drops, the p-value does not.")
+                        with gr.Row():
+                            test_samples = gr.Slider(100, 2000, value=EXACTNESS_SAMPLES, step=100,
+                                                     label="samples per group")
+                            test_button = gr.Button(variant="secondary", **exactness_button(DEFAULT_MODEL))
+                        test_summary = gr.Markdown(elem_id="exact-summary")
+                        test_plot = gr.Plot(label="histograms", show_label=False, elem_id="exact-plot")
+                    with gr.Tab("Export", id="export-tab"):
+                        gr.Markdown("Every figure downloads as a PNG from its toolbar (camera icon, top right of the "
+                                    "figure). The run downloads as JSON: settings, every method's costs, the chosen "
+                                    "run's samples and its trace (rounds of the first 64 trajectories; node states "
+                                    "for 2-D targets).")
+                        export_button = gr.Button("Export the run as JSON")
+                        export_file = gr.File(label="run JSON", interactive=False)
+        state = gr.State(None, time_to_live=3600)
 
-    controls = [model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
-                num_samples, class_label, seed, device, objective]
-    # the inputs are checked in an event with no outputs first: a refusal is a message, and the last
-    # results stay on screen (an error in the run itself marks every output panel)
-    run_check = run_button.click(check_inputs, controls, None, api_name="check", show_progress="hidden")
-    run_event = run_check.success(
-        run, controls,
-        [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state,
-         trajectory, round_k],
-        api_name="run", concurrency_id="sampler",
-    )
-    round_k.input(show_round, [state, trajectory, round_k], [tree_plot, data_plot, rounds_plot], api_name="tree_view",
-                  trigger_mode="always_last", show_progress="hidden")
-    trajectory.input(show_trajectory, [state, trajectory], [tree_plot, data_plot, rounds_plot, round_k],
-                     api_name="trajectory_view", trigger_mode="always_last", show_progress="hidden")
-    test_check = test_button.click(check_inputs, controls, None, api_name="check_exactness", show_progress="hidden")
-    test_event = test_check.success(
-        exactness, [*controls, test_samples], [test_summary, test_plot], api_name="exactness",
-        concurrency_id="sampler")
-    # the flag stops the work between rounds; `cancels` frees the queue's slot and the page at once
-    stop_button.click(stop, None, None, cancels=[run_check, run_event, test_check, test_event], api_name="stop",
-                      queue=False)
-    demo.unload(stop)
-    export_button.click(export, [state], [export_file], api_name="export")
-    model.change(model_changed, [model, kernel],
-                 [kernel, custom_model, steps, num_samples, tree, budget, class_label, draft, freeze, eta, churn],
-                 api_name="model_defaults", show_progress="hidden")
-    model.change(exactness_offered, [model], [test_button], api_name="exactness_options", show_progress="hidden")
-    kernel.change(kernel_changed, [model, kernel], [eta, churn], api_name="kernel_options", show_progress="hidden")
-    kernel.change(freeze_follows_kernel, [model, kernel, freeze], [freeze], api_name="kernel_freeze",
-                  show_progress="hidden")
-    tree.change(tree_changed, [tree], [budget, objective], api_name="topology_options", show_progress="hidden")
-    draft.change(draft_changed, [draft], [freeze], api_name="draft_options", show_progress="hidden")
+        controls = [model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
+                    num_samples, class_label, seed, device, objective]
+        # the inputs are checked in an event with no outputs first: a refusal is a message, and the last
+        # results stay on screen (an error in the run itself marks every output panel); Enter in the
+        # topology box runs what it holds, as the Run button does
+        run_check = gr.on([run_button.click, tree.submit], check_inputs, controls, None, api_name="check",
+                          show_progress="hidden")
+        run_event = run_check.success(
+            run, controls,
+            [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state,
+             trajectory, round_k],
+            api_name="run", concurrency_id="sampler",
+        )
+        round_k.input(show_round, [state, trajectory, round_k], [tree_plot, data_plot, rounds_plot],
+                      api_name="tree_view", trigger_mode="always_last", show_progress="hidden")
+        trajectory.input(show_trajectory, [state, trajectory], [tree_plot, data_plot, rounds_plot, round_k],
+                         api_name="trajectory_view", trigger_mode="always_last", show_progress="hidden")
+        test_check = test_button.click(check_inputs, controls, None, api_name="check_exactness",
+                                       show_progress="hidden")
+        test_event = test_check.success(
+            exactness, [*controls, test_samples], [test_summary, test_plot], api_name="exactness",
+            concurrency_id="sampler")
+        # the flag stops the work between rounds; `cancels` frees the queue's slot and the page at once
+        stop_button.click(stop, None, None, cancels=[run_check, run_event, test_check, test_event], api_name="stop",
+                          queue=False)
+        demo.unload(stop)
+        export_button.click(export, [state], [export_file], api_name="export")
+        model.change(model_changed, [model, kernel],
+                     [kernel, custom_model, steps, num_samples, tree, budget, class_label, draft, freeze, eta, churn],
+                     api_name="model_defaults", show_progress="hidden")
+        model.change(exactness_offered, [model], [test_button], api_name="exactness_options", show_progress="hidden")
+        kernel.change(kernel_changed, [model, kernel], [eta, churn], api_name="kernel_options", show_progress="hidden")
+        kernel.change(freeze_follows_kernel, [model, kernel, freeze], [freeze], api_name="kernel_freeze",
+                      show_progress="hidden")
+        tree.change(tree_changed, [tree], [budget, objective], api_name="topology_options", show_progress="hidden")
+        draft.change(draft_changed, [draft], [freeze], api_name="draft_options", show_progress="hidden")
+    demo.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=QUEUE_SIZE)
+    return demo
 
-demo.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=QUEUE_SIZE)
+
+demo = build_demo()  # what `gradio app.py` and a Space look for; building it runs no sampling
 
 
 def launch(**kwargs):
-    """Serve the app with its theme and styles (what `python app.py` and the Space do)."""
+    """Serve the app with its theme and styles (what `python app.py` and the Space do): each run's
+    share of the CPUs first, then the warm-up, then the server."""
+    # on a 2-core machine two concurrent runs of two threads each fight over the cores, and small tensors
+    # gain nothing from intra-op threads (measured: 1.05 s against 7-9 s for the default click with
+    # another process busy)
+    torch.set_num_threads(max(1, cpu_budget() // CONCURRENCY_LIMIT))
+    warm_up()
     return demo.launch(theme=THEME, css=CSS, **{"state_session_capacity": SESSIONS, **kwargs})
 
 

@@ -23,23 +23,22 @@ from specdemo import SamplerConfig, build  # noqa: E402
 from specdemo.calibration import SHIPPED_PLANS  # noqa: E402
 
 
-def app_default() -> SamplerConfig:
-    """The config the app's Run button sends at its defaults."""
+def app_default() -> tuple[SamplerConfig, int]:
+    """The config the app's Run button sends at its defaults, and the threads a run has in the app."""
     spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
     app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)  # sets the app's torch threads
+    spec.loader.exec_module(app)
     d = app.UI_DEFAULTS[app.DEFAULT_MODEL]
-    config, _ = app.make_config(app.DEFAULT_MODEL, "", d["draft"], d["freeze"], 0, d["tree"], d["budget"], "default",
-                                "default", d["steps"], 1.0, 0.06, d["samples"], app.DEFAULT_CLASS, 0, "cpu")
-    return config
+    config, _, _ = app.make_config(app.DEFAULT_MODEL, "", d["draft"], d["freeze"], 0, d["tree"], d["budget"], "default",
+                                   "default", d["steps"], 1.0, 0.06, d["samples"], app.DEFAULT_CLASS, 0, "cpu")
+    return config, max(1, app.cpu_budget() // app.CONCURRENCY_LIMIT)  # what app.launch sets
 
 
 def main() -> None:
     cli_threads = torch.get_num_threads()
     configs = [(SamplerConfig(model="digits", steps=steps, num_samples=1, method="tree", tree="auto", device="cpu"),
                 cli_threads) for steps in (100, 1000)]
-    app_config = app_default()  # after the CLI's: importing the app sets one thread a run
-    configs.append((app_config, torch.get_num_threads()))
+    configs.append(app_default())
     for config, threads in configs:
         torch.set_num_threads(threads)
         problem = build(SamplerConfig(**{**config.to_dict(), "cache_dir": str(SHIPPED_PLANS), "replan": True}))

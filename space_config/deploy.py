@@ -3,7 +3,7 @@
     python space_config/deploy.py --repo-id USER/specdemo --dry-run   # stage and print the plan; no network
     HF_TOKEN=... python space_config/deploy.py --repo-id USER/specdemo  # create the Space and upload
 
-What the Space gets: app.py, the specdemo package, the embedded models under assets/models (when trained),
+What the Space gets: app.py, the specdemo package (with its embedded models),
 space_config/README.md as README.md (its front matter configures the Space) and
 space_config/requirements.txt as requirements.txt. The token comes from --token or huggingface_hub's
 usual places (HF_TOKEN, `hf auth login`); this script never prints it.
@@ -68,9 +68,6 @@ def stage(out: Path) -> list[tuple[str, int]]:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy2(ROOT / "app.py", out / "app.py")
     shutil.copytree(ROOT / "specdemo", out / "specdemo", ignore=IGNORE, dirs_exist_ok=True)
-    models = ROOT / "assets" / "models"
-    if models.is_dir() and any(models.iterdir()):
-        shutil.copytree(models, out / "assets" / "models", ignore=IGNORE, dirs_exist_ok=True)
     shutil.copy2(HERE / "README.md", out / "README.md")
     shutil.copy2(HERE / "requirements.txt", out / "requirements.txt")
     return sorted((str(p.relative_to(out)), p.stat().st_size) for p in out.rglob("*") if p.is_file())
@@ -82,7 +79,7 @@ def deploy(repo_id: str, folder: Path, *, token: str | None, private: bool, mess
     api = HfApi(token=token)
     url = api.create_repo(repo_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
     api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="space", commit_message=message,
-                      delete_patterns=["specdemo/**", "assets/models/**"])
+                      delete_patterns=["specdemo/**"])
     return str(url)
 
 

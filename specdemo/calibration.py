@@ -66,7 +66,8 @@ def plan_key(problem: Problem) -> dict:
            "method": c.method, "tree": c.tree, "verifier": problem.verifier.name, "draft": c.draft, "freeze": c.freeze,
            "draft_bias": c.draft_bias, "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective,
            "class_label": c.class_label, "pilot_samples": c.pilot_samples, "device": problem.device.type,
-           "dtype": str(problem.dtype)}
+           "dtype": str(problem.dtype), "prompt": c.prompt, "negative_prompt": c.negative_prompt,
+           "guidance_scale": c.guidance_scale}
     if c.objective == "time":
         key["batch"] = problem.slots
     return key

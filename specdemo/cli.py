@@ -1,7 +1,12 @@
-"""Command line: `python -m specdemo sample ...` and `python -m specdemo bench ...`.
+"""Command line: `specdemo sample ...` and `specdemo bench ...` (or `python -m specdemo ...`).
 
 `sample` prints one JSON object as the last line of stdout. Bad arguments exit with status 2 and a
 one-line reason on stderr, never a traceback.
+
+sample's options are generated from SamplerConfig's fields (specdemo.config: each field's default, help
+and accepted values), so a new setting is a new field. Building the parser imports nothing but the
+standard library and specdemo.config, so that --help answers at once: torch and the library are imported
+by the command that runs.
 """
 
 from __future__ import annotations
@@ -9,22 +14,37 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import typing
+from dataclasses import fields
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from .drafts import FREEZE
+from .config import SamplerConfig
 from .errors import SpecdemoError
-from .limits import Cancel, Limits
-from .images import save_grid
-from .models import KERNEL_NAMES
-from .parallel import gather, launched_by_torchrun, my_indices, process_state
-from .pipeline import METHODS, OBJECTIVES, SamplerConfig, build
-from .sampling import PREFETCH
-from .targets.presets import PRESETS
-from .trees import TOPOLOGY_HELP, TopologyPlan
-from .verifiers import VERIFIERS
+
+def sample_options() -> list[tuple[str, dict]]:
+    """sample's options, one per SamplerConfig field (the field draft_bias is the option --draft-bias):
+    default, help and accepted values from the field; the type from its annotation."""
+    options, hints = [], typing.get_type_hints(SamplerConfig)
+    for f in fields(SamplerConfig):
+        accepts = dict(f.metadata)
+        kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+        if kind is bool:
+            options.append((f"--{f.name.replace('_', '-')}", dict(action=argparse.BooleanOptionalAction,
+                                                                   default=f.default, **accepts)))
+            continue
+        accepts["type"] = kind
+        if f.default not in (None, ""):
+            accepts["help"] += " (default %(default)s)"
+        options.append((f"--{f.name.replace('_', '-')}", dict(default=f.default, **accepts)))
+    return options
+
+
+# where sample writes, besides the JSON line on stdout
+OUTPUT_OPTIONS: tuple[tuple[str, dict], ...] = (
+    ("--out", dict(metavar="FILE.npz", help="save `samples` (and the config and cost) here")),
+    ("--grid", dict(metavar="FILE.png", help="for image models: save the samples as a PNG grid")),
+    ("--trace", dict(metavar="FILE.json", help="save every round's tree (no states) as JSON")),
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,72 +52,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _add_sample_args(p: argparse.ArgumentParser) -> None:
-    d = SamplerConfig()
-    models = ", ".join(PRESETS)
-    p.add_argument("--model", default=d.model, metavar="SPEC",
-                   help=f"a preset ({models}), a mixture JSON file "
-                        '{"weights": [...], "means": [[...], ...], "stds": [...]}, the embedded image model digits, '
-                        "a local diffusers folder or a Hub id such as google/ddpm-cifar10-32 (default %(default)s)")
-    p.add_argument("--kernel", choices=KERNEL_NAMES, help="sampler kernel (default: the model's; gm512: flow-churn)")
-    p.add_argument("--steps", type=int, help="number of sampler steps N (default: the model's)")
-    p.add_argument("--eta", type=float, default=d.eta, help="DDIM eta in [0, 1]; 0 is deterministic (default %(default)s)")
-    p.add_argument("--churn", type=float, help="flow-matching churn c >= 0 (default: the model's, else 0.06)")
-    p.add_argument("--gamma", type=float, help="Langevin step size gamma > 0 (default: the model's, else 0.01)")
-    p.add_argument("--prediction", default=d.prediction, choices=("epsilon", "v_prediction", "sample"),
-                   help="what an analytic mixture's network predicts under ddpm/ddim (default %(default)s)")
-    p.add_argument("--method", default=d.method, choices=METHODS,
-                   help="plain target sampling, a chain or a tree (default %(default)s)")
-    p.add_argument("--tree", metavar="WIDTHS", help=f"topology: {TOPOLOGY_HELP}; or auto, planned per step "
-                                                    "(default: 1x5 chain, 2x5 tree)")
-    p.add_argument("--budget", type=int, metavar="R",
-                   help="with --tree auto: at most R target rows per round; a pilot run measures delta, then a "
-                        "dynamic programme picks the widths of every step (default: the fastest measured on the "
-                        "device, 16 on a CPU)")
-    p.add_argument("--objective", default=d.objective, choices=OBJECTIVES,
-                   help="with --tree auto: minimise the expected wall-clock (time; a call's cost by its rows is "
-                        "measured on the device) or the expected target calls (calls) (default %(default)s)")
-    p.add_argument("--verifier", choices=tuple(VERIFIERS),
-                   help="rmc or block (chains only; block weighs the whole chain at once), dgrs or rank "
-                        "(default: rmc for a chain, dgrs for a tree, block for --tree auto)")
-    p.add_argument("--draft", default=d.draft,
-                   help="frozen (the training-free frozen target), or a draft network for an image model: "
-                        "digits-draft, a folder or a Hub id (default %(default)s)")
-    p.add_argument("--freeze", choices=FREEZE,
-                   help="freeze the network output (out), the denoised estimate x0-hat (x0), or choose per step "
-                        "from pilot runs (auto) (default: out; auto with --tree auto)")
-    p.add_argument("--draft-bias", type=float, default=d.draft_bias, metavar="B",
-                   help="shift the draft mean by B times the step's scale along a fixed direction; "
-                        "samples stay exact (default %(default)s)")
-    p.add_argument("--prefetch", choices=tuple(PREFETCH),
-                   help="frozen output that starts a round: nearest sibling, parent, none (re-evaluate the root), "
-                        "leaves (evaluate leaves too), or auto (nearest, leaves evaluated at the steps where "
-                        "--tree auto plans it) (default: nearest; auto with --tree auto)")
-    p.add_argument("--pilot-samples", type=int, default=d.pilot_samples, metavar="P",
-                   help="trajectories of the pilot runs that plan --tree auto and --freeze auto (default %(default)s)")
-    p.add_argument("--cache-dir", metavar="DIR",
-                   help="where plans are kept between runs, or off (default: $SPECDEMO_CACHE, else "
-                        "~/.cache/specdemo)")
-    p.add_argument("--replan", action="store_true", help="run the pilots and plan again, even if a plan is cached")
-    p.add_argument("--num-samples", type=int, default=d.num_samples, metavar="M", help="(default %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, help="same seed, device and --max-batch: same samples (default %(default)s)")
-    p.add_argument("--max-batch", type=int, metavar="B",
-                   help="at most B trajectories in flight; a finished one frees its slot for the next "
-                        "(continuous batching; default: all at once)")
-    p.add_argument("--device", default=d.device, choices=("auto", "cpu", "cuda"), help="(default %(default)s)")
-    p.add_argument("--class-label", type=int, metavar="0..9",
-                   help="class to sample, for class-conditional models such as digits (default 0)")
+def sample_settings(args: argparse.Namespace) -> dict:
+    """The SamplerConfig fields that sample's options set, by name (--draft-bias sets draft_bias)."""
+    return {f.name: getattr(args, f.name) for f in fields(SamplerConfig)}
 
 
 def _sample(args) -> int:
-    config = SamplerConfig(
-        model=args.model, kernel=args.kernel, steps=args.steps, eta=args.eta, churn=args.churn, gamma=args.gamma,
-        prediction=args.prediction, method=args.method, tree=args.tree, verifier=args.verifier, draft=args.draft,
-        freeze=args.freeze, draft_bias=args.draft_bias, prefetch=args.prefetch, budget=args.budget,
-        objective=args.objective, pilot_samples=args.pilot_samples, num_samples=args.num_samples,
-        max_batch=args.max_batch, seed=args.seed, device=args.device, class_label=args.class_label,
-        cache_dir=args.cache_dir, replan=args.replan,
-    )
+    import numpy as np
+    import torch
+
+    from .images import save_grid
+    from .limits import Cancel, Limits
+    from .parallel import gather, launched_by_torchrun, my_indices, process_state
+    from .pipeline import build
+    from .trees import TopologyPlan
+
+    config = SamplerConfig(**sample_settings(args))
     if args.trace and launched_by_torchrun():
         raise SpecdemoError("--trace is for single-process runs; leave it out under accelerate launch")
     for option, path in (("--out", args.out), ("--grid", args.grid), ("--trace", args.trace)):
@@ -136,7 +106,10 @@ def _sample(args) -> int:
     if args.out:
         np.savez(args.out, samples=samples, config=json.dumps(c.to_dict()), cost=json.dumps(summary))
     if args.grid:
-        save_grid(torch.from_numpy(samples), args.grid)
+        images = torch.from_numpy(samples)
+        if problem.target.text_conditioned:  # latents: the VAE draws them
+            images = problem.target.decode(images.to(problem.device)).cpu()
+        save_grid(images, args.grid)
     if args.trace:
         Path(args.trace).write_text(json.dumps({"config": c.to_dict(), "cost": summary,
                                                 "rounds": [r.to_json() for r in result.trace]}))
@@ -150,15 +123,18 @@ def _bench(args) -> int:
     return bench.main(args)
 
 
-def main(argv=None) -> int:
-    parser = _Parser(prog="python -m specdemo", description="Exact speculative sampling for diffusion models.")
+def build_parser(prog: str = "specdemo", sample_defaults: dict | None = None) -> argparse.ArgumentParser:
+    """The command line; sample_defaults (SamplerConfig settings) replace the fields' defaults."""
+    parser = _Parser(prog=prog, description="Exact speculative sampling for diffusion models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("sample", help="draw samples and print the cost as JSON",
                        description="Draw exact samples of the target; print the cost as one JSON line.")
-    _add_sample_args(p)
-    p.add_argument("--out", metavar="FILE.npz", help="save `samples` (and the config and cost) here")
-    p.add_argument("--grid", metavar="FILE.png", help="for image models: save the samples as a PNG grid")
-    p.add_argument("--trace", metavar="FILE.json", help="save every round's tree (no states) as JSON")
+    p.add_argument("--config", metavar="FILE.json",
+                   help="start from the settings saved in this file (SamplerConfig.to_json, or a run's --trace "
+                        "file); the options given here change them")
+    for flag, options in sample_options() + list(OUTPUT_OPTIONS):
+        p.add_argument(flag, **options)
+    p.set_defaults(**(sample_defaults or {}))
     p.set_defaults(func=_sample)
     b = sub.add_parser("bench", help="run the benchmarks and write docs/benchmarks.md",
                        description="Run the benchmarks and write a markdown report.")
@@ -168,12 +144,16 @@ def main(argv=None) -> int:
     b.add_argument("--sections", help="comma-separated sections to refresh (default: all): "
                                       "gm512, prefetch, gm2d, auto, digits, block, equal_rows, quality, throughput, gpu, latency")
     b.set_defaults(func=_bench)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None, prog: str = "specdemo") -> int:
+    """The `specdemo` command; `python -m specdemo` passes its own name as prog."""
+    args = build_parser(prog).parse_args(argv)
     try:
+        if getattr(args, "config", None):  # the file's settings become the defaults the options change
+            args = build_parser(prog, SamplerConfig.from_json(args.config).to_dict()).parse_args(argv)
         return args.func(args)
-    except SpecdemoError as err:
-        print(f"python -m specdemo: error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"python -m specdemo: error: {err}", file=sys.stderr)
+    except (SpecdemoError, OSError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

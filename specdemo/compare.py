@@ -9,7 +9,9 @@ Everything goes through the public pipeline (SamplerConfig, build, Problem.run);
 from __future__ import annotations
 
 import json
+import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -20,7 +22,8 @@ import torch
 from .errors import SpecdemoError
 from .limits import Cancel, Limits
 from .models import EMBEDDED, Target, resolve_target
-from .pipeline import Problem, SamplerConfig, build
+from .calibration import PILOT_DEPTH
+from .pipeline import Checked, Problem, SamplerConfig, build, check_config
 from .sampling import SampleResult
 from .targets import GaussianMixture
 from .targets.presets import PRESETS
@@ -133,13 +136,13 @@ def rows_per_round(tree: Topology | TopologyPlan, evaluate_leaves: bool = False)
 
 def plan_segments(plan: TopologyPlan) -> list[tuple[int, int, str]]:
     """(first step, last step, topology) for each run of steps that share a planned tree (for a
-    root whose output is not known; "(leaves evaluated)" where they are); steps with no
-    speculation (deterministic ones, the last step) are left out."""
+    root whose output is not known, worded as Topology.text); steps with no speculation
+    (deterministic ones, the last step) are left out."""
     out: list[tuple[int, int, str]] = []
     for n, (tree, leaves) in enumerate(zip(plan.trees, plan.leaves)):
         if not tree.widths:
             continue
-        text = f"{tree} (leaves evaluated)" if leaves else str(tree)
+        text = tree.text(leaves)
         if out and out[-1][2] == text and out[-1][1] == n - 1:
             out[-1] = (out[-1][0], n, text)
         else:
@@ -268,20 +271,123 @@ def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
                      pilot=problem.pilot, plan_source=problem.plan_source)
 
 
-def _stage_callback(progress: Progress | None, lo: float, hi: float, label: str):
+class TimeLeft:
+    """The seconds a click of several runs has left, for its progress bar. The run in progress:
+    its measured pace (the share of its trajectories' steps done, per second), or before its first
+    round its plan's expected seconds. A later run: its expected sequential target calls at the
+    seconds per call measured so far (before any, the plan's expected seconds per expected call),
+    where `later_calls` gives them (plain sampling: one per step and batch of slots), or None for
+    "as many as the first run" (the chain at the same rows)."""
+
+    def __init__(self, later_calls: list[float | None], expected_s: float | None = None,
+                 expected_calls: float | None = None):
+        self.later_calls = later_calls
+        self.expected_s = expected_s
+        self.stage = -1
+        self.started = time.perf_counter()
+        known = expected_s is not None and expected_calls
+        self.seconds_per_call: float | None = expected_s / expected_calls if known else None
+        self.first_calls: float | None = expected_calls  # the first run's calls, projected to its end
+
+    def next_stage(self) -> None:
+        self.stage += 1
+        self.started = time.perf_counter()
+
+    def seconds(self, done: float, calls: int | None) -> float | None:
+        """Seconds left after this round of the current run (`done`: its share in [0, 1]; `calls`:
+        its sequential target calls so far); None while nothing tells."""
+        elapsed = time.perf_counter() - self.started
+        if calls:
+            self.seconds_per_call = elapsed / calls
+            if self.stage == 0 and done > 0:
+                self.first_calls = calls / done
+        if done > 0:
+            left = elapsed * (1 - done) / done
+        elif self.stage == 0 and self.expected_s is not None:
+            left = self.expected_s
+        else:
+            return None
+        for calls_later in self.later_calls[self.stage:]:
+            calls_later = self.first_calls if calls_later is None else calls_later
+            if calls_later is None or self.seconds_per_call is None:
+                return None
+            left += calls_later * self.seconds_per_call
+        return left
+
+
+def time_left_text(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f" · about {max(1, math.ceil(seconds))} s left"
+    return f" · about {seconds / 60:.0f} min left" if seconds < 5400 else f" · about {seconds / 3600:.1f} h left"
+
+
+def _stage_callback(progress: Progress | None, lo: float, hi: float, label: str, clock: TimeLeft):
+    clock.next_stage()
     if progress is None:
         return None
 
     def cb(info: dict) -> None:
-        if "progress" in info:
-            done = float(info["progress"])
-        else:  # older sampler records: steps done per trajectory
-            done = float(info["steps_done"].float().mean()) / max(info["num_steps"], 1)
-        detail = f"round {info.get('round', '?')}"
-        if "finished" in info and "num_samples" in info:
-            detail += f", {info['finished']}/{info['num_samples']} samples done"
-        progress(lo + (hi - lo) * min(max(done, 0.0), 1.0), f"{label}: {detail}")
+        done = min(max(float(info["progress"]), 0.0), 1.0)
+        detail = f"round {info['round']}, {info['finished']}/{info['num_samples']} samples done"
+        detail += time_left_text(clock.seconds(done, info.get("target_calls")))
+        progress(lo + (hi - lo) * done, f"{label}: {detail}")
     return cb
+
+
+def click_work(checked: Checked, chain: bool, plain: bool) -> list[tuple[str, int]]:
+    """(run, the most target rows it may evaluate) for each run of a click, bounded as
+    specdemo.limits bounds one run: samples x steps x (rows a round + the warm-up's root row), and
+    the chosen run's pilots. chain: with the chain at the same rows per round (for an auto plan, at
+    most its budget; for a block-verified chain, the same chains under RMC); plain: with plain
+    sampling."""
+    c, kernel = checked.config, checked.kernel
+    steps, samples = kernel.num_steps, c.num_samples
+    auto = c.tree == "auto"
+    rows = c.budget if auto else checked.tree.num_nodes
+    pilots = ((2 if c.freeze == "auto" else 1) if auto or c.freeze == "auto" else 0) * c.pilot_samples
+    chosen = "planned topology" if auto else f"{c.method} {checked.tree}"
+    work = [(chosen, samples * steps * (rows + 1) + pilots * steps * (PILOT_DEPTH + 1))]
+    if chain and c.method == "tree":
+        stochastic = int((kernel.scales > 0).sum())
+        matched = Topology.parse(matched_chain(Topology.chain(c.budget) if auto else checked.tree, stochastic,
+                                               c.prefetch == "leaves"))
+        work.append((f"chain {matched}", samples * steps * (matched.num_nodes + 1)))
+    elif chain and isinstance(get_verifier(c.verifier), ChainVerifier):
+        work.append((f"chain {checked.tree} under RMC", samples * steps * (rows + 1)))
+    if plain:
+        work.append(("plain target", samples * steps))
+    return work
+
+
+def check_click(config: SamplerConfig, target: Target, limits: Limits, *, chain: bool = True,
+                plain: bool = True) -> Checked:
+    """Refuse a click whose runs together could evaluate more target rows than limits.max_rows
+    (each run alone passes check_config), before any work; the checked chosen configuration."""
+    checked = check_config(config, target, limits=limits)
+    work = click_work(checked, chain, plain)
+    total = sum(rows for _, rows in work)
+    if total > limits.max_rows:
+        parts = " + ".join(f"{rows:,} ({what})" for what, rows in work)
+        raise SpecdemoError(
+            f"the {len(work)} runs of this click could evaluate up to {total:,} target rows together ({parts}), over "
+            f"the limit of {limits.max_rows:,} a click; use fewer samples, fewer steps or a smaller tree or budget")
+    return checked
+
+
+def plan_expects(problem: Problem) -> tuple[float | None, float | None]:
+    """A planned run's expected seconds and sequential target calls (the plan's calls per trajectory
+    for each batch of slots); (None, None) for a fixed topology."""
+    plan = problem.tree
+    if not isinstance(plan, TopologyPlan):
+        return None, None
+    return plan.expected_s, plan.expected_calls * math.ceil(problem.config.num_samples / problem.slots)
+
+
+def plain_calls(problem: Problem) -> int:
+    """Sequential target calls of plain sampling: one a step for each batch of slots."""
+    return problem.kernel.num_steps * math.ceil(problem.config.num_samples / problem.slots)
 
 
 def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, baselines: bool = True,
@@ -289,13 +395,16 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     """Run `config` (its method taken from its tree: chain, tree, or tree "auto" planned per step)
     with a trace, then, with the same seed, the plain target sampler and, for a tree, the RMC chain
     at the same target rows per round (a plan's mean rows per round, rounded); for a block-verified
-    chain, the same chains verified node by node (RMC). Every configuration is built (and so checked
-    against `limits`, a plan's pilots run) before anything is sampled; `cancel` stops every run."""
+    chain, the same chains verified node by node (RMC). `limits` bound the runs together: their
+    rows are checked before any work (check_click), and `cancel` (which carries the seconds
+    limit) stops whichever run is going; every configuration is built before anything is sampled.
+    `progress` hears each round's share of the click and the time left (TimeLeft)."""
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     target = target or cached_target(config.model)
     method = speculative_method(config.tree)
     config = replace(config, method=method)
+    check_click(config, target, limits or Limits.from_env(), chain=baselines, plain=baselines)
     if progress is not None and (is_auto(config.tree) or (config.freeze == "auto" and config.draft == "frozen")):
         progress(0.0, f"pilot run of {config.pilot_samples} trajectories: planning the "
                       + ("topology" if is_auto(config.tree) else "frozen draft"))
@@ -322,12 +431,14 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
                                             verifier=get_verifier("rmc"))))
         others.append(("target", build(config.with_method("target"), target, limits=limits, cancel=cancel)))
     stages = 1 + len(others)
+    plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
+    clock = TimeLeft([plain_calls(p) if key == "target" else None for key, p in others], *plan_expects(problem))
     result = problem.run(trace=True, trace_states=kind in ("plane", "image"),
                          keep_steps=range(steps + 1) if kind == "plane" else (),
-                         callback=_stage_callback(progress, 0, 1 / stages, f"{describe(problem)}"), cancel=cancel)
+                         callback=_stage_callback(progress, 0, 1 / stages, describe(problem), clock), cancel=cancel)
     runs = [_method_run(method, problem, result)]
     for i, (key, p) in enumerate(others, start=1):
-        r = p.run(callback=_stage_callback(progress, i / stages, (i + 1) / stages, describe(p)), cancel=cancel)
+        r = p.run(callback=_stage_callback(progress, i / stages, (i + 1) / stages, describe(p), clock), cancel=cancel)
         runs.append(_method_run(key, p, r))
     runs = runs[::-1]  # plain target first, the chosen run last
     paths = None
@@ -337,8 +448,7 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
         progress(1.0, "drawing the figures")
     return Comparison(config=config, runs=runs, trace=result.trace or [], kind=kind, num_steps=steps,
                       model_name=target.name, kernel_name=problem.kernel.name, shape=tuple(target.shape),
-                      log_density=log_density_of(target), paths=paths,
-                      plan=problem.tree if isinstance(problem.tree, TopologyPlan) else None)
+                      log_density=log_density_of(target), paths=paths, plan=plan)
 
 
 @dataclass
@@ -360,7 +470,8 @@ def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: in
                     progress: Progress | None = None, target: Target | None = None, limits: Limits | None = None,
                     cancel: Cancel | None = None) -> ExactnessReport:
     """Draw num_samples with the chosen chain or tree and num_samples with the plain target sampler
-    (independent seeds), then run the energy two-sample test. Analytic targets only."""
+    (independent seeds), then run the energy two-sample test. Analytic targets only. `limits`
+    bound the two runs together, as in run_comparison."""
     if not 20 <= num_samples <= MAX_TEST_SAMPLES:
         raise SpecdemoError(f"the exactness test takes 20..{MAX_TEST_SAMPLES} samples per group, got {num_samples}")
     target = target or cached_target(config.model)
@@ -370,11 +481,13 @@ def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: in
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     spec_cfg = replace(config, method=speculative_method(config.tree), num_samples=num_samples)
+    check_click(spec_cfg, target, limits or Limits.from_env(), chain=False, plain=True)
     spec_problem = build(spec_cfg, target, limits=limits, cancel=cancel)
     plain_problem = build(replace(spec_cfg.with_method("target"), seed=config.seed + 1), target, limits=limits)
-    spec = spec_problem.run(callback=_stage_callback(progress, 0, 0.5, describe(spec_problem)),
+    clock = TimeLeft([plain_calls(plain_problem)], *plan_expects(spec_problem))
+    spec = spec_problem.run(callback=_stage_callback(progress, 0, 0.5, describe(spec_problem), clock),
                             cancel=cancel).samples.float().cpu()
-    plain = plain_problem.run(callback=_stage_callback(progress, 0.5, 0.95, "plain target"),
+    plain = plain_problem.run(callback=_stage_callback(progress, 0.5, 0.95, "plain target", clock),
                               cancel=cancel).samples.float().cpu()
     if progress is not None:
         progress(0.97, "two-sample test")

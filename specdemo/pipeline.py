@@ -8,28 +8,28 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
 
+from .config import KERNEL_NAMES, METHODS, OBJECTIVES, SamplerConfig
 from .calibration import PILOT_DEPTH, call_seconds, call_sizes, calibrate
-from .drafts import FREEZE, Draft, FrozenDraft, NetworkDraft
+from .drafts import Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .kernels import Kernel
 from .limits import Cancel, Limits
-from .models import KERNEL_NAMES, DiffusersTarget, Target, resolve_target
+from .models import Target, resolve_target
 from .parallel import process_state
-from .sampling import PREFETCH, Cost, SampleResult, sample
+from .sampling import Cost, SampleResult, sample
 from .trees import Topology, TopologyPlan
 from .trees.auto import DeltaStats
 from .trees.cost_model import PADDED_ROWS, CostModel
-from .verifiers import VERIFIERS, Verifier, get_verifier
+from .verifiers import Verifier, get_verifier
 
-METHODS = ("target", "chain", "tree")
-OBJECTIVES = ("time", "calls")
 DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
 DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
+MAX_PROMPT = 2000  # characters: the text encoders read 77 (CLIP) or 256 (T5) tokens
 _WARM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {(device, call size)} set up
 # What --tree auto alone uses, by device (a model may override it in Target.defaults["auto"]): the
 # settings the latency benchmark found fastest (docs/benchmarks.md, section "latency").
@@ -37,55 +37,6 @@ AUTO_DEFAULTS = {
     "cpu": {"freeze": "auto", "prefetch": "auto", "verifier": "block", "budget": 16},
     "cuda": {"freeze": "auto", "prefetch": "auto", "verifier": "block", "budget": 64},
 }
-
-
-@dataclass(frozen=True)
-class SamplerConfig:
-    """Everything that defines a run. None means "the default": the model's (Target.defaults), and
-    for --tree auto the fastest settings measured on the device (AUTO_DEFAULTS)."""
-
-    model: str = "digits"
-    kernel: str | None = None
-    steps: int | None = None
-    eta: float = 1.0
-    churn: float | None = None
-    gamma: float | None = None
-    prediction: str = "epsilon"
-    method: str = "tree"
-    tree: str | None = None
-    verifier: str | None = None
-    draft: str = "frozen"
-    freeze: str | None = None
-    draft_bias: float = 0.0
-    prefetch: str | None = None
-    budget: int | None = None
-    objective: str = "time"
-    pilot_samples: int = 32
-    num_samples: int = 16
-    max_batch: int | None = None
-    seed: int = 0
-    device: str = "auto"
-    class_label: int | None = None
-    cache_dir: str | None = None  # where plans are kept ("off": nowhere); default $SPECDEMO_CACHE or the user cache
-    replan: bool = False  # pilot and plan again, even if the cache holds this setting
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "SamplerConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise SpecdemoError(f"unknown settings {sorted(unknown)}; accepted: {sorted(names)}")
-        return cls(**d)
-
-    def with_method(self, method: str, tree: str | None = None) -> "SamplerConfig":
-        """The same run with another method (for side-by-side comparisons); prefetch auto, which
-        only a planned topology takes, becomes its fixed-tree part, nearest."""
-        planned = (tree or "").strip().lower() == "auto"
-        return replace(self, method=method, tree=tree, verifier=None if method != self.method else self.verifier,
-                       prefetch="nearest" if self.prefetch == "auto" and not planned else self.prefetch)
 
 
 @dataclass(frozen=True)
@@ -188,17 +139,7 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
     (default: Limits.from_env(), generous)."""
     c = config
     limits = limits or Limits.from_env()
-    _choice(c.method, METHODS, "method")
-    _choice(c.objective, OBJECTIVES, "objective")
-    if c.freeze is not None:
-        _choice(c.freeze, FREEZE, "freeze")
-    if c.prefetch is not None:
-        _choice(c.prefetch, tuple(PREFETCH), "prefetch")
-    for name in ("eta", "draft_bias") + tuple(n for n in ("churn", "gamma") if getattr(c, n) is not None):
-        if not math.isfinite(getattr(c, name)):
-            raise SpecdemoError(f"{name} must be a finite number, got {getattr(c, name)}")
-    if not 0 <= c.seed < 2**63:
-        raise SpecdemoError(f"the seed must be in 0..2**63 - 1, got {c.seed}")
+    c.validate()
     if not 1 <= c.pilot_samples <= limits.max_samples:
         raise SpecdemoError(f"pilot_samples must be in 1..{limits.max_samples}, got {c.pilot_samples}")
     target = target or resolve_target(c.model)
@@ -222,7 +163,6 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
         tree = None if auto else Topology.parse(c.tree or DEFAULT_TREES[c.method])
         if c.method == "chain" and tree is not None and not tree.is_chain:
             raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
-        _choice(c.verifier, tuple(VERIFIERS), "verifier")
         pilots = (2 if c.freeze == "auto" else 1) if auto or c.freeze == "auto" else 0
         # a warm-up round adds the root's row and commits no step: one more row a round at most
         limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=(c.budget if auto else tree.num_nodes) + 1,
@@ -235,7 +175,26 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
         cond["class_labels"] = torch.full((c.num_samples,), label, dtype=torch.long)
     elif c.class_label is not None:
         raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")
+    if target.text_conditioned:
+        c = replace(c, guidance_scale=check_prompts(c, defaults["guidance_scale"]))
+    elif c.prompt or c.negative_prompt or c.guidance_scale is not None:
+        raise SpecdemoError(f"{target.name} is not a text-to-image model; leave out --prompt, --negative-prompt and "
+                            "--guidance-scale")
     return Checked(c, target, kernel, device, tree, cond)
+
+
+def check_prompts(c: SamplerConfig, default_guidance: float) -> float:
+    """The run's guidance weight w, after checking the prompts and w."""
+    guidance = c.guidance_scale if c.guidance_scale is not None else default_guidance
+    if not (math.isfinite(guidance) and guidance >= 1):
+        raise SpecdemoError(f"the guidance scale must be a finite number >= 1 (1: no guidance), got {guidance}")
+    for what, text in (("prompt", c.prompt), ("negative prompt", c.negative_prompt)):
+        if not isinstance(text, str) or len(text) > MAX_PROMPT:
+            raise SpecdemoError(f"the {what} must be text of at most {MAX_PROMPT} characters, got "
+                                f"{len(text) if isinstance(text, str) else type(text).__name__}")
+    if c.negative_prompt and guidance == 1:
+        raise SpecdemoError("a negative prompt acts through guidance; give a guidance scale above 1 or leave it out")
+    return guidance
 
 
 def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits | None = None,
@@ -247,6 +206,9 @@ def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits
     if c.method != "target":
         verifier = get_verifier(c.verifier)
         draft = build_draft(c, target, kernel, device)
+    if target.text_conditioned:  # the prompts encoded once for the run, every trajectory's rows a view of it
+        cond = {**cond, **target.prompt_conditioning(c.prompt, c.negative_prompt, c.guidance_scale, c.num_samples,
+                                                     device)}
     problem = Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
     return warm_up(problem if c.method == "target" else calibrate(problem, cancel))
 
@@ -266,17 +228,16 @@ def warm_up(problem: Problem) -> Problem:
 
 
 def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> Draft:
-    """"frozen", or a draft model (an embedded name, a folder or a Hub id) for a diffusers target."""
+    """"frozen", or a draft model (an embedded name, a folder or a Hub id) for a diffusers target: the
+    target's conditioning (class labels, prompt embeddings and guidance) goes to the draft network too."""
     if config.draft == "frozen":
         return FrozenDraft(config.freeze)
-    if not isinstance(target, DiffusersTarget):
+    if not target.takes_draft_networks:
         raise SpecdemoError(f"{target.name} takes only the frozen draft; got draft {config.draft!r}")
     draft_target = resolve_target(config.draft)
-    if not isinstance(draft_target, DiffusersTarget) or not target.same_process(draft_target):
-        raise SpecdemoError(
-            f"draft {config.draft!r} cannot draft for {target.name}: a draft network needs the target's sample "
-            "shape, classes and noise schedule"
-        )
+    mismatch = target.draft_mismatch(draft_target)
+    if mismatch:
+        raise SpecdemoError(f"draft {config.draft!r} cannot draft for {target.name}: {mismatch}")
     return NetworkDraft(draft_target.network(kernel, device), name=config.draft)
 
 

@@ -1,7 +1,7 @@
 """Trains the embedded class-conditional digit DDPMs (target and draft) and saves them as diffusers pipelines.
 
-    python -m specdemo.train --which target --out assets/models/digits
-    python -m specdemo.train --which draft --out assets/models/digits-draft
+    python -m specdemo.train --which target --out specdemo/models/embedded/digits
+    python -m specdemo.train --which draft --out specdemo/models/embedded/digits-draft
 
 Training runs on the CPU. The defaults reproduce the shipped models bit for bit (same torch version and CPU
 type): the seed fixes the weights and the data stream, and --num-threads is pinned because CPU kernels' results

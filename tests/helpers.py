@@ -1,5 +1,6 @@
 """Small things several test modules build: tiny diffusers pipelines saved as safetensors, free ports."""
 
+import json
 import socket
 
 import torch
@@ -25,3 +26,110 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def tiny_clip_tokenizer(folder):
+    """A CLIP tokenizer over single letters (no merges) and 16 tokens, from files written into `folder`
+    (where the pipeline's save_pretrained writes it again): no download."""
+    from transformers import CLIPTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1, **{c: 2 + i for i, c in enumerate(LETTERS)},
+             **{c + "</w>": 28 + i for i, c in enumerate(LETTERS)}}
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=16)
+
+
+def tiny_clip_config(**extra):
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(bos_token_id=0, eos_token_id=1, pad_token_id=1, vocab_size=64, hidden_size=16,
+                          intermediate_size=32, num_attention_heads=2, num_hidden_layers=2, **extra)
+
+
+def tiny_vae(seed: int = 0, latent_channels: int = 4, **extra):
+    """A random AutoencoderKL with a scale factor of 2 (16x16 images, 8x8 latents)."""
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(seed)
+    return AutoencoderKL(block_out_channels=(8, 16), in_channels=3, out_channels=3, latent_channels=latent_channels,
+                         down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+                         norm_num_groups=4, sample_size=16, **extra)
+
+
+def tiny_sd_folder(path, seed: int = 0, prediction: str = "epsilon", latent_channels: int = 4) -> str:
+    """A tiny random StableDiffusionPipeline (UNet2DConditionModel on 8x8 latents, AutoencoderKL, CLIP
+    text encoder and tokenizer) with SD 2.x's DDIMScheduler config, saved as safetensors."""
+    from diffusers import DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import CLIPTextModel
+
+    tokenizer = tiny_clip_tokenizer(path / "tokenizer")
+    torch.manual_seed(seed)
+    unet = UNet2DConditionModel(sample_size=8, in_channels=latent_channels, out_channels=latent_channels,
+                                block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4,
+                                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=16,
+                                attention_head_dim=2)
+    with torch.no_grad():  # at random init the output barely depends on t; a timestep bug must show
+        unet.time_embedding.linear_2.weight.mul_(10)
+    text_encoder = CLIPTextModel(tiny_clip_config())
+    scheduler = DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, clip_sample=False,
+                              set_alpha_to_one=False, steps_offset=1, prediction_type=prediction)
+    pipeline = StableDiffusionPipeline(vae=tiny_vae(latent_channels=latent_channels), text_encoder=text_encoder,
+                                       tokenizer=tokenizer, unet=unet, scheduler=scheduler, safety_checker=None,
+                                       feature_extractor=None, requires_safety_checker=False)
+    pipeline.save_pretrained(str(path), safe_serialization=True)
+    return str(path)
+
+
+def tiny_sd3_folder(path, seed: int = 0, shift: float = 3.0) -> str:
+    """A tiny random StableDiffusion3Pipeline (SD3Transformer2DModel on 8x8 latents, AutoencoderKL with
+    SD3's scaling and shift, two CLIP text encoders, no T5) with FlowMatchEulerDiscreteScheduler(shift)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from transformers import CLIPTextModelWithProjection
+
+    tokenizer = tiny_clip_tokenizer(path / "tokenizer")
+    torch.manual_seed(seed)
+    transformer = SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=4, out_channels=4, num_layers=1,
+                                        attention_head_dim=8, num_attention_heads=2, caption_projection_dim=16,
+                                        joint_attention_dim=32, pooled_projection_dim=32)
+    with torch.no_grad():  # at random init the output barely depends on t; a timestep bug must show
+        transformer.time_text_embed.timestep_embedder.linear_2.weight.mul_(10)
+    encoders = [CLIPTextModelWithProjection(tiny_clip_config(projection_dim=16)) for _ in range(2)]
+    vae = tiny_vae(seed, use_quant_conv=False, use_post_quant_conv=False, scaling_factor=1.5305, shift_factor=0.0609)
+    pipeline = StableDiffusion3Pipeline(transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=shift),
+                                        vae=vae, text_encoder=encoders[0], tokenizer=tokenizer,
+                                        text_encoder_2=encoders[1], tokenizer_2=tokenizer, text_encoder_3=None,
+                                        tokenizer_3=None)
+    pipeline.save_pretrained(str(path), safe_serialization=True)
+    return str(path)
+
+
+def two_sample_pvalue(a: torch.Tensor, b: torch.Tensor, coordinates=(0, 37, 101)) -> float:
+    """Bonferroni-corrected KS p-value that samples a and b (B, ...) share one law, over low-dimensional
+    summaries: each sample's mean, a fixed random projection, and a few coordinates."""
+    from scipy import stats
+
+    a, b = a.flatten(1).double(), b.flatten(1).double()
+    direction = torch.randn(a.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    summaries = [lambda s: s.mean(1), lambda s: s @ direction] + [lambda s, i=i: s[:, i] for i in coordinates]
+    pvalues = [stats.ks_2samp(f(a).numpy(), f(b).numpy()).pvalue for f in summaries]
+    return min(1.0, min(pvalues) * len(pvalues))
+
+
+
+def misaligned_unconditional_timesteps(network):
+    """A planted bug in the guidance fold: the unconditional half of the rows takes the timestep of
+    the row before it. Every row of a plain sampling call is at the same step, so plain sampling is
+    unchanged; a speculative call mixes steps, so its guided outputs are wrong."""
+    denoiser = network.denoiser
+
+    def buggy(timestep, **kwargs):
+        unconditional, conditional = timestep.chunk(2)
+        return denoiser(timestep=torch.cat((unconditional.roll(1), conditional)), **kwargs)
+    network.denoiser = buggy
+    return network

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import app
+from specdemo import Topology
 from specdemo import compare as C
 from specdemo import figures as F
 from specdemo.figures.compare import short_label
@@ -68,14 +69,48 @@ def test_the_page_is_wired_with_api_names_and_a_queue():
     assert app.demo._queue.max_size >= 8
 
 
+def component(elem_id: str):
+    """The page's component with this elem_id (the page is built in app.build_demo)."""
+    return next(b for b in app.demo.blocks.values() if getattr(b, "elem_id", None) == elem_id)
+
+
 def test_the_page_opens_on_the_embedded_digits_model():
     assert C.embedded_available("digits") and app.DEFAULT_MODEL == "digits"
     d = app.UI_DEFAULTS["digits"]
     assert d["tree"] == "auto" and d["freeze"] == "auto" and d["draft"] == "frozen"
-    assert app.model.value == "digits" and app.tree.value == "auto" and app.budget.visible and app.objective.visible
-    assert app.class_label.visible and app.class_label.value == app.DEFAULT_CLASS
-    assert app.freeze.value == "auto" and app.num_samples.maximum == app.MAX_SAMPLES["image"]
-    assert app.verifier.value == "default" and app.objective.value == "time"
+    assert component("model").value == "digits" and component("topology").value == "auto"
+    assert component("budget").visible and component("objective").visible
+    assert component("class-label").visible and component("class-label").value == app.DEFAULT_CLASS
+    assert component("freeze").value == "auto" and component("num-samples").maximum == app.MAX_SAMPLES["image"]
+    assert component("verifier").value == "default" and component("objective").value == "time"
+
+
+def test_the_topology_is_typed_and_presets_fill_it():
+    """What is typed is what runs: a textbox (a dropdown with custom values ran its highlighted preset
+    on Enter), with presets that fill it, each a topology the app accepts."""
+    box = component("topology")
+    assert isinstance(box, gr.Textbox) and box.max_lines == 1
+    presets = next(b for b in app.demo.blocks.values() if isinstance(b, gr.Dataset))
+    assert [row[0] for row in presets.raw_samples] == [value for value, _ in app.TREE_PRESETS]
+    for value, _ in app.TREE_PRESETS:
+        assert value == "auto" or Topology.parse(value).widths
+    assert "Topology** `2,1` at every step" in app.run(*controls(tree="2,1"), progress=no_progress)[1]
+    with pytest.raises(gr.Error, match=r"positive integers, got \[0\]; accepted: .*3,2,1"):
+        app.run(*controls(tree="0"), progress=no_progress)
+
+
+def test_importing_the_app_runs_no_sampling_and_sets_no_threads():
+    """Sampling, the thread setting and the warm-up happen when the server starts (app.launch)."""
+    code = ("import torch, specdemo.pipeline as P\n"
+            "def refuse(*a, **k): raise SystemExit('sampled at import')\n"
+            "P.Problem.run = refuse; P.build = refuse\n"
+            "threads = torch.get_num_threads(); torch.set_num_threads = lambda n: refuse()\n"
+            "import app\n"
+            "assert torch.get_num_threads() == threads and callable(app.launch) and app.demo is not None\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def test_default_click(default_run):
@@ -183,6 +218,99 @@ def test_the_settings_check_includes_the_librarys_limits():
     with pytest.raises(gr.Error, match="seed must be in"):
         app.check_inputs(*controls(seed=-1))
     assert app.check_inputs(*controls()) is None
+
+
+def test_a_click_is_bounded_as_a_whole(monkeypatch):
+    """A click runs the tree, the chain at its rows and plain sampling: each fits the 250,000-row limit
+    alone (40 x 1,000 x 6 = 240,000 rows for the tree 2,1: 5 nodes and the warm-up's root row), the
+    three together (480,000) do not; refused by the page's check and by the run, before any work."""
+    monkeypatch.setattr(C, "build", lambda *a, **k: pytest.fail("work started before the refusal"))
+    click = controls(model="digits", tree="2,1", steps=1000, num_samples=40, verifier="dgrs")
+    for handler in (app.check_inputs, lambda *c: app.run(*c, progress=no_progress)):
+        with pytest.raises(gr.Error) as err:
+            handler(*click)
+        message = err.value.message
+        assert "3 runs of this click could evaluate up to 480,000 target rows together" in message, message
+        assert "240,000 (tree 2,1) + 200,000 (chain 1x3) + 40,000 (plain target)" in message
+        assert "over the limit of 250,000 a click; use fewer samples, fewer steps" in message
+    # the exactness test's two runs are bounded together too: 1,000 x 12 x 6 = 72,000 rows and 12,000 plain
+    monkeypatch.setenv("SPECDEMO_APP_MAX_ROWS", "80000")
+    with pytest.raises(gr.Error, match=r"2 runs of this click could evaluate up to 84,000 .*\(plain target\)"):
+        app.exactness(*controls(tree="2,1", steps=12), 1000, progress=no_progress)
+    monkeypatch.undo()
+    assert app.check_inputs(*controls(model="digits", tree="2,1", steps=1000, num_samples=20, verifier="dgrs")) is None
+
+
+def test_one_time_limit_covers_every_run_of_a_click(monkeypatch):
+    """The seconds limit is the click's: its three runs and the pilot share one Cancel."""
+    seen = []
+    real_run = C.Problem.run
+
+    def run(self, *args, cancel=None, **kwargs):
+        seen.append(cancel)
+        return real_run(self, *args, cancel=cancel, **kwargs)
+
+    monkeypatch.setattr(C.Problem, "run", run)
+    monkeypatch.setenv("SPECDEMO_APP_MAX_SECONDS", "77")
+    app.run(*controls(tree="3,2,1"), progress=no_progress)
+    assert len(seen) == 3 and len({id(c) for c in seen}) == 1 and seen[0].seconds == 77
+
+
+def test_the_time_left_estimate():
+    """The run in progress at its measured pace; the chain as many calls as the first run, plain
+    sampling its own calls, both at the measured seconds per call; before a first round, the plan's
+    expected seconds."""
+    now = [100.0]
+    clock = C.TimeLeft([None, 100], expected_s=3.0, expected_calls=30)
+    real = C.time.perf_counter
+    try:
+        C.time.perf_counter = lambda: now[0]
+        clock.next_stage()
+        # before a round: the plan's 3 s, and 30 + 100 calls later at its 0.1 s a call
+        assert clock.seconds(0.0, 0) == pytest.approx(3.0 + 30 * 0.1 + 100 * 0.1)
+        now[0] += 2.0
+        # half done in 2 s and 10 calls: 2 s more, then the chain's 20 calls and plain's 100 at 0.2 s a call
+        assert clock.seconds(0.5, 10) == pytest.approx(2.0 + 20 * 0.2 + 100 * 0.2)
+        clock.next_stage()
+        now[0] += 1.0
+        assert clock.seconds(0.25, 5) == pytest.approx(3.0 + 100 * 0.2)
+        clock.next_stage()
+        now[0] += 4.0
+        assert clock.seconds(0.5, 50) == pytest.approx(4.0)
+    finally:
+        C.time.perf_counter = real
+    assert C.TimeLeft([None]).seconds(0.0, 0) is None  # a fixed topology before its first round: nothing tells
+    assert C.time_left_text(None) == "" and C.time_left_text(0.2) == " · about 1 s left"
+    assert C.time_left_text(150) == " · about 2 min left"
+
+
+def test_the_progress_bar_says_the_time_left():
+    descs = []
+    app.run(*controls(tree="3,2,1", steps=30, num_samples=64), progress=lambda f, desc="": descs.append((f, desc)))
+    stages = {desc.split(":")[0] for _, desc in descs if "s left" in desc}
+    assert {"tree 3,2,1 · D-GRS", "chain 1x10 · RMC", "plain target"} <= stages, descs
+    fractions = [f for f, _ in descs]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+
+
+def test_round_titles_word_the_tree_as_the_plan_does(default_run):
+    """One wording everywhere: "1x15, leaves evaluated" in the plan line and in the round view (which
+    read "tree 1x16" for it), and a round from a known root says so (its tree is the plan's for a
+    known root)."""
+    comp, plan_line = default_run[9], default_run[1]
+    assert "+leaves" not in plan_line and "(leaves evaluated)" not in plan_line
+    assert any(comp.plan.leaves) and ", leaves evaluated`" in plan_line and "root output known" in plan_line
+    words = set()
+    for t in range(comp.traced_trajectories):
+        for k, (r, row) in enumerate(F.trajectory_rounds(comp.trace, t), start=1):
+            rt = comp.trace[r]
+            leaves = bool(rt.evaluated[row, rt.node_depth == rt.node_depth.max()].all())
+            expected = Topology(F.round_widths(rt)).text(leaves)
+            title = spec(app.show_round(comp, t, k)[0])["layout"]["title"]["text"]
+            assert title.split(": tree ")[1].split(", cut to")[0].split(", root output")[0] == expected, title
+            assert ("root output known" in title) == bool(rt.root_known[row])
+            words.add((leaves, bool(rt.root_known[row])))
+    assert (True, False) in words or (True, True) in words  # a round with evaluated leaves was shown
 
 
 def test_a_chain_the_langevin_densities_and_a_vector_target():

@@ -82,6 +82,23 @@ def test_main_endpoint_with_default_inputs(client):
     images = [tr for tr in plot_spec(samples)["data"] if tr["type"] == "image"]
     assert len(images) == 3
     assert any(tr["type"] == "image" for tr in plot_spec(data)["data"]) and plot_spec(rounds)["data"]
+    # each round's title words its tree as the plan line does: "1x15, leaves evaluated" (it read
+    # "tree 1x16" for that), and says when its root's output was known (a plan's tree for a known root)
+    assert "leaves evaluated`" in plan and "root output known" in plan
+    rounds_json = json.loads(open(client.predict(api_name="/export")).read())["trace"]
+    expected = []
+    for rt in rounds_json:
+        if 0 in rt["trajectories"]:
+            row, depth = rt["trajectories"].index(0), rt["node_depth"]
+            leaves = [i for i, d in enumerate(depth) if d == max(depth)]
+            widths = [depth.count(d) // max(depth.count(d - 1), 1) for d in range(1, max(depth) + 1)]
+            text = f"{widths[0]}x{len(widths)}" if len(set(widths)) == 1 else ",".join(map(str, widths))
+            expected.append((text + (", leaves evaluated" if all(rt["evaluated"][row][i] for i in leaves) else ""),
+                             rt["root_known"][row]))
+    assert any("leaves evaluated" in text for text, _ in expected)
+    for k, (text, known) in enumerate(expected, start=1):
+        title = plot_spec(client.predict(0, k, api_name="/tree_view")[0])["layout"]["title"]["text"]
+        assert f": tree {text}" in title and ("root output known" in title) == known, (title, text, known)
     # the sliders move to the round shown, within the run's range
     assert 0 <= trajectory["value"] <= DEFAULTS["num_samples"] - 1
     assert trajectory["maximum"] == max(DEFAULTS["num_samples"] - 1, 1)  # a slider needs a range
@@ -111,6 +128,10 @@ def test_export_and_exactness_endpoints(client):
 
 BAD = [
     ({"tree": "3,,x"}, "cannot read tree"),
+    ({"tree": "0"}, "positive integers, got [0]; accepted"),  # typed, not swapped for a preset
+    # each run fits 250,000 rows alone, the click's three runs together do not
+    ({"model": "digits", "tree": "2,1", "steps": 1000, "num_samples": 40},
+     "3 runs of this click could evaluate up to 480,000 target rows together"),
     ({"tree": "10x4"}, "over the limit"),
     ({"tree": "4x5", "num_samples": 4096}, "fewer samples or a smaller tree"),
     ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "not on this Space's list"),
@@ -180,9 +201,37 @@ def test_the_stop_endpoint_stops_the_sessions_run(url):
         job.result(timeout=10)
 
 
-def test_run_with_no_arguments_takes_the_page_defaults(client):
+def test_endpoints_need_only_their_own_arguments(client):
+    """/run with no arguments runs the page's defaults; the other endpoints take what they name."""
     out = client.predict(api_name="/run")
-    assert "fewer target calls" in out[0]
+    assert "fewer target calls" in out[0] and "tree auto(16 rows)" in out[0]
+    assert client.predict(api_name="/check") == ()  # no outputs: the settings passed
+    assert client.predict(api_name="/stop") == ()
+    assert len(client.predict(api_name="/topology_options")) == 2
+    assert client.predict("3,2,1", api_name="/topology_options")[0]["visible"] is False
+
+
+def test_the_topology_is_a_textbox_with_presets(client):
+    """What is typed runs: the topology box is a textbox (a dropdown with custom values ran its
+    highlighted preset on Enter), and the presets fill it."""
+    components = {c.get("props", {}).get("elem_id"): c for c in client.config["components"]}
+    assert components["topology"]["type"] == "textbox"
+    presets = [c for c in client.config["components"] if c["type"] == "dataset"]
+    assert [row[0] for row in presets[0]["props"]["samples"]] == [v for v, _ in app.TREE_PRESETS]
+    out = client.predict(*{**SMALL, "tree": "2,1"}.values(), api_name="/run")
+    assert "Topology** `2,1` at every step" in out[1]
+
+
+def test_the_progress_bar_says_the_time_left(client):
+    job = client.submit(*{**SMALL, "tree": "3,2,1", "steps": 60, "num_samples": 2000}.values(), api_name="/run")
+    said = set()
+    while not job.done():
+        for unit in job.status().progress_data or []:
+            if unit.desc and "s left" in unit.desc:
+                said.add(unit.desc.split(":")[0])
+        time.sleep(0.05)
+    job.result()
+    assert {"tree 3,2,1 · D-GRS", "plain target"} & said, said
 
 
 def test_a_refusal_is_one_log_line_without_a_traceback(client, capfd, caplog):

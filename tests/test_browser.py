@@ -77,12 +77,15 @@ def page(url):
             shutil.rmtree(profile, ignore_errors=True)
 
 
-def set_topology(page, value: str) -> None:
-    box = page.locator("#topology input")
+def set_topology(page, value: str, enter: bool = False) -> None:
+    """Type into the topology box; with enter, press Enter there (which runs what is typed)."""
+    box = page.locator("#topology textarea, #topology input").first
     box.click()
     box.fill(value)
-    box.press("Enter")
-    page.locator(".sd-header h1").click()  # blur: the dropdown keeps the typed value
+    if enter:
+        box.press("Enter")
+    else:
+        page.locator(".sd-header h1").click()
 
 
 def plotted_points(page, selector: str) -> int:
@@ -198,6 +201,23 @@ def set_number(page, label: str, value) -> None:
     box = page.locator(f"input[aria-label='number input for {label}']")
     box.fill(str(value))
     box.press("Enter")
+
+
+def test_enter_in_the_topology_box_runs_what_is_typed(page):
+    """Typing 2,1 then Enter ran the preset 3,2,1 when the box was a dropdown; 0 ran it too."""
+    set_topology(page, "0", enter=True)
+    toast = page.locator(".toast-body").filter(has_text="positive integers")
+    toast.first.wait_for(state="visible")
+    assert "accepted" in toast.first.inner_text()
+    for close in page.locator(".toast-close").all():
+        close.click()
+    page.get_by_role("tab", name="Draft tree").click()
+    t0 = time.perf_counter()
+    set_topology(page, "2,1", enter=True)
+    page.wait_for_function("() => document.querySelector('#plan-line').innerText.includes('Topology 2,1 at every')")
+    print(f"Enter in the topology box, to the plan line: {time.perf_counter() - t0:.2f} s")
+    page.locator("#topology-presets").get_by_text("1x5: chain of 5").click()  # a preset fills the box
+    page.wait_for_function("() => document.querySelector('#topology textarea, #topology input').value === '1x5'")
 
 
 def test_gm2d_draws_the_round_in_the_data_plane(page):

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from specdemo import STATUS_NAMES, SamplerConfig, SpecdemoError, build
+from specdemo import STATUS_NAMES, SamplerConfig, SpecdemoError, Topology, build
 from specdemo import compare as C
 from specdemo import figures as F
 from specdemo.trees import MAX_DEPTH
@@ -267,7 +267,7 @@ def test_plan_segments_cover_the_speculative_steps(planned):
     assert covered == sorted(covered) and len(covered) == len(set(covered))
     assert covered == [n for n, t in enumerate(planned.plan.trees) if t.widths]
     for a, b, tree in segments:
-        assert all(str(planned.plan.at(n)) == tree for n in range(a, b + 1))
+        assert all(planned.plan.at(n).text(planned.plan.leaves_at(n)) == tree for n in range(a, b + 1))
     assert all(s1[2] != s2[2] or s1[1] + 1 < s2[0] for s1, s2 in zip(segments, segments[1:]))  # maximal runs
 
 
@@ -275,13 +275,14 @@ def test_figures_of_a_planned_run(planned):
     t, k = F.pick_round(planned.trace)
     fig = F.tree_figure(planned.trace, t, k)
     r, row = F.trajectory_rounds(planned.trace, t)[k - 1]
-    assert f"tree {F.widths_text(F.round_widths(planned.trace[r]))}" in fig.layout.title.text
+    assert f"tree {Topology(F.round_widths(planned.trace[r]))}" in fig.layout.title.text
     assert "committed" in fig.layout.annotations[0].text
     cost = F.cost_figure(planned.runs)
     assert list(cost.data[0].x) == ["plain<br>target", f"chain<br>{planned.runs[1].tree}", "auto<br>8 rows"]
     table = F.comparison_table(planned.runs)
     assert table[2][1].endswith("(mean)") and isinstance(table[1][1], int)
-    assert F.widths_text((1, 1, 1)) == "1x3" and F.widths_text((3, 1, 1)) == "3,1,1" and F.widths_text(()) == "none"
+    assert Topology((1, 1, 1)).text(False) == "1x3"
+    assert Topology((3, 1, 1)).text(True) == "3,1,1, leaves evaluated"
 
 
 def test_pick_round_prefers_all_statuses_then_branching(planned):

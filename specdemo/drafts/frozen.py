@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import torch
 
+from ..config import FREEZE
 from ..errors import SpecdemoError
 from .base import Draft, LevelMeans
 
-FREEZE = ("out", "x0", "auto")
 
 
 class FrozenDraft(Draft):

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ..compare import MethodRun
 from ..images import to_uint8
 from .plane import LogDensity, density_trace, image_grid, plot_limits
 from .style import METHOD_COLORS, base_layout, message_figure
+
+if TYPE_CHECKING:  # the comparison runner draws with these figures: a run's record is named, not imported
+    from ..compare import MethodRun
 
 
 def short_label(run: MethodRun, sep: str = "<br>") -> str:

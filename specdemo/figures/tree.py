@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..sampling import CORRECTED, ROOT, STATUS_NAMES, RoundTrace
+from ..trees import Topology
 from .style import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, base_layout, message_figure
 
 CORRECTED_X_OFFSET = 0.28  # the corrected sample sits just right of the children it replaces
@@ -70,11 +71,10 @@ def round_widths(rt: RoundTrace) -> tuple[int, ...]:
     return tuple(int(sizes[d] // max(sizes[d - 1], 1)) for d in range(1, len(sizes)))
 
 
-def widths_text(widths: tuple[int, ...]) -> str:
-    """Widths as the topology parser reads them: 1x16, 2x3 or 3,1,1."""
-    if not widths:
-        return "none"
-    return f"{widths[0]}x{len(widths)}" if len(set(widths)) == 1 else ",".join(map(str, widths))
+def round_leaves_evaluated(rt: RoundTrace, row: int) -> bool:
+    """Whether the round's leaves (its deepest drafted level) went into the target call."""
+    leaves = rt.node_depth == rt.node_depth.max()
+    return bool(rt.evaluated[row, leaves].all())
 
 
 def trajectory_rounds(trace: list[RoundTrace], trajectory: int) -> list[tuple[int, int]]:
@@ -251,7 +251,11 @@ def tree_figure(trace: list[RoundTrace], trajectory: int, k: int, *, height: int
     end = nodes.root_step + nodes.committed
     how = "ended by a corrected sample" if nodes.corrected else "every level accepted"
     widths = round_widths(trace[r])
-    shape = widths_text(widths) + ("" if nodes.depth >= len(widths) else f", cut to depth {nodes.depth}")
+    shape = Topology(widths).text(round_leaves_evaluated(trace[r], row))
+    if nodes.depth < len(widths):
+        shape += f", cut to depth {nodes.depth}"
+    if trace[r].root_known[row]:  # a plan drafts these from its trees for a known root: say why it differs
+        shape += ", root output known"
     title = f"Round {k} of {len(rounds)}, trajectory {trajectory}: tree {shape}"
     detail = f"steps {nodes.root_step} → {end} committed: {nodes.committed} of {nodes.depth} drafted levels, {how}"
     base_layout(fig, height=height, title=title)

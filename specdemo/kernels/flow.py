@@ -14,13 +14,13 @@ import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
 from ..errors import SpecdemoError
-from .base import Kernel
+from .base import Kernel, scheduler_settings
 
 
 class FlowChurnKernel(Kernel):
-    """The t grid is the one FlowMatchEulerDiscreteScheduler makes at its defaults (shift 1, 1,000
-    training steps): t_n = linspace(1000, 1, T)[n] / 1000, then 0. The network gets 1000 t as its
-    timestep, as diffusers flow models do.
+    """The t grid is the one the given FlowMatchEulerDiscreteScheduler makes (its shift and sigmas; by
+    default shift 1 and 1,000 training steps: t_n = linspace(1000, 1, T)[n] / 1000, then 0). The
+    network gets 1000 t as its timestep, as diffusers flow models do.
     """
 
     name = "flow-churn"
@@ -46,4 +46,5 @@ class FlowChurnKernel(Kernel):
         super().__init__(churn * g2.sqrt() * (-dt).sqrt(), scheduler.timesteps.clone(), coefficients)
 
     def config(self):
-        return {"kernel": "flow-churn", "steps": self.num_steps, "churn": self.churn}
+        return {"kernel": "flow-churn", "steps": self.num_steps, "churn": self.churn,
+                "scheduler": scheduler_settings(self.scheduler)}

@@ -1,12 +1,13 @@
-"""Model adapters: analytic targets, and diffusers UNets from a folder or the Hub."""
+"""Model adapters: analytic targets; diffusers pixel UNets, latent text-to-image (Stable Diffusion
+1.x/2.x) and flow transformer (SD3) pipelines from a folder or the Hub."""
 
+from ..config import KERNEL_NAMES, MODEL_HELP
 from ..errors import SpecdemoError
 from ..targets.presets import PRESETS
 from .analytic import AnalyticTarget, analytic_target
-from .base import KERNEL_NAMES, Target
+from .base import Target
 from .diffusers_unet import EMBEDDED, DiffusersTarget, load_diffusers_target
 
-MODEL_HELP = f"a preset ({', '.join(PRESETS)}), a mixture .json file, {', '.join(EMBEDDED)}, a diffusers folder or a Hub id"
 
 
 MAX_MODEL_NAME = 512

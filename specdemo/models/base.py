@@ -9,7 +9,6 @@ from __future__ import annotations
 from ..errors import SpecdemoError
 from ..kernels import Kernel
 
-KERNEL_NAMES = ("ddpm", "ddim", "flow-churn", "langevin")
 
 
 class Target:
@@ -20,12 +19,19 @@ class Target:
     kernels: tuple[str, ...]
     defaults: dict
     num_classes: int | None = None
+    takes_draft_networks = False  # whether another model's network may draft for it (draft_mismatch)
+    text_conditioned = False  # whether it reads a prompt (prompt_conditioning)
 
     def kernel(self, name: str, steps: int, *, eta: float, churn: float, gamma: float, prediction: str) -> Kernel:
         raise NotImplementedError
 
     def network(self, kernel: Kernel, device=None, dtype=None):
         """The network for `kernel`, on `device` (analytic networks follow their inputs)."""
+        raise NotImplementedError
+
+    def draft_mismatch(self, other: "Target") -> str | None:
+        """Why `other`'s network cannot draft for this target, or None when it can (targets that
+        take draft networks only)."""
         raise NotImplementedError
 
     def check_kernel(self, name: str) -> None:

@@ -1,4 +1,5 @@
-"""diffusers UNet2DModel targets and drafts: a Hub id or a local folder, safetensors only.
+"""diffusers models from a Hub id or a local folder, safetensors only: UNet2DModel targets and drafts
+here; text-to-image pipelines (latent.py, flow_transformer.py) told apart by their model_index.json.
 
 The kernel's tables come from the model's own DDPMScheduler or DDIMScheduler config, and the
 network is called once per batch of rows that each carry their own timestep (and class label).
@@ -7,6 +8,7 @@ network is called once per batch of rows that each carry their own timestep (and
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import warnings
@@ -15,12 +17,13 @@ from pathlib import Path
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler, UNet2DModel
 
+from ..config import EMBEDDED_NAMES
 from ..errors import SpecdemoError
 from ..kernels import DDIMKernel, DDPMKernel, Kernel
 from .base import Target
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
-EMBEDDED = {"digits": ASSETS / "digits", "digits-draft": ASSETS / "digits-draft"}
+ASSETS = Path(__file__).resolve().parent / "embedded"  # the embedded models, shipped inside the package
+EMBEDDED = {name: ASSETS / name for name in EMBEDDED_NAMES}
 HOW_TO_GET = "download it where there is internet (`hf download {spec} --local-dir DIR`) and pass --model DIR"
 
 
@@ -38,10 +41,55 @@ class UNetNetwork:
         return out[:, : x.shape[1]].to(x.dtype)  # learned-variance models append C variance channels
 
 
+def default_dtype(device: torch.device) -> torch.dtype:
+    """fp32 on CPU, fp16 on CUDA."""
+    return torch.float16 if device.type == "cuda" else torch.float32
+
+
+def placed(module, copies: dict, device, dtype=None):
+    """`module` (loaded in fp32 on the CPU) on `device` in `dtype` (default_dtype): the module itself
+    there, else one moved copy per placement kept in `copies` (concurrent runs may use cpu and cuda)."""
+    device = torch.device(device)
+    dtype = dtype or default_dtype(device)
+    if device.type == "cpu" and dtype == torch.float32:
+        return module
+    key = (device, dtype)
+    if key not in copies:
+        copies[key] = copy.deepcopy(module).to(device, dtype)
+    return copies[key]
+
+
+def vp_kernel(model: str, scheduler_config: dict, name: str, steps: int, eta: float) -> Kernel:
+    """The ddpm or ddim kernel of a model's own scheduler config, at `steps` steps."""
+    train_steps = scheduler_config.get("num_train_timesteps", 1000)
+    if not 1 <= steps <= train_steps:
+        raise SpecdemoError(f"--steps {steps} is out of range for {model}: accepted 1..{train_steps}")
+    if name == "ddpm":
+        return DDPMKernel(DDPMScheduler.from_config(scheduler_config), steps)
+    return DDIMKernel(DDIMScheduler.from_config(scheduler_config), steps, eta)
+
+
+# what a draft network shares with its target's noise process (the training schedule and output)
+TRAINED_SCHEDULE = ("num_train_timesteps", "beta_schedule", "beta_start", "beta_end", "trained_betas",
+                    "prediction_type")
+
+
+def schedule_mismatch(target: dict, draft: dict, keys=TRAINED_SCHEDULE) -> str | None:
+    """The first scheduler setting in `keys` where two scheduler configs differ (absent keys read as
+    DDPMScheduler's defaults), or None."""
+    target, draft = (DDPMScheduler.from_config(c).config for c in (target, draft))
+    for key in keys:
+        if target.get(key) != draft.get(key):
+            return f"its scheduler's {key} is {draft.get(key)!r}, the target's {target.get(key)!r}"
+    return None
+
+
 class DiffusersTarget(Target):
     """A UNet2DModel and its scheduler config; runs the ddpm or ddim kernel at any step count."""
 
     kernels = ("ddpm", "ddim")
+    family = "pixel-space UNet2DModel pipeline"
+    takes_draft_networks = True
 
     def __init__(self, name: str, unet: UNet2DModel, scheduler_config: dict):
         self.name, self.unet, self.scheduler_config = name, unet.eval().requires_grad_(False), scheduler_config
@@ -54,28 +102,21 @@ class DiffusersTarget(Target):
 
     def kernel(self, name, steps, *, eta=1.0, churn=None, gamma=None, prediction=None):
         self.check_kernel(name)
-        train_steps = self.scheduler_config.get("num_train_timesteps", 1000)
-        if not 1 <= steps <= train_steps:
-            raise SpecdemoError(f"--steps {steps} is out of range for {self.name}: accepted 1..{train_steps}")
-        if name == "ddpm":
-            return DDPMKernel(DDPMScheduler.from_config(self.scheduler_config), steps)
-        return DDIMKernel(DDIMScheduler.from_config(self.scheduler_config), steps, eta)
+        return vp_kernel(self.name, self.scheduler_config, name, steps, eta)
 
     def network(self, kernel, device=torch.device("cpu"), dtype=None):
         """fp32 on CPU; fp16 on CUDA unless dtype says otherwise."""
-        device = torch.device(device)
-        dtype = dtype or (torch.float16 if device.type == "cuda" else torch.float32)
-        key = (device, dtype)
-        if key not in self._moved:  # one copy per placement: concurrent runs may use cpu and cuda
-            placed = copy.deepcopy(self.unet).to(device)
-            self._moved[key] = placed if placed.dtype == dtype else placed.to(dtype)
-        return UNetNetwork(self._moved[key], kernel)
+        return UNetNetwork(placed(self.unet, self._moved, device, dtype), kernel)
 
-    def same_process(self, other: "DiffusersTarget") -> bool:
-        """Whether `other` can draft for this target: same shape, classes and noise schedule."""
-        keys = ("num_train_timesteps", "beta_schedule", "beta_start", "beta_end", "prediction_type")
-        return (other.shape == self.shape and other.num_classes == self.num_classes
-                and all(other.scheduler_config.get(k) == self.scheduler_config.get(k) for k in keys))
+    def draft_mismatch(self, other):
+        """A draft network needs the target's sample shape, classes and noise schedule."""
+        if type(other) is not type(self):
+            return f"it is not a {self.family}"
+        if other.shape != self.shape:
+            return f"its sample shape {other.shape} differs from the target's {self.shape}"
+        if other.num_classes != self.num_classes:
+            return f"it has {other.num_classes} classes, the target {self.num_classes}"
+        return schedule_mismatch(self.scheduler_config, other.scheduler_config)
 
 
 def _looks_like_hub_id(spec: str) -> bool:
@@ -83,8 +124,14 @@ def _looks_like_hub_id(spec: str) -> bool:
     return len(parts) == 2 and all(parts) and not spec.startswith((".", "/", "~"))
 
 
-def load_diffusers_target(spec: str, hub_only: bool = False) -> DiffusersTarget:
-    """Load a UNet2DModel and its scheduler config from an embedded name, a folder or a Hub id.
+# text-to-image pipeline classes (model_index.json's _class_name) and the module of their adapter
+TEXT_TO_IMAGE = {"StableDiffusionPipeline": "latent", "StableDiffusion3Pipeline": "flow_transformer"}
+ACCEPTED = "a UNet2DModel pipeline (DDPM, DDIM), " + ", ".join(TEXT_TO_IMAGE)
+
+
+def load_diffusers_target(spec: str, hub_only: bool = False) -> Target:
+    """Load a diffusers model from an embedded name, a folder or a Hub id: a UNet2DModel and its
+    scheduler config, or a text-to-image pipeline (TEXT_TO_IMAGE), told apart by model_index.json.
 
     safetensors only (use_safetensors=True: pickle weights are never loaded), no remote code.
     A pipeline folder (model_index.json, unet/, scheduler/) and a bare model folder (config.json
@@ -102,15 +149,29 @@ def load_diffusers_target(spec: str, hub_only: bool = False) -> DiffusersTarget:
     try:
         with warnings.catch_warnings():  # diffusers passes huggingface_hub a deprecated argument
             warnings.simplefilter("ignore")
-            pipeline_layout = (source / "unet").is_dir() if local else _hub_has_pipeline(spec, cache_only)
+            index = _local_model_index(source) if local else _hub_model_index(spec, cache_only)
+            pipeline_class = index.get("_class_name")
+            if pipeline_class in TEXT_TO_IMAGE:
+                if importlib.util.find_spec("transformers") is None:
+                    raise SpecdemoError(f"model {spec!r} is a {pipeline_class}, whose text encoders need the "
+                                        "transformers package: pip install transformers")
+                adapter = importlib.import_module(f".{TEXT_TO_IMAGE[pipeline_class]}", __package__)
+                return adapter.load(spec, where, index, cache_only)
+            if index and index.get("unet", [None, None])[1] != "UNet2DModel":
+                raise SpecdemoError(f"model {spec!r} is a {pipeline_class or 'pipeline'} without a UNet2DModel, "
+                                    f"which specdemo does not run; accepted: {ACCEPTED}")
+            pipeline_layout = (source / "unet").is_dir() if local else bool(index)
             sub = "unet" if pipeline_layout else None
             unet = UNet2DModel.from_pretrained(where, subfolder=sub, use_safetensors=True, local_files_only=cache_only)
             scheduler = DDPMScheduler.load_config(where, subfolder="scheduler" if pipeline_layout else None,
                                                   local_files_only=cache_only)
+    except SpecdemoError:
+        raise
     except Exception as err:  # offline, unknown repo, missing or pickle-only weights, bad config
         reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
         if local:
-            hint = "the folder needs model_index.json with unet/ and scheduler/, or config.json, scheduler_config.json and safetensors weights"
+            hint = ("the folder needs model_index.json with unet/ and scheduler/ (or the components of "
+                    f"{', '.join(TEXT_TO_IMAGE)}), or config.json, scheduler_config.json and safetensors weights")
         elif _offline():
             hint = f"the Hub is offline here (HF_HUB_OFFLINE) and it is not in the local cache; {HOW_TO_GET.format(spec=spec)}"
         elif cache_only:
@@ -151,12 +212,17 @@ def _hub_answers(repo_id: str) -> bool:
     return True
 
 
-def _hub_has_pipeline(repo_id: str, cache_only: bool) -> bool:
-    """Whether a Hub repo is a pipeline (model_index.json with a unet/ subfolder)."""
+def _local_model_index(folder: Path) -> dict:
+    """A folder's model_index.json ({} for a bare model folder)."""
+    path = folder / "model_index.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _hub_model_index(repo_id: str, cache_only: bool) -> dict:
+    """A Hub repo's model_index.json ({} when it has none: a bare model repo, or not in the cache)."""
     from huggingface_hub import hf_hub_download
 
     try:
-        index = json.loads(Path(hf_hub_download(repo_id, "model_index.json", local_files_only=cache_only)).read_text())
+        return json.loads(Path(hf_hub_download(repo_id, "model_index.json", local_files_only=cache_only)).read_text())
     except Exception:
-        return False
-    return "unet" in index
+        return {}

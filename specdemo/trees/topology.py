@@ -13,15 +13,12 @@ from functools import cached_property
 
 import torch
 
+from ..config import TOPOLOGY_HELP
 from ..errors import SpecdemoError
 
 MAX_DEPTH = 128  # at 1,000 steps, with 95-97% of nodes accepted, chains still gain past depth 64
 MAX_NODES = 4096
 MAX_TEXT = 600  # characters of a topology string (a chain of MAX_DEPTH written out takes 255)
-TOPOLOGY_HELP = (
-    'widths per depth such as "3,2,1", "KxL" for a uniform tree (K children per node, depth L; '
-    '"1xL" is a chain of length L), or "chain:L"'
-)
 
 
 def _bounded(value: int, limit: int, what: str) -> int:
@@ -81,6 +78,12 @@ class Topology:
         if len(set(self.widths)) == 1:
             return f"{self.widths[0]}x{self.depth}"
         return ",".join(map(str, self.widths))
+
+    def text(self, leaves_evaluated: bool) -> str:
+        """The tree in the words every view uses (the plan line, the round view, the export): widths
+        as the parser reads them, and whether the target evaluates its leaves ("1x15, leaves
+        evaluated": 15 levels drafted, the 15th evaluated too)."""
+        return f"{self}, leaves evaluated" if leaves_evaluated else str(self)
 
     @property
     def depth(self) -> int:

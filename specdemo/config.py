@@ -1,0 +1,162 @@
+"""SamplerConfig: every setting of a run, with its default, its help text and what it accepts.
+
+This is the one place a run's settings are written down. The command line's `sample` options are
+generated from these fields (specdemo.cli), the app reads the defaults and help of the settings it
+shows from them (its controls are laid out by hand), and a config
+round-trips through JSON (the `--out` file and an exported run carry it; `--config FILE.json` replays
+it). The module imports nothing but the standard library, so that `specdemo --help` answers at once.
+
+The accepted names (kernels, verifiers, ...) are defined here; the registries that implement them
+(specdemo.verifiers.VERIFIERS, specdemo.sampling.PREFETCH, specdemo.targets.PRESETS) are checked
+against these names by tests/test_packaging.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import typing
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from .errors import SpecdemoError
+
+METHODS = ("target", "chain", "tree")
+KERNEL_NAMES = ("ddpm", "ddim", "flow-churn", "langevin")
+VERIFIER_NAMES = ("rmc", "dgrs", "rank", "block")
+FREEZE = ("out", "x0", "auto")
+PREFETCH_NAMES = ("nearest", "parent", "none", "leaves", "auto")
+OBJECTIVES = ("time", "calls")
+PREDICTIONS = ("epsilon", "v_prediction", "sample")
+DEVICES = ("auto", "cpu", "cuda")
+PRESET_NAMES = ("gm2d", "gm16", "gm512", "banana", "ring")
+EMBEDDED_NAMES = ("digits", "digits-draft")
+TOPOLOGY_HELP = (
+    'widths per depth such as "3,2,1", "KxL" for a uniform tree (K children per node, depth L; '
+    '"1xL" is a chain of length L), or "chain:L"'
+)
+MODEL_HELP = (f"a preset ({', '.join(PRESET_NAMES)}), a mixture .json file, {', '.join(EMBEDDED_NAMES)}, "
+              "a diffusers folder (a pixel UNet, a Stable Diffusion 1.x/2.x or an SD3-class pipeline) or a Hub id")
+
+
+def _is_a(value, kind: type) -> bool:
+    """Whether a JSON value is of a field's type: an integer is a float's value too; a bool is no number."""
+    if kind is type(None):
+        return value is None
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def setting(default, help: str, **accepts):
+    """A SamplerConfig field: its default, its help text (the CLI's and the app's), and what it accepts
+    (choices, metavar; argparse's names)."""
+    return field(default=default, metadata={"help": help, **accepts})
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Everything that defines a run. None means "the default": the model's (Target.defaults), and
+    for --tree auto the fastest settings measured on the device (specdemo.pipeline.AUTO_DEFAULTS)."""
+
+    model: str = setting("digits", MODEL_HELP + ', such as google/ddpm-cifar10-32; a mixture file holds '
+                                                '{"weights": [...], "means": [[...], ...], "stds": [...]}', metavar="SPEC")
+    kernel: str | None = setting(None, "sampler kernel (default: the model's; gm512: flow-churn)", choices=KERNEL_NAMES)
+    steps: int | None = setting(None, "number of sampler steps N (default: the model's)")
+    eta: float = setting(1.0, "DDIM eta in [0, 1]; 0 is deterministic")
+    churn: float | None = setting(None, "flow-matching churn c >= 0 (default: the model's, else 0.06)")
+    gamma: float | None = setting(None, "Langevin step size gamma > 0 (default: the model's, else 0.01)")
+    prediction: str = setting("epsilon", "what an analytic mixture's network predicts under ddpm/ddim",
+                              choices=PREDICTIONS)
+    method: str = setting("tree", "plain target sampling, a chain or a tree", choices=METHODS)
+    tree: str | None = setting(None, f"topology: {TOPOLOGY_HELP}; or auto, planned per step "
+                                     "(default: 1x5 chain, 2x5 tree)", metavar="WIDTHS")
+    verifier: str | None = setting(None, "rmc or block (chains only; block weighs the whole chain at once), dgrs or "
+                                         "rank (default: rmc for a chain, dgrs for a tree, block for --tree auto)",
+                                   choices=VERIFIER_NAMES)
+    draft: str = setting("frozen", "frozen (the training-free frozen target), or a draft network for an image "
+                                   "model: digits-draft, a folder or a Hub id")
+    freeze: str | None = setting(None, "freeze the network output (out), the denoised estimate x0-hat (x0), or "
+                                       "choose per step from pilot runs (auto) (default: out; auto with --tree auto)",
+                                 choices=FREEZE)
+    draft_bias: float = setting(0.0, "shift the draft mean by B times the step's scale along a fixed direction; "
+                                     "samples stay exact", metavar="B")
+    prefetch: str | None = setting(None, "frozen output that starts a round: nearest sibling, parent, none "
+                                         "(re-evaluate the root), leaves (evaluate leaves too), or auto (nearest, "
+                                         "leaves evaluated at the steps where --tree auto plans it) (default: "
+                                         "nearest; auto with --tree auto)", choices=PREFETCH_NAMES)
+    budget: int | None = setting(None, "with --tree auto: at most R target rows per round; a pilot run measures "
+                                       "delta, then a dynamic programme picks the widths of every step (default: "
+                                       "the fastest measured on the device, 16 on a CPU)", metavar="R")
+    objective: str = setting("time", "with --tree auto: minimise the expected wall-clock (time; a call's cost by "
+                                     "its rows is measured on the device) or the expected target calls (calls)",
+                             choices=OBJECTIVES)
+    pilot_samples: int = setting(32, "trajectories of the pilot runs that plan --tree auto and --freeze auto",
+                                 metavar="P")
+    num_samples: int = setting(16, "samples to draw", metavar="M")
+    max_batch: int | None = setting(None, "at most B trajectories in flight; a finished one frees its slot for the "
+                                          "next (continuous batching; default: all at once)", metavar="B")
+    seed: int = setting(0, "same seed, device and --max-batch: same samples")
+    device: str = setting("auto", "where to run", choices=DEVICES)
+    class_label: int | None = setting(None, "class to sample, for class-conditional models such as digits "
+                                            "(default 0)", metavar="0..9")
+    prompt: str = setting("", "for text-to-image models: what to draw, encoded once per run", metavar="TEXT")
+    negative_prompt: str = setting("", "for text-to-image models: what to steer away from, with a guidance scale "
+                                       "above 1", metavar="TEXT")
+    guidance_scale: float | None = setting(None, "for text-to-image models: classifier-free guidance weight w >= 1, "
+                                                 "1 for none (default: the model's; 7.5 for Stable Diffusion 1.x/2.x, "
+                                                 "7.0 for SD3)", metavar="W")
+    cache_dir: str | None = setting(None, "where plans are kept between runs, or off (default: $SPECDEMO_CACHE, "
+                                          "else ~/.cache/specdemo)", metavar="DIR")
+    replan: bool = setting(False, "run the pilots and plan again, even if a plan is cached")
+
+    def validate(self) -> None:
+        """What can be checked without the model, each a one-line SpecdemoError naming the setting and
+        what is accepted: names among the accepted ones, finite numbers, the seed's range
+        (specdemo.check_config checks the rest, against the model and the work limits)."""
+        for f in fields(self):
+            value, choices = getattr(self, f.name), f.metadata.get("choices")
+            if choices and value is not None and value not in choices:
+                raise SpecdemoError(f"unknown {f.name} {value!r}; accepted: {', '.join(choices)}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SpecdemoError(f"{f.name} must be a finite number, got {value}")
+        if not 0 <= self.seed < 2**63:
+            raise SpecdemoError(f"the seed must be in 0..2**63 - 1, got {self.seed}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SamplerConfig":
+        """Settings by name (a saved config), each checked against its field's type."""
+        hints = typing.get_type_hints(cls)
+        unknown = set(d) - set(hints)
+        if unknown:
+            raise SpecdemoError(f"unknown settings {sorted(unknown)}; accepted: {sorted(hints)}")
+        for name, value in d.items():
+            kinds = typing.get_args(hints[name]) or (hints[name],)
+            if not any(_is_a(value, kind) for kind in kinds):
+                accepted = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+                raise SpecdemoError(f"setting {name} must be {accepted}, got {json.dumps(value)[:40]}")
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "SamplerConfig":
+        """A config saved by to_json (or the "config" entry of a saved run)."""
+        try:
+            d = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise SpecdemoError(f"cannot read a config from {str(path)[:80]!r}: {err}") from None
+        if not isinstance(d, dict):
+            raise SpecdemoError(f"{str(path)[:80]!r} holds no config (a JSON object of settings)")
+        return cls.from_dict(d.get("config", d) if isinstance(d.get("config"), dict) else d)
+
+    def with_method(self, method: str, tree: str | None = None) -> "SamplerConfig":
+        """The same run with another method (for side-by-side comparisons); prefetch auto, which
+        only a planned topology takes, becomes its fixed-tree part, nearest."""
+        planned = (tree or "").strip().lower() == "auto"
+        return replace(self, method=method, tree=tree, verifier=None if method != self.method else self.verifier,
+                       prefetch="nearest" if self.prefetch == "auto" and not planned else self.prefetch)

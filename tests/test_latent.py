@@ -1,0 +1,169 @@
+"""Latent text-to-image targets (Stable Diffusion 1.x/2.x class) on a tiny random pipeline built here:
+loading through the Hub code path, the guided network and kernels against diffusers' own pipeline and
+scheduler, guidance rows in one UNet call, exactness of chains and trees (with a planted bug the same
+test catches), draft networks and refusals."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from diffusers import DDIMScheduler, DDPMScheduler, StableDiffusionPipeline
+
+from specdemo import SamplerConfig, build
+from specdemo.errors import SpecdemoError
+from specdemo.models import resolve_target
+
+from .helpers import misaligned_unconditional_timesteps, tiny_sd_folder, two_sample_pvalue
+
+PROMPT, NEGATIVE = "a red circle", "blue"
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-sd")
+    return {"epsilon": tiny_sd_folder(root / "eps"),
+            "v_prediction": tiny_sd_folder(root / "v", prediction="v_prediction")}
+
+
+@pytest.fixture(scope="module")
+def target(folders):
+    return resolve_target(folders["epsilon"])
+
+
+def test_a_pipeline_folder_loads_like_a_hub_model_and_decodes(target, folders):
+    assert type(target).__name__ == "LatentUNetTarget" and target.shape == (4, 8, 8)
+    assert target.text_conditioned and target.kernels == ("ddpm", "ddim")
+    latents = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(0))
+    images = target.decode(latents)
+    vae = target.pipeline.vae
+    expected = vae.decode(latents / vae.config.scaling_factor).sample.clamp(-1, 1)
+    assert images.shape == (2, 3, 16, 16) and torch.allclose(images, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("prediction", ["epsilon", "v_prediction"])
+def test_deterministic_ddim_follows_the_diffusers_pipeline_step_by_step(folders, prediction):
+    """DDIM at eta = 0 with guidance: the adapter's m_n(x) = x_{n+1} at every step equals the latents
+    StableDiffusionPipeline itself produces from the same start (prompt, negative prompt, guidance)."""
+    folder = folders[prediction]
+    problem = build(SamplerConfig(model=folder, kernel="ddim", eta=0.0, steps=6, method="target", num_samples=3,
+                                  prompt=PROMPT, negative_prompt=NEGATIVE, guidance_scale=5.0, device="cpu"))
+    pipe = StableDiffusionPipeline.from_pretrained(folder, safety_checker=None, requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    x = torch.randn(3, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+    seen = []
+    pipe([PROMPT] * 3, negative_prompt=[NEGATIVE] * 3, guidance_scale=5.0, num_inference_steps=6, eta=0.0, latents=x,
+         output_type="latent", callback_on_step_end=lambda p, i, t, kw: seen.append(kw["latents"]) or kw)
+    k, net, state = problem.kernel, problem.network, x
+    assert torch.equal(k.timesteps, pipe.scheduler.timesteps)
+    for n, expected in enumerate(seen):
+        steps = torch.full((3,), n)
+        state = k.mean(net(state, steps, **problem.cond), state, steps)
+        assert torch.allclose(state, expected, atol=1e-5), n
+
+
+@pytest.mark.parametrize("kernel", ["ddpm", "ddim"])
+def test_stochastic_means_and_scales_equal_the_scheduler_step(folders, kernel):
+    """m_n and s_n of ddpm and ddim (eta 0.7) against scheduler.step of that scheduler built from the
+    pipeline's config, at the guided network output, noise removed."""
+    folder = folders["v_prediction"]
+    problem = build(SamplerConfig(model=folder, kernel=kernel, eta=0.7, steps=10, method="target", num_samples=4,
+                                  prompt=PROMPT, device="cpu"))
+    k, net = problem.kernel, problem.network
+    sched = (DDPMScheduler if kernel == "ddpm" else DDIMScheduler).from_pretrained(folder, subfolder="scheduler")
+    sched.set_timesteps(10)
+    x = torch.randn(4, 4, 8, 8, generator=torch.Generator().manual_seed(2))
+    for n in (0, 4, 8):
+        steps = torch.full((4,), n)
+        out, t = net(x, steps, **problem.cond), int(sched.timesteps[n])
+        if kernel == "ddpm":
+            noisy = sched.step(out, t, x, generator=torch.Generator().manual_seed(3)).prev_sample
+            expected = noisy - k.scales[n].float() * torch.randn(x.shape, generator=torch.Generator().manual_seed(3))
+        else:
+            expected = sched.step(out, t, x, eta=0.7, variance_noise=torch.zeros_like(x)).prev_sample
+            ones = sched.step(out, t, x, eta=0.7, variance_noise=torch.ones_like(x)).prev_sample
+            assert float((ones - expected).mean()) == pytest.approx(float(k.scales[n]), rel=1e-4)
+        assert k.scales[n] > 0 and torch.allclose(k.mean(out, x, steps), expected, atol=1e-5)
+
+
+def test_guidance_rows_of_every_node_share_one_unet_call(target):
+    """Each target call is one UNet call of 2R rows (unconditional, then conditional); w = 1 is R rows."""
+    batches = []
+    hook = target.pipeline.unet.register_forward_hook(lambda module, args, kwargs, out: batches.append(
+        kwargs["sample"].shape[0]), with_kwargs=True)
+    try:
+        for guidance, rows_per_row in ((7.5, 2), (1.0, 1)):
+            problem = build(SamplerConfig(model=target.name, steps=12, method="tree", tree="2,2", num_samples=3,
+                                          prompt=PROMPT, guidance_scale=guidance, device="cpu"), target)
+            batches.clear()
+            result = problem.run()
+            assert len(batches) == result.cost.target_calls
+            assert sum(batches) == rows_per_row * (result.cost.rows_per_trajectory.sum() + result.cost.padded_rows)
+    finally:
+        hook.remove()
+
+
+
+
+
+def test_chains_and_trees_are_exact_and_a_misaligned_guidance_fold_is_caught(target):
+    """Latents of 1,200 trajectories each: plain sampling against a chain and a tree (frozen draft),
+    by the same two-sample test that rejects the tree run with the planted guidance bug (p about 1e-5
+    at 1,000 trajectories)."""
+    base = dict(model=target.name, steps=10, num_samples=1200, prompt=PROMPT, guidance_scale=7.5, device="cpu")
+    plain = build(SamplerConfig(**base, method="target", seed=1), target).run().samples
+    chain = build(SamplerConfig(**base, method="chain", tree="1x4", seed=2), target).run()
+    tree_problem = build(SamplerConfig(**base, method="tree", tree="2,2", verifier="dgrs", seed=3), target)
+    tree = tree_problem.run()
+    assert chain.cost.speedup > 1 and tree.cost.speedup > 1  # fewer calls than steps: speculation took place
+    assert two_sample_pvalue(plain, chain.samples) > 1e-3
+    assert two_sample_pvalue(plain, tree.samples) > 1e-3
+    network = misaligned_unconditional_timesteps(target.network(tree_problem.kernel))
+    buggy = replace(tree_problem, network=network).run().samples
+    assert two_sample_pvalue(plain, buggy) < 1e-3
+
+
+def test_a_draft_network_of_the_same_latent_space_drafts(target, tmp_path):
+    draft = tiny_sd_folder(tmp_path / "draft", seed=5)
+    result = build(SamplerConfig(model=target.name, draft=draft, steps=10, method="chain", tree="1x3", num_samples=2,
+                                 prompt=PROMPT, device="cpu"), target).run()
+    assert result.cost.draft_calls > 0 and torch.isfinite(result.samples).all()
+
+
+@pytest.mark.parametrize("variant, reason", [
+    (dict(prediction="v_prediction"), "prediction_type"),
+    (dict(latent_channels=3), "latent shape"),
+])
+def test_a_draft_of_another_process_is_refused_with_its_reason(target, tmp_path, variant, reason):
+    draft = tiny_sd_folder(tmp_path / "draft", **variant)
+    with pytest.raises(SpecdemoError, match=f"cannot draft for .*{reason}"):
+        build(SamplerConfig(model=target.name, draft=draft, method="chain", prompt=PROMPT, device="cpu"), target)
+
+
+def test_a_draft_with_another_vae_is_refused(target, tmp_path):
+    from diffusers import AutoencoderKL
+
+    draft = tiny_sd_folder(tmp_path / "draft")
+    vae = AutoencoderKL.from_pretrained(draft, subfolder="vae")
+    vae.register_to_config(scaling_factor=0.13025)
+    vae.save_pretrained(f"{draft}/vae", safe_serialization=True)
+    with pytest.raises(SpecdemoError, match="VAE's scaling_factor .* another latent space"):
+        build(SamplerConfig(model=target.name, draft=draft, method="chain", prompt=PROMPT, device="cpu"), target)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(guidance_scale=0.5), "guidance scale must be a finite number >= 1"),
+    (dict(guidance_scale=float("nan")), "guidance_scale must be a finite number"),
+    (dict(negative_prompt="blue", guidance_scale=1.0), "negative prompt acts through guidance"),
+    (dict(prompt="x" * 2001), "at most 2000 characters"),
+])
+def test_bad_prompt_settings_are_refused_in_one_line(target, settings, message):
+    with pytest.raises(SpecdemoError, match=message) as err:
+        build(SamplerConfig(model=target.name, method="target", device="cpu", **settings), target)
+    assert "\n" not in str(err.value)
+
+
+def test_a_prompt_for_a_model_without_text_is_refused():
+    with pytest.raises(SpecdemoError, match="gm2d is not a text-to-image model; leave out --prompt"):
+        build(SamplerConfig(model="gm2d", prompt=PROMPT, method="target", device="cpu"))
