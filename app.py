@@ -54,6 +54,7 @@ MAX_WORK = {"image": 4096, "other": 1_500_000}  # samples x tree nodes per round
 MAX_ROWS = {"image": 250_000, "other": 50_000_000}
 MAX_STEPS = 1000
 MAX_SECONDS = 120.0
+MAX_DOWNLOAD_GB = 12.0  # a Hub model's weights the Space downloads at most (SPECDEMO_APP_MAX_DOWNLOAD_GB)
 EXACTNESS_SAMPLES = 1000
 KEPT_TRAJECTORIES = 64  # trajectories whose rounds a session keeps (and the page and the export show)
 SESSION_BYTES = 16_000_000  # ... and as many as fit in this (an image model's node states are large)
@@ -209,6 +210,15 @@ def local_models() -> bool:
     return os.environ.get("SPECDEMO_APP_LOCAL_MODELS") == "1"
 
 
+def max_download_bytes() -> int:
+    """The most weights a visitor's Hub model may bring (the owner sets SPECDEMO_APP_MAX_DOWNLOAD_GB)."""
+    text = os.environ.get("SPECDEMO_APP_MAX_DOWNLOAD_GB", str(MAX_DOWNLOAD_GB))
+    try:
+        return int(float(text) * 1e9)
+    except ValueError:
+        raise SpecdemoError(f"SPECDEMO_APP_MAX_DOWNLOAD_GB must be a number, got {text[:40]!r}") from None
+
+
 def allowed_model(spec: str, what: str = "model") -> None:
     """Refuse a model the Space's owner has not opened to visitors: local folders and files unless
     SPECDEMO_APP_LOCAL_MODELS=1, Hub ids unless listed in SPECDEMO_APP_HUB_MODELS (comma-separated;
@@ -254,9 +264,11 @@ def app_limits(target, device: str) -> Limits:
 
 
 def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn,
-                num_samples, class_label, seed, device, objective="time") -> tuple[SamplerConfig, object, Limits]:
-    """The controls as a SamplerConfig, the resolved target and the run's limits (app_limits; the
-    library checks the rest of them before any work)."""
+                num_samples, class_label, seed, device, objective="time"
+                ) -> tuple[SamplerConfig, object, object | None, Limits]:
+    """The controls as a SamplerConfig, the resolved target and draft network (None for the frozen
+    draft), both loaded under the Space's policy (allowed_model, Hub only, the download cap), and the
+    run's limits (app_limits; the library checks the rest of them before any work)."""
     if model not in MODEL_VALUES:
         raise SpecdemoError(f"unknown model choice {model!r}; accepted: {', '.join(MODEL_VALUES)}")
     spec = (custom_model or "").strip() if model == "custom" else model
@@ -287,7 +299,11 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
         raise SpecdemoError(f"unknown objective {objective!r}; accepted: {', '.join(v for _, v in OBJECTIVE_CHOICES)}")
     samples = _int(num_samples, "the number of samples")
     device = str(device or "auto")
-    target = C.cached_target(spec, hub_only=not local_models())  # a Hub id never reads the local disk
+    # a Hub id never reads the local disk, and a repo of too many weights is refused before any download
+    target = C.cached_target(spec, hub_only=not local_models(), max_download_bytes=max_download_bytes())
+    draft_spec = (draft or "frozen").strip()
+    draft_target = None if draft_spec == "frozen" else C.cached_target(
+        draft_spec, hub_only=not local_models(), max_download_bytes=max_download_bytes())
     if target.text_conditioned:  # no prompt box yet, and its latents need the VAE to be shown
         raise SpecdemoError(f"{spec[:80]!r} is a text-to-image model, which this page does not run yet; use the "
                             "command line (--prompt) or a pixel-space model")
@@ -313,7 +329,7 @@ def make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, ve
         pilot_samples=PILOT_SAMPLES, num_samples=samples, seed=_int(seed, "the seed", 0), device=device,
         class_label=label,
     )
-    return config, target, limits
+    return config, target, draft_target, limits
 
 
 # ---------------------------------------------------------------------------------------------- views
@@ -509,8 +525,9 @@ def watched(progress, cancel: Cancel, every: float = 0.1):
 
 
 @gpu
-def _compute(config: SamplerConfig, target, progress, limits: Limits, cancel: Cancel) -> C.Comparison:
-    return C.run_comparison(config, target=target, progress=watched(progress, cancel), limits=limits, cancel=cancel)
+def _compute(config: SamplerConfig, target, draft_target, progress, limits: Limits, cancel: Cancel) -> C.Comparison:
+    return C.run_comparison(config, target=target, draft_target=draft_target, progress=watched(progress, cancel),
+                            limits=limits, cancel=cancel)
 
 
 @readable_errors
@@ -519,8 +536,9 @@ def check_inputs(model, custom_model, draft, freeze, draft_bias, tree, budget, v
     """Refuse bad settings before a run starts, the library's limits included and applied to the
     click's runs together (what `run` checks too, for API callers), so that a refusal leaves the last
     results on screen."""
-    config, target, limits = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel,
-                                         steps, eta, churn, num_samples, class_label, seed, device, objective)
+    config, target, draft_target, limits = make_config(
+        model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn, num_samples,
+        class_label, seed, device, objective)
     C.check_click(config, target, limits)
 
 
@@ -530,11 +548,12 @@ def run(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, 
     """Run the chosen chain, tree or planned topology, the plain target sampler and the budget-matched chain."""
     progress(0, desc="loading the model")
     t0 = time.perf_counter()
-    config, target, limits = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel,
-                                         steps, eta, churn, num_samples, class_label, seed, device, objective)
+    config, target, draft_target, limits = make_config(
+        model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn, num_samples,
+        class_label, seed, device, objective)
     with cancellable(request, limits.max_seconds) as cancel:
         # the session keeps the trace of the first KEPT_TRAJECTORIES only: a few MB whatever the samples
-        comp = _compute(config, target, progress, limits, cancel).summarised(KEPT_TRAJECTORIES, SESSION_BYTES)
+        comp = _compute(config, target, draft_target, progress, limits, cancel).summarised(KEPT_TRAJECTORIES, SESSION_BYTES)
     t, k = F.pick_round(comp.trace)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
     tree_fig, data_fig, rounds_fig = round_views(comp, t, k)
@@ -572,9 +591,9 @@ def show_trajectory(comp, trajectory):
 
 
 @gpu
-def _exactness(config, num, target, progress, limits: Limits, cancel: Cancel):
-    return C.exactness_check(config, num, target=target, progress=watched(progress, cancel), limits=limits,
-                             cancel=cancel)
+def _exactness(config, num, target, draft_target, progress, limits: Limits, cancel: Cancel):
+    return C.exactness_check(config, num, target=target, draft_target=draft_target, progress=watched(progress, cancel),
+                             limits=limits, cancel=cancel)
 
 
 @readable_errors
@@ -583,15 +602,16 @@ def exactness(model, custom_model, draft, freeze, draft_bias, tree, budget, veri
               progress=gr.Progress()):
     """Two-sample test of the chosen chain, tree or plan against plain target sampling (analytic targets)."""
     progress(0, desc="loading the model")
-    config, target, limits = make_config(model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel,
-                                         steps, eta, churn, 1, class_label, seed, device, objective)
+    config, target, draft_target, limits = make_config(
+        model, custom_model, draft, freeze, draft_bias, tree, budget, verifier, kernel, steps, eta, churn, 1,
+        class_label, seed, device, objective)
     num = _int(test_samples, "the number of test samples")
     nodes, what = tree_work(config.tree, config.budget)
     if num * nodes > MAX_WORK["other"] * 2:
         raise SpecdemoError(f"{num} test samples with {what} is more than this app runs at once; "
                             "use fewer samples or a smaller tree")
     with cancellable(request, limits.max_seconds) as cancel:
-        report = _exactness(config, num, target, progress, limits, cancel)
+        report = _exactness(config, num, target, draft_target, progress, limits, cancel)
     fig = F.exactness_figure(report.plain, report.speculative, report.p_value, spec_label=report.label,
                              mixture=report.mixture)
     text = (f"### p = {report.p_value:.3f}: {report.verdict}\n"

@@ -29,7 +29,7 @@ def app_default() -> tuple[SamplerConfig, int]:
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
     d = app.UI_DEFAULTS[app.DEFAULT_MODEL]
-    config, _, _ = app.make_config(app.DEFAULT_MODEL, "", d["draft"], d["freeze"], 0, d["tree"], d["budget"], "default",
+    config, *_ = app.make_config(app.DEFAULT_MODEL, "", d["draft"], d["freeze"], 0, d["tree"], d["budget"], "default",
                                    "default", d["steps"], 1.0, 0.06, d["samples"], app.DEFAULT_CLASS, 0, "cpu")
     return config, max(1, app.cpu_budget() // app.CONCURRENCY_LIMIT)  # what app.launch sets
 

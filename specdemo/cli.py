@@ -63,7 +63,7 @@ def _sample(args) -> int:
 
     from .images import save_grid
     from .limits import Cancel, Limits
-    from .parallel import gather, launched_by_torchrun, my_indices, process_state
+    from .parallel import gather, launched_by_torchrun, my_indices, process_state, single_process_note
     from .pipeline import build
     from .trees import TopologyPlan
 
@@ -79,6 +79,8 @@ def _sample(args) -> int:
     if args.grid and len(problem.target.shape) != 3:
         raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {problem.target.shape}")
     state = process_state()
+    if note := single_process_note():
+        print(note, file=sys.stderr)
     if state is None:
         result = problem.run(trace=args.trace is not None, trace_states=False, with_pilot=True, cancel=cancel)
         samples, cost = result.samples.cpu().numpy(), result.cost

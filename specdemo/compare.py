@@ -94,7 +94,7 @@ _cache: OrderedDict[tuple[str, bool], Target] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def cached_target(spec: str, size: int = 4, hub_only: bool = False) -> Target:
+def cached_target(spec: str, size: int = 4, hub_only: bool = False, max_download_bytes: int | None = None) -> Target:
     """resolve_target, remembering the last `size` models (each loaded once while it is kept: the
     app's check of a run's settings and the run itself share one load)."""
     key = (str(spec).strip(), hub_only)  # the same name read from the Hub only, or from the disk too
@@ -102,7 +102,7 @@ def cached_target(spec: str, size: int = 4, hub_only: bool = False) -> Target:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    target = resolve_target(key[0], hub_only=hub_only)
+    target = resolve_target(key[0], hub_only=hub_only, max_download_bytes=max_download_bytes)
     with _cache_lock:
         _cache[key] = target
         while len(_cache) > size:
@@ -391,7 +391,8 @@ def plain_calls(problem: Problem) -> int:
 
 
 def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, baselines: bool = True,
-                   target: Target | None = None, limits: Limits | None = None, cancel: Cancel | None = None) -> Comparison:
+                   target: Target | None = None, draft_target: Target | None = None, limits: Limits | None = None,
+                   cancel: Cancel | None = None) -> Comparison:
     """Run `config` (its method taken from its tree: chain, tree, or tree "auto" planned per step)
     with a trace, then, with the same seed, the plain target sampler and, for a tree, the RMC chain
     at the same target rows per round (a plan's mean rows per round, rounded); for a block-verified
@@ -408,7 +409,7 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     if progress is not None and (is_auto(config.tree) or (config.freeze == "auto" and config.draft == "frozen")):
         progress(0.0, f"pilot run of {config.pilot_samples} trajectories: planning the "
                       + ("topology" if is_auto(config.tree) else "frozen draft"))
-    problem = build(config, target, limits=limits, cancel=cancel)
+    problem = build(config, target, draft_target=draft_target, limits=limits, cancel=cancel)
     config = problem.config  # every default resolved
     kind = target_kind(target)
     steps = problem.kernel.num_steps
@@ -424,7 +425,8 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
                 others.append(("chain", replace(problem, config=chain_cfg, tree=Topology.parse(chain_cfg.tree),
                                                 verifier=get_verifier("rmc"))))
             else:
-                others.append(("chain", build(chain_cfg, target, limits=limits, cancel=cancel)))
+                others.append(("chain", build(chain_cfg, target, draft_target=draft_target, limits=limits,
+                                              cancel=cancel)))
         elif isinstance(problem.verifier, ChainVerifier):
             # the same chains (the same plan) verified node by node: what weighing the block gains
             others.append(("chain", replace(problem, config=replace(config, verifier="rmc"),
@@ -467,7 +469,8 @@ class ExactnessReport:
 
 
 def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: int = 500,
-                    progress: Progress | None = None, target: Target | None = None, limits: Limits | None = None,
+                    progress: Progress | None = None, target: Target | None = None,
+                    draft_target: Target | None = None, limits: Limits | None = None,
                     cancel: Cancel | None = None) -> ExactnessReport:
     """Draw num_samples with the chosen chain or tree and num_samples with the plain target sampler
     (independent seeds), then run the energy two-sample test. Analytic targets only. `limits`
@@ -482,7 +485,7 @@ def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: in
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     spec_cfg = replace(config, method=speculative_method(config.tree), num_samples=num_samples)
     check_click(spec_cfg, target, limits or Limits.from_env(), chain=False, plain=True)
-    spec_problem = build(spec_cfg, target, limits=limits, cancel=cancel)
+    spec_problem = build(spec_cfg, target, draft_target=draft_target, limits=limits, cancel=cancel)
     plain_problem = build(replace(spec_cfg.with_method("target"), seed=config.seed + 1), target, limits=limits)
     clock = TimeLeft([plain_calls(plain_problem)], *plan_expects(spec_problem))
     spec = spec_problem.run(callback=_stage_callback(progress, 0, 0.5, describe(spec_problem), clock),

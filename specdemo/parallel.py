@@ -19,6 +19,17 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+SINGLE_PROCESS_NOTE = ("specdemo: note: accelerate started one process (`accelerate launch --cpu` ignores "
+                       "--num_processes); for P processes on CPUs run `accelerate launch --multi_gpu --num_processes "
+                       "P`, which uses the CPUs where there is no GPU")
+
+
+def single_process_note() -> str | None:
+    """What to tell a user whom accelerate launched as one process while CPUs were asked for: `--cpu`
+    runs one process whatever --num_processes says (accelerate 1.x), and says nothing about it."""
+    return SINGLE_PROCESS_NOTE if os.environ.get("ACCELERATE_USE_CPU") and not launched_by_torchrun() else None
+
+
 def process_state():
     """accelerate's PartialState (gloo on CPUs), or None for a plain single-process run."""
     if not launched_by_torchrun():

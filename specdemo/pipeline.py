@@ -197,15 +197,16 @@ def check_prompts(c: SamplerConfig, default_guidance: float) -> float:
     return guidance
 
 
-def build(config: SamplerConfig, target: Target | None = None, *, limits: Limits | None = None,
-          cancel: Cancel | None = None) -> Problem:
+def build(config: SamplerConfig, target: Target | None = None, *, draft_target: Target | None = None,
+          limits: Limits | None = None, cancel: Cancel | None = None) -> Problem:
     """Check a configuration (check_config), then calibrate it (pilots and plans, or the plan cache);
-    cancel stops the pilots between rounds."""
+    cancel stops the pilots between rounds. target, draft_target: the models config.model and
+    config.draft name, already loaded (by default they are loaded here)."""
     c, target, kernel, device, tree, cond = check_config(config, target, limits=limits)
     draft = verifier = None
     if c.method != "target":
         verifier = get_verifier(c.verifier)
-        draft = build_draft(c, target, kernel, device)
+        draft = build_draft(c, target, kernel, device, draft_target)
     if target.text_conditioned:  # the prompts encoded once for the run, every trajectory's rows a view of it
         cond = {**cond, **target.prompt_conditioning(c.prompt, c.negative_prompt, c.guidance_scale, c.num_samples,
                                                      device)}
@@ -227,14 +228,15 @@ def warm_up(problem: Problem) -> Problem:
     return replace(problem, warmup_s=time.perf_counter() - t0)
 
 
-def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> Draft:
+def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device,
+                draft_target: Target | None = None) -> Draft:
     """"frozen", or a draft model (an embedded name, a folder or a Hub id) for a diffusers target: the
     target's conditioning (class labels, prompt embeddings and guidance) goes to the draft network too."""
     if config.draft == "frozen":
         return FrozenDraft(config.freeze)
     if not target.takes_draft_networks:
         raise SpecdemoError(f"{target.name} takes only the frozen draft; got draft {config.draft!r}")
-    draft_target = resolve_target(config.draft)
+    draft_target = draft_target or resolve_target(config.draft)
     mismatch = target.draft_mismatch(draft_target)
     if mismatch:
         raise SpecdemoError(f"draft {config.draft!r} cannot draft for {target.name}: {mismatch}")

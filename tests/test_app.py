@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import app
-from specdemo import Topology
+from specdemo import SpecdemoError, Topology
 from specdemo import compare as C
 from specdemo import figures as F
 from specdemo.figures.compare import short_label
@@ -535,3 +535,19 @@ def test_space_config_front_matter_and_dry_run(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "space_config" / "deploy.py"), "--repo-id", "not a repo",
                           "--dry-run"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "USER/NAME" in bad.stderr
+
+
+def test_a_draft_network_loads_under_the_spaces_policy(monkeypatch):
+    """The draft model a visitor names is loaded as the target is: from the Hub only (or embedded),
+    under the download cap, and once (cached); the runs of the click use that load."""
+    calls, real = [], app.C.cached_target
+    monkeypatch.setattr(app.C, "cached_target", lambda spec, **kw: calls.append((spec, kw)) or real(spec, **kw))
+    config, target, draft_target, _ = app.make_config(*controls(model="digits", draft="digits-draft", tree="1x3"))
+    policy = {"hub_only": True, "max_download_bytes": app.max_download_bytes()}
+    assert ("digits", policy) in calls and ("digits-draft", policy) in calls
+    assert draft_target is real("digits-draft", **policy)
+    monkeypatch.setenv("SPECDEMO_APP_MAX_DOWNLOAD_GB", "0.5")
+    assert app.max_download_bytes() == 500_000_000
+    monkeypatch.setenv("SPECDEMO_APP_MAX_DOWNLOAD_GB", "lots")
+    with pytest.raises(SpecdemoError, match="SPECDEMO_APP_MAX_DOWNLOAD_GB must be a number"):
+        app.max_download_bytes()

@@ -5,10 +5,11 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
-from diffusers import DDIMScheduler, DDPMPipeline, DDPMScheduler
+from diffusers import DDIMScheduler, DDPMPipeline, DDPMScheduler, UNet2DModel
 from scipy import stats
 
 from specdemo import SamplerConfig, build
@@ -129,7 +130,6 @@ def test_an_unreachable_hub_is_answered_from_the_cache_at_once(monkeypatch):
     """Without HF_HUB_OFFLINE and without a network, one short request finds the Hub silent; the
     loaders then read the local cache only (no minute of retried downloads) and say what to do."""
     import huggingface_hub
-    from diffusers import UNet2DModel
 
     from specdemo.models import diffusers_unet
 
@@ -167,3 +167,31 @@ def test_a_repo_the_hub_does_not_have_is_named(monkeypatch):
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", missing)
     with pytest.raises(SpecdemoError, match="no model 'someone/nothing' on the Hub"):
         diffusers_unet.load_diffusers_target("someone/nothing")
+
+
+def test_a_hub_model_over_the_download_cap_is_refused_before_any_download(monkeypatch):
+    import huggingface_hub
+
+    from specdemo.models import diffusers_unet, resolve_target
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    asked, loaded = [], []
+
+    def answers(self, repo_id, timeout=None, files_metadata=False, **kwargs):
+        asked.append(files_metadata)
+        weights = [("unet/diffusion_pytorch_model.safetensors", 6e9), ("text_encoder/model.safetensors", 5e9),
+                   ("unet/diffusion_pytorch_model.bin", 9e9)]  # pickle weights are never loaded: not counted
+        return types.SimpleNamespace(siblings=[types.SimpleNamespace(rfilename=n, size=int(s)) for n, s in weights])
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", answers)
+    def from_pretrained(*args, **kwargs):
+        loaded.append(args)
+        raise OSError("no download in the tests")
+
+    monkeypatch.setattr(UNet2DModel, "from_pretrained", from_pretrained)
+    with pytest.raises(SpecdemoError, match=r"'big/model' has 11.0 GB of weights, over the 10.0 GB this app downloads"):
+        resolve_target("big/model", hub_only=True, max_download_bytes=10 * 10**9)
+    assert asked == [True] and not loaded
+    with pytest.raises(SpecdemoError):  # under the cap the load goes on (and fails here at the download)
+        diffusers_unet.load_diffusers_target("big/model", max_download_bytes=12 * 10**9)
+    assert asked == [True, True] and loaded

@@ -536,3 +536,29 @@ def test_network_returning_nan_is_refused(method):
     with pytest.raises(SpecdemoError, match="(?i)nan|finite"):
         run(broken, kernel, target.shape, 3, method, seed=0)
     assert len(calls) <= 10 + 3  # stopped, not looping
+
+
+@pytest.mark.parametrize("tree", ["1x1", "3"])
+def test_calls_counted_are_the_calls_with_a_stochastic_row(tree):
+    """Counted calls (the speedup's denominator) leave out the calls that serve deterministic steps
+    only, as plain sampling's calls there are not counted: with leaves evaluated under flow matching a
+    call can hold only leaves at the last step, which is deterministic."""
+    target, kernel, net = gm512_flow()
+    stochastic = (kernel.scales > 0).tolist()
+    leaf_only = 0
+    for seed in range(6):
+        steps_of_calls = []
+
+        def recording(x, n, **cond):
+            steps_of_calls.append(set(n.tolist()))
+            return net(x, n, **cond)
+
+        result = sample(recording, kernel, target.shape, 1, tree=Topology.parse(tree), draft=FrozenDraft("x0"),
+                        verifier=GreedyRejectionSampling(), prefetch="leaves", seed=seed, trace=True, trace_states=False)
+        cost = result.cost
+        assert cost.calls_per_trajectory[0] == len(steps_of_calls)
+        assert cost.counted_calls[0] == sum(any(stochastic[n] for n in steps) for steps in steps_of_calls)
+        # rounds whose one row was a leaf at the last step: a known root one step before it
+        leaf_only += sum(int(rt.step[0]) + int(rt.depth[0]) == kernel.num_steps - 1 and bool(rt.root_known[0])
+                         and int(rt.depth[0]) == 1 for rt in result.trace)
+    assert leaf_only  # the case the rule is for happened

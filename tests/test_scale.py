@@ -53,3 +53,16 @@ def test_two_processes_match_one(tmp_path):
     assert a.shape == b.shape == (24, 2)
     np.testing.assert_allclose(a, b, atol=1e-6)
     assert one["target_rows"] == two["target_rows"] and one["speedup"] == two["speedup"]
+
+
+def test_accelerate_cpu_launching_one_process_says_so():
+    """`accelerate launch --cpu --num_processes 2` starts one process and tells nobody (accelerate
+    1.x); the run goes on as one process and says so, naming the launch that runs P CPU processes."""
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    done = subprocess.run([*accelerate, "-m", "specdemo", "sample", "--model", "gm2d", "--steps", "10",
+                           "--method", "chain", "--tree", "1x2", "--num-samples", "4"], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["processes"] == 1
+    assert "accelerate started one process" in done.stderr and "--multi_gpu --num_processes P" in done.stderr

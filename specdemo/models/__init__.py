@@ -13,10 +13,10 @@ from .diffusers_unet import EMBEDDED, DiffusersTarget, load_diffusers_target
 MAX_MODEL_NAME = 512
 
 
-def resolve_target(spec: str, hub_only: bool = False) -> Target:
+def resolve_target(spec: str, hub_only: bool = False, max_download_bytes: int | None = None) -> Target:
     """A preset name, a mixture JSON file, an embedded model, a local diffusers folder or a Hub id.
     hub_only: a preset, an embedded model or a Hub id, never a local path (what a public app lets a
-    visitor name)."""
+    visitor name); max_download_bytes: a Hub model with more weights is refused before any download."""
     spec = str(spec).strip()
     if not spec:
         raise SpecdemoError(f"no model given; accepted: {MODEL_HELP}")
@@ -24,8 +24,8 @@ def resolve_target(spec: str, hub_only: bool = False) -> Target:
         raise SpecdemoError(f"model name {spec[:40]!r}... is {len(spec)} characters long, over the limit of "
                             f"{MAX_MODEL_NAME}; accepted: {MODEL_HELP}")
     if hub_only and spec not in PRESETS:
-        return load_diffusers_target(spec, hub_only=True)
-    return analytic_target(spec) or load_diffusers_target(spec)
+        return load_diffusers_target(spec, hub_only=True, max_download_bytes=max_download_bytes)
+    return analytic_target(spec) or load_diffusers_target(spec, max_download_bytes=max_download_bytes)
 
 
 __all__ = ["Target", "AnalyticTarget", "DiffusersTarget", "resolve_target", "KERNEL_NAMES", "EMBEDDED", "MODEL_HELP"]

@@ -129,13 +129,14 @@ TEXT_TO_IMAGE = {"StableDiffusionPipeline": "latent", "StableDiffusion3Pipeline"
 ACCEPTED = "a UNet2DModel pipeline (DDPM, DDIM), " + ", ".join(TEXT_TO_IMAGE)
 
 
-def load_diffusers_target(spec: str, hub_only: bool = False) -> Target:
+def load_diffusers_target(spec: str, hub_only: bool = False, max_download_bytes: int | None = None) -> Target:
     """Load a diffusers model from an embedded name, a folder or a Hub id: a UNet2DModel and its
     scheduler config, or a text-to-image pipeline (TEXT_TO_IMAGE), told apart by model_index.json.
 
     safetensors only (use_safetensors=True: pickle weights are never loaded), no remote code.
     A pipeline folder (model_index.json, unet/, scheduler/) and a bare model folder (config.json
-    and scheduler_config.json side by side) are both accepted.
+    and scheduler_config.json side by side) are both accepted. max_download_bytes: a Hub repo whose
+    weights (safetensors) add up to more is refused before anything is downloaded.
     """
     if hub_only and spec not in EMBEDDED:  # never the local disk: a Hub id, or refused just below
         source, local = Path(spec), False
@@ -145,7 +146,7 @@ def load_diffusers_target(spec: str, hub_only: bool = False) -> Target:
     if not local and not _looks_like_hub_id(spec):
         raise SpecdemoError(f"unknown model {spec!r}: not a preset, a mixture .json file, a folder or a Hub id (org/name)")
     where = str(source) if local else spec
-    cache_only = not local and not _hub_answers(spec)
+    cache_only = not local and not _hub_answers(spec, max_download_bytes)
     try:
         with warnings.catch_warnings():  # diffusers passes huggingface_hub a deprecated argument
             warnings.simplefilter("ignore")
@@ -189,17 +190,18 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
-def _hub_answers(repo_id: str) -> bool:
+def _hub_answers(repo_id: str, max_download_bytes: int | None = None) -> bool:
     """One short request before any download: True when the Hub answers for repo_id; False when it
     does not (offline: then only the local cache is read, at once, where the downloads would retry for
-    about a minute); a repo the Hub does not have is refused here."""
+    about a minute); a repo the Hub does not have, or whose weights are over max_download_bytes, is
+    refused here."""
     if _offline():
         return False
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
 
     try:
-        HfApi().model_info(repo_id, timeout=HUB_TIMEOUT)
+        info = HfApi().model_info(repo_id, timeout=HUB_TIMEOUT, files_metadata=max_download_bytes is not None)
     except HFValidationError:
         raise SpecdemoError(f"{repo_id[:80]!r} is not a valid Hub id (org/name: letters, digits, '-', '_', '.')") from None
     except GatedRepoError:
@@ -209,6 +211,11 @@ def _hub_answers(repo_id: str) -> bool:
         raise SpecdemoError(f"no model {repo_id!r} on the Hub (or it is private); check the id") from None
     except Exception:  # no network, DNS, timeout, a proxy's error page: read the cache only
         return False
+    if max_download_bytes is not None:
+        weights = sum(f.size or 0 for f in info.siblings or () if f.rfilename.endswith(".safetensors"))
+        if weights > max_download_bytes:
+            raise SpecdemoError(f"model {repo_id!r} has {weights / 1e9:.1f} GB of weights, over the {max_download_bytes / 1e9:.1f} "
+                                "GB this app downloads; pick a smaller model or run it from the command line")
     return True
 
 

@@ -364,8 +364,14 @@ class _Batch:
         traj = np.concatenate([self.slot_traj[s.slot_list] for s in calling] + [self.slot_traj[roots]])
         self.calls[traj] += 1
         self.counted[traj] += 1
+        last = self.num_steps - 1
         for s in calling:
             self.rows_used[self.slot_traj[s.slot_list]] += s.call_rows
+            # rows all at deterministic steps (leaves evaluated at the last step, deterministic under
+            # flow matching) serve that step as plain sampling's own call does: counted on neither side
+            row_steps = self.n[s.slot_list][:, None] + np.arange(s.first_row, s.layout.evaluated_depth + 1)
+            idle = ~(self.scales_host[np.minimum(row_steps, last)] > 0).any(1)
+            self.counted[self.slot_traj[s.slot_list][idle]] -= 1
         self.rows_used[self.slot_traj[roots]] += 1
         # calls spent on deterministic steps are on neither side of the speedup (section 5)
         self.counted[self.slot_traj[deterministic]] -= 1
