@@ -652,6 +652,19 @@ def write_section(path: Path, name: str, title: str, body: str) -> None:
     path.write_text(text)
 
 
+def write_readme_block(report: Path, name: str, text: str) -> None:
+    """Replace the README's block `<!-- readme:NAME -->...<!-- /readme:NAME -->` with `text`: the figures
+    the README quotes are written by the run that measured them. Only the README next to the report's
+    folder (docs/benchmarks.md -> README.md) and only where it has that block."""
+    readme = report.resolve().parent.parent / "README.md"
+    if not readme.exists():
+        return
+    pattern = re.compile(rf"(<!-- readme:{re.escape(name)} -->\n).*?(<!-- /readme:{re.escape(name)} -->)", re.S)
+    old = readme.read_text()
+    if pattern.search(old):
+        readme.write_text(pattern.sub(lambda m: m.group(1) + text.rstrip() + "\n" + m.group(2), old))
+
+
 def main(args) -> int:
     os.environ.setdefault("SPECDEMO_CACHE", "off")  # every planned setting pilots afresh: its pilot is reported
     path = Path(args.out)

@@ -258,7 +258,7 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
               "outside | planned s | planned calls |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     cells = [(100, 1), (100, 16)] + ([] if quick else [(1000, 1), (1000, 16)])
-    best = {}
+    best, fewer_calls = {}, {}
     for steps, samples in cells:
         rows, runs = digits_table(steps, samples, repeats)
         lines += rows
@@ -267,6 +267,8 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
         plain = runs["plain target"][1]["wall_s"]
         best[(steps, samples)] = (name, plain / fixed[name]["wall_s"], plain / runs["auto (the defaults: time)"][1]["wall_s"],
                                   plain / runs["auto, objective calls"][1]["wall_s"])
+        by_calls_cost = runs["auto, objective calls"][1]["cost"].calls_per_trajectory.mean()
+        fewer_calls[(steps, samples)] = runs["plain target"][1]["cost"].calls_per_trajectory.mean() / by_calls_cost
     lines.append("")
     for (steps, samples), (name, fixed, timed, by_calls) in best.items():
         lines.append(f"- {steps} steps, {samples} sample(s): auto (time) **{timed:.2f}x** less wall-clock than plain, "
@@ -284,9 +286,11 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
               "",
               "| steps | run | plan | wall_s | target_s | calls | speedup_total | pilot_s | warmup_s | plain wall_s / this |",
               "|---|---|---|---|---|---|---|---|---|---|"]
+    cli_ratio = {}
     with tempfile.TemporaryDirectory() as cache:
         for steps in (100,) if quick else (100, 1000):
             out = cli_runs(steps, Path(cache))
+            cli_ratio[steps] = out["target"]["wall_s"] / out["second"]["wall_s"]
             for run in ("first", "second", "target"):
                 d = out[run]
                 lines.append(f"| {steps} | {run if run != 'target' else '--method target'} | {d['plan_source'] or ''} | "
@@ -327,4 +331,19 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
         lines += cifar_rows(2)
     lines += ["", "GPU figures: pending (no CUDA device lent to the task that wrote this file; `scripts/gpu_check.sh` "
                   "runs the GPU section)." if not torch.cuda.is_available() else ""]
+    if not quick:
+        from .bench import write_readme_block  # bench imports this module
+
+        batch16 = best[(100, 16)]
+        chain9 = driver[(1, "1x9", "rmc")]
+        write_readme_block(report, "latency", (
+            "- **Wall-clock** (latency section): one sample of the digits model, `--tree auto` alone (planned for the "
+            f"least wall-clock on this CPU) samples **{best[(100, 1)][2]:.2f}x** faster than plain sampling at 100 "
+            f"steps and **{best[(1000, 1)][2]:.2f}x** at 1,000 steps in one process; run from the command line in a "
+            f"new process with the plan from the cache, {cli_ratio[100]:.2f}x and {cli_ratio[1000]:.2f}x. With 16 "
+            "samples at once a call of many rows costs nearly as many times a row, so speculation gains less there: "
+            f"{batch16[2]:.2f}x at 100 steps with the plan for time, where the plan for calls "
+            f"({fewer_calls[(100, 16)]:.2f}x fewer calls) gives {batch16[3]:.2f}x. The driver's own work per round "
+            f"for a chain of 9 at batch 1 is {chain9:.2f} ms ({BEFORE_MS[(1, '1x9', 'rmc')]:.2f} ms before the driver "
+            f"was rewritten), {chain9 / call_ms:.2f}x of a 1-row call of the digits UNet."))
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """app.py's functions, called directly (no server), and the Space configuration."""
 
+import functools
 import importlib.util
 import json
 import os
@@ -284,7 +285,9 @@ def test_the_time_left_estimate():
     assert C.time_left_text(150) == " · about 2 min left"
 
 
-def test_the_progress_bar_says_the_time_left():
+def test_the_progress_bar_says_the_time_left(monkeypatch):
+    # every update reaches the bar (the page gets at most ten a second, which a fast stage can fall between)
+    monkeypatch.setattr(app, "watched", functools.partial(app.watched, every=0.0))
     descs = []
     app.run(*controls(tree="3,2,1", steps=30, num_samples=64), progress=lambda f, desc="": descs.append((f, desc)))
     stages = {desc.split(":")[0] for _, desc in descs if "s left" in desc}

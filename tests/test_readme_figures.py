@@ -30,3 +30,18 @@ def test_every_figure_in_the_readme_results_is_in_the_benchmark_report():
 def test_a_figure_typed_in_by_hand_is_caught():
     readme = "## Results\n\nThe tree samples 9.99x faster, 2.3x fewer calls, 12.34 ms per round.\n## Next\n"
     assert figures_missing(readme, "| 9.99x | 12.3x |") == ["2.3x", "12.34 ms"]
+
+
+def test_a_benchmark_section_writes_the_readme_block_it_measured(tmp_path):
+    from specdemo.bench import write_readme_block
+
+    (tmp_path / "docs").mkdir()
+    report = tmp_path / "docs" / "benchmarks.md"
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- readme:latency -->\n- old 2.32x\n<!-- /readme:latency -->\n- other 1.0x\n")
+    write_readme_block(report, "latency", "- new 2.50x\n")
+    assert readme.read_text() == "intro\n<!-- readme:latency -->\n- new 2.50x\n<!-- /readme:latency -->\n- other 1.0x\n"
+    write_readme_block(report, "gm512", "- nothing to replace")  # no such block: the README stays as it is
+    assert "nothing to replace" not in readme.read_text()
+    # the repository's README has the latency block the benchmark writes
+    assert "<!-- readme:latency -->" in (Path(__file__).resolve().parents[1] / "README.md").read_text()
