@@ -1,10 +1,23 @@
-"""Small things several test modules build: tiny diffusers pipelines saved as safetensors, free ports."""
+"""Small things several test modules build: tiny diffusers pipelines saved as safetensors, free ports,
+the app served in its own process."""
 
 import json
+import os
 import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
 
+import pytest
 import torch
 from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny_unet(prediction: str = "epsilon", classes: int | None = None, channels: int = 1, seed: int = 0) -> UNet2DModel:
@@ -133,3 +146,74 @@ def misaligned_unconditional_timesteps(network):
         return denoiser(timestep=torch.cat((unconditional.roll(1), conditional)), **kwargs)
     network.denoiser = buggy
     return network
+
+
+@contextmanager
+def served_app():
+    """The app served by app.launch (what `python app.py` and the Space run) in its own process on a
+    free port: yields (its address, its process). Its log goes to a file, read when it fails to start."""
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    code = f"import app; app.launch(server_name='127.0.0.1', server_port={port}, quiet=True)"
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=log, text=True)
+        address = f"http://127.0.0.1:{port}/"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    urllib.request.urlopen(address, timeout=2).read()
+                    break
+                except OSError:
+                    if proc.poll() is not None:
+                        log.seek(0)
+                        pytest.fail(f"the app exited: {log.read()[-2000:]}")
+                    if time.monotonic() > deadline:
+                        pytest.fail("the app did not start within 120 s")
+                    time.sleep(0.5)
+            yield address, proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def denoiser_rows_per_call(target, denoiser, state_argument: str, guidance: float,
+                           prompt: str) -> tuple[list[int], object]:
+    """A (2,2) tree run of a text-to-image target at this guidance weight: the rows of every call of its
+    denoiser (a forward hook reads the batch of `state_argument`), and the run's cost."""
+    from specdemo import SamplerConfig, build
+
+    rows = []
+    hook = denoiser.register_forward_hook(
+        lambda module, args, kwargs, out: rows.append(kwargs[state_argument].shape[0]), with_kwargs=True)
+    try:
+        problem = build(SamplerConfig(model=target.name, steps=12, method="tree", tree="2,2", num_samples=3,
+                                      prompt=prompt, guidance_scale=guidance, device="cpu"), target)
+        rows.clear()  # the build's warm-up calls
+        return rows, problem.run().cost
+    finally:
+        hook.remove()
+
+
+def assert_exact_and_a_misaligned_guidance_fold_caught(target, **settings) -> None:
+    """Plain sampling against a chain (1x4) and a D-GRS tree (2,2) of a text-to-image target, both with
+    the frozen draft, by a two-sample test on the latents; the same test rejects the tree run whose
+    guidance fold gives the unconditional rows their neighbour's step (misaligned_unconditional_timesteps)."""
+    from dataclasses import replace
+
+    from specdemo import SamplerConfig, build
+
+    base = dict(model=target.name, device="cpu", **settings)
+    plain = build(SamplerConfig(**base, method="target", seed=1), target).run().samples
+    chain = build(SamplerConfig(**base, method="chain", tree="1x4", seed=2), target).run()
+    tree_problem = build(SamplerConfig(**base, method="tree", tree="2,2", verifier="dgrs", seed=3), target)
+    tree = tree_problem.run()
+    assert chain.cost.speedup > 1 and tree.cost.speedup > 1  # fewer calls than steps: speculation took place
+    assert two_sample_pvalue(plain, chain.samples) > 1e-3
+    assert two_sample_pvalue(plain, tree.samples) > 1e-3
+    network = misaligned_unconditional_timesteps(target.network(tree_problem.kernel))
+    assert two_sample_pvalue(plain, replace(tree_problem, network=network).run().samples) < 1e-3

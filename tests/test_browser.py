@@ -8,19 +8,15 @@ the README's. The first click's latency, from the click to the drawn figures, is
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from .helpers import free_port
+from .helpers import served_app
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
-ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -32,31 +28,8 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's ch
 
 @pytest.fixture(scope="module")
 def url():
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
-    code = f"import app; app.launch(server_name='127.0.0.1', server_port={port}, quiet=True)"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    address = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(address, timeout=2).read()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail(f"the app exited: {proc.stderr.read()[-2000:]}")
-                if time.monotonic() > deadline:
-                    pytest.fail("the app did not start within 120 s")
-                time.sleep(0.5)
+    with served_app() as (address, _):
         yield address
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="module")

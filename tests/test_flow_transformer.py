@@ -3,7 +3,6 @@ code path, the guided transformer and the churn kernel against diffusers' own pi
 guidance rows in one transformer call, exactness of chains and trees (with a planted bug the same
 test catches), draft refusals."""
 
-from dataclasses import replace
 
 import pytest
 import torch
@@ -13,12 +12,11 @@ from specdemo import SamplerConfig, build
 from specdemo.errors import SpecdemoError
 from specdemo.models import resolve_target
 
-from .helpers import misaligned_unconditional_timesteps, tiny_sd3_folder, two_sample_pvalue
+from .helpers import assert_exact_and_a_misaligned_guidance_fold_caught, denoiser_rows_per_call, tiny_sd3_folder
 
 PROMPT, NEGATIVE = "a red circle", "blue"
 pytestmark = pytest.mark.usefixtures("one_thread")
 SEQUENCE = 8  # T5 tokens (zeros: the tiny pipeline has no T5), fewer than diffusers' 256 to keep the test short
-
 
 
 @pytest.fixture(scope="module")
@@ -77,38 +75,18 @@ def test_the_churn_kernel_takes_the_shifted_grid(target):
 
 
 def test_guidance_rows_of_every_node_share_one_transformer_call(target):
-    batches = []
-    hook = target.pipeline.transformer.register_forward_hook(lambda module, args, kwargs, out: batches.append(
-        kwargs["hidden_states"].shape[0]), with_kwargs=True)
-    try:
-        for guidance, rows_per_row in ((7.0, 2), (1.0, 1)):
-            problem = build(SamplerConfig(model=target.name, steps=12, method="tree", tree="2,2", num_samples=3,
-                                          prompt=PROMPT, guidance_scale=guidance, device="cpu"), target)
-            batches.clear()
-            result = problem.run()
-            assert len(batches) == result.cost.target_calls
-            assert sum(batches) == rows_per_row * (result.cost.rows_per_trajectory.sum() + result.cost.padded_rows)
-    finally:
-        hook.remove()
-
-
-
+    """Each target call is one transformer call of 2R rows (unconditional, then conditional); w = 1 is R rows."""
+    for guidance, rows_per_row in ((7.0, 2), (1.0, 1)):
+        batches, cost = denoiser_rows_per_call(target, target.pipeline.transformer, "hidden_states", guidance, PROMPT)
+        assert len(batches) == cost.target_calls
+        assert sum(batches) == rows_per_row * (cost.rows_per_trajectory.sum() + cost.padded_rows)
 
 
 def test_chains_and_trees_are_exact_and_a_misaligned_guidance_fold_is_caught(target):
     """Latents of 2,000 trajectories each under the churn kernel: plain sampling against a chain and a
     tree (frozen draft), by the same two-sample test that rejects the tree run with the planted bug."""
-    base = dict(model=target.name, steps=10, churn=0.5, num_samples=2000, prompt=PROMPT, guidance_scale=7.0,
-                device="cpu")
-    plain = build(SamplerConfig(**base, method="target", seed=1), target).run().samples
-    chain = build(SamplerConfig(**base, method="chain", tree="1x4", seed=2), target).run()
-    tree_problem = build(SamplerConfig(**base, method="tree", tree="2,2", verifier="dgrs", seed=3), target)
-    tree = tree_problem.run()
-    assert chain.cost.speedup > 1 and tree.cost.speedup > 1  # fewer calls than steps: speculation took place
-    assert two_sample_pvalue(plain, chain.samples) > 1e-3
-    assert two_sample_pvalue(plain, tree.samples) > 1e-3
-    network = misaligned_unconditional_timesteps(target.network(tree_problem.kernel))
-    assert two_sample_pvalue(plain, replace(tree_problem, network=network).run().samples) < 1e-3
+    assert_exact_and_a_misaligned_guidance_fold_caught(target, steps=10, churn=0.5, num_samples=2000, prompt=PROMPT,
+                                                       guidance_scale=7.0)
 
 
 def test_a_draft_network_of_the_same_latent_space_drafts(target, tmp_path):

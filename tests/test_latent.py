@@ -3,7 +3,6 @@ loading through the Hub code path, the guided network and kernels against diffus
 scheduler, guidance rows in one UNet call, exactness of chains and trees (with a planted bug the same
 test catches), draft networks and refusals."""
 
-from dataclasses import replace
 
 import pytest
 import torch
@@ -13,11 +12,10 @@ from specdemo import SamplerConfig, build
 from specdemo.errors import SpecdemoError
 from specdemo.models import resolve_target
 
-from .helpers import misaligned_unconditional_timesteps, tiny_sd_folder, two_sample_pvalue
+from .helpers import assert_exact_and_a_misaligned_guidance_fold_caught, denoiser_rows_per_call, tiny_sd_folder
 
 PROMPT, NEGATIVE = "a red circle", "blue"
 pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 
 @pytest.fixture(scope="module")
@@ -89,39 +87,18 @@ def test_stochastic_means_and_scales_equal_the_scheduler_step(folders, kernel):
 
 def test_guidance_rows_of_every_node_share_one_unet_call(target):
     """Each target call is one UNet call of 2R rows (unconditional, then conditional); w = 1 is R rows."""
-    batches = []
-    hook = target.pipeline.unet.register_forward_hook(lambda module, args, kwargs, out: batches.append(
-        kwargs["sample"].shape[0]), with_kwargs=True)
-    try:
-        for guidance, rows_per_row in ((7.5, 2), (1.0, 1)):
-            problem = build(SamplerConfig(model=target.name, steps=12, method="tree", tree="2,2", num_samples=3,
-                                          prompt=PROMPT, guidance_scale=guidance, device="cpu"), target)
-            batches.clear()
-            result = problem.run()
-            assert len(batches) == result.cost.target_calls
-            assert sum(batches) == rows_per_row * (result.cost.rows_per_trajectory.sum() + result.cost.padded_rows)
-    finally:
-        hook.remove()
-
-
-
+    for guidance, rows_per_row in ((7.5, 2), (1.0, 1)):
+        batches, cost = denoiser_rows_per_call(target, target.pipeline.unet, "sample", guidance, PROMPT)
+        assert len(batches) == cost.target_calls
+        assert sum(batches) == rows_per_row * (cost.rows_per_trajectory.sum() + cost.padded_rows)
 
 
 def test_chains_and_trees_are_exact_and_a_misaligned_guidance_fold_is_caught(target):
     """Latents of 1,200 trajectories each: plain sampling against a chain and a tree (frozen draft),
     by the same two-sample test that rejects the tree run with the planted guidance bug (p about 1e-5
     at 1,000 trajectories)."""
-    base = dict(model=target.name, steps=10, num_samples=1200, prompt=PROMPT, guidance_scale=7.5, device="cpu")
-    plain = build(SamplerConfig(**base, method="target", seed=1), target).run().samples
-    chain = build(SamplerConfig(**base, method="chain", tree="1x4", seed=2), target).run()
-    tree_problem = build(SamplerConfig(**base, method="tree", tree="2,2", verifier="dgrs", seed=3), target)
-    tree = tree_problem.run()
-    assert chain.cost.speedup > 1 and tree.cost.speedup > 1  # fewer calls than steps: speculation took place
-    assert two_sample_pvalue(plain, chain.samples) > 1e-3
-    assert two_sample_pvalue(plain, tree.samples) > 1e-3
-    network = misaligned_unconditional_timesteps(target.network(tree_problem.kernel))
-    buggy = replace(tree_problem, network=network).run().samples
-    assert two_sample_pvalue(plain, buggy) < 1e-3
+    assert_exact_and_a_misaligned_guidance_fold_caught(target, steps=10, num_samples=1200, prompt=PROMPT,
+                                                       guidance_scale=7.5)
 
 
 def test_a_draft_network_of_the_same_latent_space_drafts(target, tmp_path):

@@ -9,20 +9,15 @@ GROWTH_BOUND of what it held after the first one (which pays the allocators' one
 A session that kept its large run whole held 0.3-0.4 GB (issue 13).
 """
 
-import os
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 from gradio_client import Client
 
-from .helpers import free_port
+from .helpers import served_app
 
-ROOT = Path(__file__).resolve().parents[1]
 SESSIONS = 5
 GROWTH_BOUND = 150e6  # bytes: four more sessions than the first may add, all told
 SMALL = dict(model="gm2d", custom_model="", draft="frozen", freeze="out", draft_bias=0, tree="2,1", budget=16,
@@ -33,29 +28,8 @@ LARGE = {**SMALL, "tree": "1x3", "verifier": "rmc", "steps": 150, "num_samples":
 
 @pytest.fixture(scope="module")
 def server():
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-    code = f"import app; app.launch(server_name='127.0.0.1', server_port={port}, quiet=True)"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=2).read()
-                break
-            except OSError:
-                assert proc.poll() is None, "the app exited"
-                assert time.monotonic() < deadline, "the app did not start within 120 s"
-                time.sleep(0.5)
+    with served_app() as (url, proc):
         yield url, psutil.Process(proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def session(url: str, seed: int) -> None:
