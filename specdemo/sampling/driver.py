@@ -110,6 +110,16 @@ class Schedule:
         # a leaf at step N is the sample itself: there is no step N for the network to evaluate
         ends = np.arange(n_steps)[:, None] + self.depth
         self.leaves = leaf_table & (self.depth > 0) & (ends < n_steps)
+        # whether a round's call has a row at a stochastic step: its rows are at depths k (the root,
+        # unless its output is known) to the last evaluated one; a call of deterministic-step rows only
+        # (leaves at the last step under flow matching) serves that step as plain sampling's own call
+        # does, and is counted on neither side of the speedup
+        stochastic = np.append(kernel.scales.numpy() > 0, False)
+        self.stochastic_rows = np.zeros((n_steps, 2), dtype=bool)
+        for n in range(n_steps):
+            for k in (0, 1):
+                last = self.depth[n, k] - (not self.leaves[n, k])
+                self.stochastic_rows[n, k] = stochastic[n + k:n + last + 1].any()
 
 
 class _Batch:
@@ -364,13 +374,9 @@ class _Batch:
         traj = np.concatenate([self.slot_traj[s.slot_list] for s in calling] + [self.slot_traj[roots]])
         self.calls[traj] += 1
         self.counted[traj] += 1
-        last = self.num_steps - 1
         for s in calling:
             self.rows_used[self.slot_traj[s.slot_list]] += s.call_rows
-            # rows all at deterministic steps (leaves evaluated at the last step, deterministic under
-            # flow matching) serve that step as plain sampling's own call does: counted on neither side
-            row_steps = self.n[s.slot_list][:, None] + np.arange(s.first_row, s.layout.evaluated_depth + 1)
-            idle = ~(self.scales_host[np.minimum(row_steps, last)] > 0).any(1)
+            idle = ~self.schedule.stochastic_rows[self.n[s.slot_list], s.first_row]  # (Schedule)
             self.counted[self.slot_traj[s.slot_list][idle]] -= 1
         self.rows_used[self.slot_traj[roots]] += 1
         # calls spent on deterministic steps are on neither side of the speedup (section 5)
