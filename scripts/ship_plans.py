@@ -28,9 +28,10 @@ def app_default() -> tuple[SamplerConfig, int]:
     spec = importlib.util.spec_from_file_location("app", ROOT / "app.py")
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
-    d = app.UI_DEFAULTS[app.DEFAULT_MODEL]
-    config, *_ = app.make_config(app.DEFAULT_MODEL, "", d["draft"], d["freeze"], 0, d["tree"], d["budget"], "default",
-                                   "default", d["steps"], 1.0, 0.06, d["samples"], app.DEFAULT_CLASS, 0, "cpu")
+    from specdemo_app import controls, settings
+
+    values = settings.page_values(settings.DEFAULT_MODEL)
+    config, *_ = settings.make_config({**{name: values[name] for name in controls.control_names()}, "device": "cpu"})
     return config, max(1, app.cpu_budget() // app.CONCURRENCY_LIMIT)  # what app.launch sets
 
 

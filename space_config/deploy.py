@@ -3,8 +3,8 @@
     python space_config/deploy.py --repo-id USER/specdemo --dry-run   # stage and print the plan; no network
     HF_TOKEN=... python space_config/deploy.py --repo-id USER/specdemo  # create the Space and upload
 
-What the Space gets: app.py, the specdemo package (with its embedded models),
-space_config/README.md as README.md (its front matter configures the Space) and
+What the Space gets: app.py, the app's package specdemo_app/ next to it, the specdemo package (with
+its embedded models), space_config/README.md as README.md (its front matter configures the Space) and
 space_config/requirements.txt as requirements.txt. The token comes from --token or huggingface_hub's
 usual places (HF_TOKEN, `hf auth login`); this script never prints it.
 """
@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 REQUIRED_KEYS = ("title", "sdk", "sdk_version", "app_file", "python_version", "suggested_hardware")
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".DS_Store")
+PACKAGES = ("specdemo", "specdemo_app")  # the library, and the app's side next to app.py
 
 
 class DeployError(Exception):
@@ -67,7 +68,8 @@ def stage(out: Path) -> list[tuple[str, int]]:
     """Lay the Space's files out in `out`; returns (relative path, bytes) for each."""
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy2(ROOT / "app.py", out / "app.py")
-    shutil.copytree(ROOT / "specdemo", out / "specdemo", ignore=IGNORE, dirs_exist_ok=True)
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, out / package, ignore=IGNORE, dirs_exist_ok=True)
     shutil.copy2(HERE / "README.md", out / "README.md")
     shutil.copy2(HERE / "requirements.txt", out / "requirements.txt")
     return sorted((str(p.relative_to(out)), p.stat().st_size) for p in out.rglob("*") if p.is_file())
@@ -79,7 +81,7 @@ def deploy(repo_id: str, folder: Path, *, token: str | None, private: bool, mess
     api = HfApi(token=token)
     url = api.create_repo(repo_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
     api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="space", commit_message=message,
-                      delete_patterns=["specdemo/**"])
+                      delete_patterns=[f"{package}/**" for package in PACKAGES])
     return str(url)
 
 

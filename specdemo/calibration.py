@@ -1,7 +1,7 @@
 """What a run measures before it samples, and keeps: pilot runs, the cost of a round, the plan.
 
 An auto topology (--tree auto) is planned per step from the deltas a pilot run measured
-(trees/auto.py); --freeze auto picks, per step, what the frozen draft freezes from two pilots; the
+(trees/auto.py); --freeze auto picks, per step, what the frozen draft freezes from three pilots; the
 time objective prices each round with the target's measured cost of a call by its rows and the
 driver's own cost (trees/cost_model.py). All of that is stored per setting in a plan cache (a JSON
 file per key), so that the second run of the same setting pays no pilot; plans of the app's
@@ -24,6 +24,7 @@ import torch
 from scipy.special import ndtr
 
 from .drafts import BiasedDraft, Draft, FrozenDraft
+from .drafts.frozen import FORMS
 from .errors import SpecdemoError
 from .limits import Cancel
 from .sampling import Cost, sample
@@ -36,6 +37,13 @@ if TYPE_CHECKING:
     from .pipeline import Problem
 
 PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
+AUTO_FORMS = ("out", "x0", "x0-linear")  # --freeze auto: the forms the pilots compare, a pilot each
+
+
+def pilot_runs(tree_auto: bool, freeze: str | None) -> int:
+    """The pilot runs a setting pays before sampling: one per form of AUTO_FORMS under --freeze auto (they
+    serve --tree auto too), else one chain pilot for --tree auto."""
+    return len(AUTO_FORMS) if freeze == "auto" else int(tree_auto)
 LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
 PLAN_FORMAT = "specdemo-plan/1"
 SHIPPED_PLANS = Path(__file__).with_name("plans")
@@ -123,9 +131,9 @@ def plan_from_dict(d: dict) -> TopologyPlan:
 
 # ---------------------------------------------------------------------------------------------- calibration
 def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
-    """What needs pilot runs: --freeze auto (a per-step choice between freezing the output and
-    x0-hat) and --tree auto (widths planned per step, specdemo.trees.auto, priced by a measured
-    cost model for the time objective). Returns the calibrated problem, from the plan cache when
+    """What needs pilot runs: --freeze auto (a per-step choice between freezing the output, x0-hat
+    and x0-hat extrapolated in time) and --tree auto (widths planned per step, specdemo.trees.auto,
+    priced by a measured cost model for the time objective). Returns the calibrated problem, from the plan cache when
     this setting was calibrated before; pilots are chains with their own seeds, their cost is kept
     in problem.pilot, apart from the run's. cancel stops the pilots between rounds."""
     c = problem.config
@@ -171,17 +179,22 @@ def _with_bias(problem: Problem) -> Problem:
 
 
 def _pilots(problem: Problem, auto_freeze: bool, cancel: Cancel | None) -> tuple[DeltaStats, Cost, Draft]:
-    """The pilot's deltas, its cost and the draft: with --freeze auto, one pilot freezing the
-    output and one freezing x0-hat, and the per-step choice of the better."""
+    """The pilot's deltas, its cost and the draft: with --freeze auto, one pilot for each form the
+    frozen draft can take (freezing the output, x0-hat, x0-hat extrapolated in time), and the per-step
+    choice of the best (a tie goes to the earlier form)."""
     if not auto_freeze:
         stats, cost = _pilot(problem, problem.draft, cancel)
         return stats, cost, problem.draft
     n_steps = problem.kernel.num_steps
-    out, x0 = (_pilot(problem, FrozenDraft(mode), cancel) for mode in ("out", "x0"))
-    x0_steps = tuple(_mean_acceptance(x0[0], m) > _mean_acceptance(out[0], m) for m in range(n_steps))
-    stats = DeltaStats({k: v for k, v in out[0].deltas.items() if not x0_steps[k[0]]}
-                       | {k: v for k, v in x0[0].deltas.items() if x0_steps[k[0]]}, n_steps)
-    return stats, _add_costs(out[1], x0[1]), FrozenDraft("auto", x0_steps)
+    pilots = [_pilot(problem, FrozenDraft(mode), cancel) for mode in AUTO_FORMS]
+    table = tuple(FORMS[AUTO_FORMS[int(np.argmax([_mean_acceptance(p[0], m) for p in pilots]))]]
+                  for m in range(n_steps))
+    stats = DeltaStats({k: v for mode, (st, _) in zip(AUTO_FORMS, pilots) for k, v in st.deltas.items()
+                        if table[k[0]] == FORMS[mode]}, n_steps)
+    cost = pilots[0][1]
+    for more in pilots[1:]:
+        cost = _add_costs(cost, more[1])
+    return stats, cost, FrozenDraft("auto", table)
 
 
 def plan(problem: Problem, budget: int) -> TopologyPlan:

@@ -12,22 +12,24 @@ by the command that runs.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
-import typing
 from dataclasses import fields
 from pathlib import Path
 
-from .config import SamplerConfig
+from .config import ARGPARSE_KEYS, SamplerConfig, field_type
 from .errors import SpecdemoError
+
 
 def sample_options() -> list[tuple[str, dict]]:
     """sample's options, one per SamplerConfig field (the field draft_bias is the option --draft-bias):
-    default, help and accepted values from the field; the type from its annotation."""
-    options, hints = [], typing.get_type_hints(SamplerConfig)
+    default, help and accepted values from the field (the metadata argparse knows: ARGPARSE_KEYS; a
+    field's range is checked by SamplerConfig.validate); the type from its annotation."""
+    options = []
     for f in fields(SamplerConfig):
-        accepts = dict(f.metadata)
-        kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+        accepts = {key: value for key, value in f.metadata.items() if key in ARGPARSE_KEYS}
+        kind = field_type(SamplerConfig, f)
         if kind is bool:
             options.append((f"--{f.name.replace('_', '-')}", dict(action=argparse.BooleanOptionalAction,
                                                                    default=f.default, **accepts)))
@@ -119,10 +121,17 @@ def _sample(args) -> int:
     return 0
 
 
-def _bench(args) -> int:
-    from . import bench  # imported on demand: the benchmarks are not needed to sample
-
-    return bench.main(args)
+def _bench(argv: list[str], prog: str) -> int:
+    """`bench`: the benchmarks' runner (benchmarks/run.py), which lives in the checkout next to this
+    package and is not installed with it; it parses its own options."""
+    checkout = Path(__file__).resolve().parents[1]
+    if not (checkout / "benchmarks" / "run.py").is_file():
+        raise SpecdemoError("the benchmarks are not part of the installed package: run `python -m benchmarks.run` "
+                            "(or this command) from a checkout of the repository")
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    runner = importlib.import_module("benchmarks.run")  # the checkout's folder, not an installed distribution
+    return runner.main(argv, prog=f"{prog} bench")
 
 
 def build_parser(prog: str = "specdemo", sample_defaults: dict | None = None) -> argparse.ArgumentParser:
@@ -138,21 +147,19 @@ def build_parser(prog: str = "specdemo", sample_defaults: dict | None = None) ->
         p.add_argument(flag, **options)
     p.set_defaults(**(sample_defaults or {}))
     p.set_defaults(func=_sample)
-    b = sub.add_parser("bench", help="run the benchmarks and write docs/benchmarks.md",
-                       description="Run the benchmarks and write a markdown report.")
-    b.add_argument("--out", default="docs/benchmarks.md", help="(default %(default)s)")
-    b.add_argument("--trajectories", type=int, default=100, help="trajectories per gm512 cell (default %(default)s)")
-    b.add_argument("--quick", action="store_true", help="a small smoke run (few cells, shorter runs)")
-    b.add_argument("--sections", help="comma-separated sections to refresh (default: all): "
-                                      "gm512, prefetch, gm2d, auto, digits, block, equal_rows, quality, throughput, gpu, latency")
-    b.set_defaults(func=_bench)
+    # the options are the runner's own (`bench --help` lists them): everything after `bench` goes to it
+    sub.add_parser("bench", add_help=False, help="run the benchmarks and write docs/benchmarks.md (from a checkout)")
     return parser
 
 
 def main(argv=None, prog: str = "specdemo") -> int:
     """The `specdemo` command; `python -m specdemo` passes its own name as prog."""
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args, rest = parser.parse_known_args(argv)
     try:
+        if args.command == "bench":
+            return _bench(rest, prog)
+        args = parser.parse_args(argv)  # anywhere but in bench, an unknown option is an error
         if getattr(args, "config", None):  # the file's settings become the defaults the options change
             args = build_parser(prog, SamplerConfig.from_json(args.config).to_dict()).parse_args(argv)
         return args.func(args)

@@ -22,9 +22,9 @@ from pathlib import Path
 from .errors import SpecdemoError
 
 METHODS = ("target", "chain", "tree")
-KERNEL_NAMES = ("ddpm", "ddim", "flow-churn", "langevin")
+KERNEL_NAMES = ("ddpm", "ddim", "euler-ancestral", "flow-churn", "langevin")
 VERIFIER_NAMES = ("rmc", "dgrs", "rank", "block")
-FREEZE = ("out", "x0", "auto")
+FREEZE = ("out", "x0", "x0-linear", "auto")
 PREFETCH_NAMES = ("nearest", "parent", "none", "leaves", "auto")
 OBJECTIVES = ("time", "calls")
 PREDICTIONS = ("epsilon", "v_prediction", "sample")
@@ -48,10 +48,21 @@ def _is_a(value, kind: type) -> bool:
     return isinstance(value, (int, float) if kind is float else kind)
 
 
+ARGPARSE_KEYS = ("help", "choices", "metavar")  # the metadata keys that are argparse's own
+
+
 def setting(default, help: str, **accepts):
-    """A SamplerConfig field: its default, its help text (the CLI's and the app's), and what it accepts
-    (choices, metavar; argparse's names)."""
+    """A SamplerConfig field: its default, its help text (the CLI's and the app's), and what it accepts:
+    choices and metavar (argparse's names); range=(lo, hi), the values accepted (inclusive, None for
+    no bound; validate() refuses the others); slider=(lo, hi), the span an interactive control offers
+    (within range; values outside it stay accepted)."""
     return field(default=default, metadata={"help": help, **accepts})
+
+
+def field_type(cls, f) -> type:
+    """A config field's type, None left out of an optional one (int | None: int)."""
+    hint = typing.get_type_hints(cls)[f.name]
+    return next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
 
 
 @dataclass(frozen=True)
@@ -63,8 +74,9 @@ class SamplerConfig:
                                                 '{"weights": [...], "means": [[...], ...], "stds": [...]}', metavar="SPEC")
     kernel: str | None = setting(None, "sampler kernel (default: the model's; gm512: flow-churn)", choices=KERNEL_NAMES)
     steps: int | None = setting(None, "number of sampler steps N (default: the model's)")
-    eta: float = setting(1.0, "DDIM eta in [0, 1]; 0 is deterministic")
-    churn: float | None = setting(None, "flow-matching churn c >= 0 (default: the model's, else 0.06)")
+    eta: float = setting(1.0, "DDIM eta in [0, 1]; 0 is deterministic", range=(0.0, 1.0))
+    churn: float | None = setting(None, "flow-matching churn c >= 0 (default: the model's, else 0.06)",
+                                  range=(0.0, None), slider=(0.0, 1.0))
     gamma: float | None = setting(None, "Langevin step size gamma > 0 (default: the model's, else 0.01)")
     prediction: str = setting("epsilon", "what an analytic mixture's network predicts under ddpm/ddim",
                               choices=PREDICTIONS)
@@ -76,18 +88,20 @@ class SamplerConfig:
                                    choices=VERIFIER_NAMES)
     draft: str = setting("frozen", "frozen (the training-free frozen target), or a draft network for an image "
                                    "model: digits-draft, a folder or a Hub id")
-    freeze: str | None = setting(None, "freeze the network output (out), the denoised estimate x0-hat (x0), or "
-                                       "choose per step from pilot runs (auto) (default: out; auto with --tree auto)",
+    freeze: str | None = setting(None, "freeze the network output (out), the denoised estimate x0-hat (x0), x0-hat "
+                                       "extrapolated in time from the last two target outputs (x0-linear), or choose "
+                                       "per step from pilot runs (auto) (default: out; auto with --tree auto)",
                                  choices=FREEZE)
     draft_bias: float = setting(0.0, "shift the draft mean by B times the step's scale along a fixed direction; "
-                                     "samples stay exact", metavar="B")
+                                     "samples stay exact", metavar="B", slider=(0.0, 3.0))
     prefetch: str | None = setting(None, "frozen output that starts a round: nearest sibling, parent, none "
                                          "(re-evaluate the root), leaves (evaluate leaves too), or auto (nearest, "
                                          "leaves evaluated at the steps where --tree auto plans it) (default: "
                                          "nearest; auto with --tree auto)", choices=PREFETCH_NAMES)
     budget: int | None = setting(None, "with --tree auto: at most R target rows per round; a pilot run measures "
                                        "delta, then a dynamic programme picks the widths of every step (default: "
-                                       "the fastest measured on the device, 16 on a CPU)", metavar="R")
+                                       "the fastest measured on the device, 16 on a CPU)", metavar="R",
+                                 range=(1, None), slider=(1, 64))
     objective: str = setting("time", "with --tree auto: minimise the expected wall-clock (time; a call's cost by "
                                      "its rows is measured on the device) or the expected target calls (calls)",
                              choices=OBJECTIVES)
@@ -112,14 +126,20 @@ class SamplerConfig:
 
     def validate(self) -> None:
         """What can be checked without the model, each a one-line SpecdemoError naming the setting and
-        what is accepted: names among the accepted ones, finite numbers, the seed's range
-        (specdemo.check_config checks the rest, against the model and the work limits)."""
+        what is accepted: names among the accepted ones, finite numbers, numbers within their field's
+        range, the seed's range (specdemo.check_config checks the rest, against the model and the work
+        limits)."""
         for f in fields(self):
             value, choices = getattr(self, f.name), f.metadata.get("choices")
             if choices and value is not None and value not in choices:
                 raise SpecdemoError(f"unknown {f.name} {value!r}; accepted: {', '.join(choices)}")
             if isinstance(value, float) and not math.isfinite(value):
                 raise SpecdemoError(f"{f.name} must be a finite number, got {value}")
+            lo, hi = f.metadata.get("range", (None, None))
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                    (lo is not None and value < lo) or (hi is not None and value > hi)):
+                accepted = f"in {lo:g}..{hi:g}" if hi is not None else f">= {lo:g}"
+                raise SpecdemoError(f"{f.name} must be {accepted}, got {value:g}")
         if not 0 <= self.seed < 2**63:
             raise SpecdemoError(f"the seed must be in 0..2**63 - 1, got {self.seed}")
 

@@ -14,13 +14,14 @@ def to_uint8(images: torch.Tensor) -> np.ndarray:
     return x.permute(0, 2, 3, 1).numpy()
 
 
-def grid(images: torch.Tensor, columns: int | None = None, pad: int = 1) -> np.ndarray:
-    """A (rows * H, columns * W, C) uint8 mosaic of a batch of images, row-major."""
+def grid(images: torch.Tensor, columns: int | None = None, pad: int = 1, background: int = 0) -> np.ndarray:
+    """A (rows * H, columns * W, C) uint8 mosaic of a batch of images, row-major, `pad` pixels of
+    `background` between them (black for a PNG; white on the page's white figures)."""
     tiles = to_uint8(images)
     b, h, w, c = tiles.shape
     columns = columns or math.ceil(math.sqrt(b))
     rows = math.ceil(b / columns)
-    out = np.zeros((rows * (h + pad) + pad, columns * (w + pad) + pad, c), dtype=np.uint8)
+    out = np.full((rows * (h + pad) + pad, columns * (w + pad) + pad, c), background, dtype=np.uint8)
     for i in range(b):
         r, q = divmod(i, columns)
         out[pad + r * (h + pad): pad + r * (h + pad) + h, pad + q * (w + pad): pad + q * (w + pad) + w] = tiles[i]

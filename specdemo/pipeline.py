@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 
 from .config import KERNEL_NAMES, METHODS, OBJECTIVES, SamplerConfig
-from .calibration import PILOT_DEPTH, call_seconds, call_sizes, calibrate
+from .calibration import PILOT_DEPTH, call_seconds, call_sizes, calibrate, pilot_runs
 from .drafts import Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .kernels import Kernel
@@ -163,7 +163,7 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
         tree = None if auto else Topology.parse(c.tree or DEFAULT_TREES[c.method])
         if c.method == "chain" and tree is not None and not tree.is_chain:
             raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
-        pilots = (2 if c.freeze == "auto" else 1) if auto or c.freeze == "auto" else 0
+        pilots = pilot_runs(auto, c.freeze)
         # a warm-up round adds the root's row and commits no step: one more row a round at most
         limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=(c.budget if auto else tree.num_nodes) + 1,
                      pilot_runs=pilots, pilot_samples=c.pilot_samples, pilot_rows_per_round=PILOT_DEPTH + 1)

@@ -217,3 +217,63 @@ def assert_exact_and_a_misaligned_guidance_fold_caught(target, **settings) -> No
     assert two_sample_pvalue(plain, tree.samples) > 1e-3
     network = misaligned_unconditional_timesteps(target.network(tree_problem.kernel))
     assert two_sample_pvalue(plain, replace(tree_problem, network=network).run().samples) < 1e-3
+
+
+def with_euler_ancestral_scheduler(folder: str, **overrides) -> str:
+    """A pipeline folder's scheduler replaced by EulerAncestralDiscreteScheduler, read from the folder's
+    scheduler config as diffusers' from_config reads it (spacing, steps_offset, betas and prediction type
+    kept), `overrides` on top; model_index.json names the new scheduler."""
+    from diffusers import EulerAncestralDiscreteScheduler
+
+    config = EulerAncestralDiscreteScheduler.load_config(folder, subfolder="scheduler")
+    EulerAncestralDiscreteScheduler.from_config({**config, **overrides}).save_pretrained(f"{folder}/scheduler")
+    index_path = Path(folder) / "model_index.json"
+    index = json.loads(index_path.read_text())
+    index["scheduler"] = ["diffusers", "EulerAncestralDiscreteScheduler"]
+    index_path.write_text(json.dumps(index, indent=2))
+    return folder
+
+
+def tiny_sd_euler_ancestral_folder(path, prediction: str = "epsilon", **scheduler) -> str:
+    """tiny_sd_folder with EulerAncestralDiscreteScheduler as its scheduler: SD 2.x's settings (leading
+    spacing, steps_offset 1) unless `scheduler` overrides them."""
+    return with_euler_ancestral_scheduler(tiny_sd_folder(path, prediction=prediction), **scheduler)
+
+
+def two_sample_pvalue_with_norm(a: torch.Tensor, b: torch.Tensor) -> float:
+    """two_sample_pvalue's summaries and each sample's squared norm, Bonferroni-corrected over the six.
+    The squared norm sees a wrong spread, which the location summaries miss: a wrong Euler ancestral
+    step mostly changes how much of the noise survives, not where the samples lie."""
+    from scipy import stats
+
+    norms = [s.flatten(1).double().square().sum(1).numpy() for s in (a, b)]
+    return min(1.0, 6 / 5 * two_sample_pvalue(a, b), 6 * stats.ks_2samp(*norms).pvalue)
+
+
+def planted_euler_ancestral_bug(kernel, bug: str):
+    """A copy of an EulerAncestralKernel with a planted bug, for power tests:
+
+    - "rolled-sigma": each row of a mean reads the sigma index (the step's coefficients) of the row
+      before it. Every row of a plain sampling step is at the same step, so plain sampling is
+      unchanged bit for bit; a speculative verification mixes steps, so its target means are wrong.
+    - "sigma-up-mean": the mean moves by sigma_up - sigma instead of sigma_down - sigma (the scales are
+      right): every run with it samples another chain.
+    """
+    import copy
+
+    from specdemo.kernels.vp import VPKernel
+
+    buggy = copy.copy(kernel)
+    if bug == "rolled-sigma":
+        def mean(out, x, n):
+            return kernel.mean_with(kernel.coefficients(n.flatten().roll(1).view_as(n), x), out, x)
+        buggy.mean = mean
+    elif bug == "sigma-up-mean":
+        sigma, sigma_to = kernel.sigmas[:-1], kernel.sigmas[1:]
+        k, k_to = (1 + sigma**2).sqrt(), (1 + sigma_to**2).sqrt()
+        VPKernel.__init__(buggy, timesteps=kernel.timesteps, a=torch.zeros_like(sigma), b=k / k_to,
+                          c=(kernel.sigma_up - sigma) / k_to, scales=kernel.scales, alphas_cumprod_t=1 / k**2,
+                          prediction_type=kernel.prediction_type)
+    else:
+        raise ValueError(bug)
+    return buggy

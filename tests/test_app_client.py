@@ -11,15 +11,14 @@ from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
 import app  # noqa: E402
-from .helpers import free_port
+from specdemo_app import cancelling, controls, curated, settings  # noqa: E402
+from specdemo_app.work import MAX_SAMPLES  # noqa: E402
+from .helpers import free_port, tiny_sd3_folder, tiny_sd_folder
 
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
-# the Run button's inputs, in order, at the page's defaults
-D0 = app.UI_DEFAULTS[app.DEFAULT_MODEL]
-DEFAULTS = dict(model=app.DEFAULT_MODEL, custom_model="", draft=D0["draft"], freeze=D0["freeze"], draft_bias=0,
-                tree=D0["tree"], budget=D0["budget"], verifier="default", kernel="default", steps=D0["steps"], eta=1,
-                churn=0.06, num_samples=D0["samples"], class_label=app.DEFAULT_CLASS, seed=0, device="auto",
-                objective="time")
+# the Run button's settings, by name (the endpoint's parameters), at the page's defaults
+RUN_SETTINGS = next(fn for fn in app.demo.fns.values() if fn.api_name == "run").input_keyword_names
+DEFAULTS = {name: settings.page_values()[name] for name in RUN_SETTINGS}
 SMALL = {**DEFAULTS, "model": "gm2d", "freeze": "out", "tree": "2,1", "verifier": "dgrs", "steps": 12, "num_samples": 8,
          "class_label": 0}
 
@@ -55,7 +54,7 @@ def statuses(spec: dict) -> set[str]:
 
 
 def test_main_endpoint_with_default_inputs(client):
-    out = client.predict(*DEFAULTS.values(), api_name="/run")
+    out = client.predict(**DEFAULTS, api_name="/run")
     summary, plan, tree, data, rounds, cost, accept, table, samples, trajectory, round_k = out
     assert "fewer target calls" in summary and ("faster** than plain sampling" in summary
                                                  or "fewer target calls than plain sampling" in summary)
@@ -106,7 +105,7 @@ def test_main_endpoint_with_default_inputs(client):
 
 
 def test_tree_view_walks_the_rounds_of_the_run(client):
-    client.predict(*SMALL.values(), api_name="/run")
+    client.predict(**SMALL, api_name="/run")
     seen = set()
     for k in range(1, 6):
         tree, data, rounds = client.predict(0, k, api_name="/tree_view")
@@ -118,11 +117,11 @@ def test_tree_view_walks_the_rounds_of_the_run(client):
 
 
 def test_export_and_exactness_endpoints(client):
-    client.predict(*SMALL.values(), api_name="/run")
+    client.predict(**SMALL, api_name="/run")
     path = client.predict(api_name="/export")
     data = json.loads(open(path).read())
     assert data["config"]["tree"] == "2,1" and len(data["samples"]) == 8 and data["trace"]
-    text, fig = client.predict(*SMALL.values(), 200, api_name="/exactness")
+    text, fig = client.predict(test_samples=200, **SMALL, api_name="/exactness")
     assert "p = " in text and plot_spec(fig)["data"]
 
 
@@ -144,19 +143,19 @@ BAD = [
 
 def test_bad_inputs_give_readable_errors_and_the_server_keeps_serving(client):
     # picking gm2d raises the samples slider's maximum for this session, as it does in the page
-    assert client.predict("gm2d", "default", api_name="/model_defaults")[3]["maximum"] == app.MAX_SAMPLES["other"]
+    assert client.predict("gm2d", "default", api_name="/model_defaults")[3]["maximum"] == MAX_SAMPLES["other"]
     for change, message in BAD:
         with pytest.raises(AppError) as err:
-            client.predict(*{**SMALL, **change}.values(), api_name="/run")
+            client.predict(**{**SMALL, **change}, api_name="/run")
         assert message in str(err.value), (change, str(err.value))
-    out = client.predict(*SMALL.values(), api_name="/run")
+    out = client.predict(**SMALL, api_name="/run")
     assert "fewer target calls" in out[0]
 
 
 def test_eight_clients_at_once(url):
     def one(seed):
         c = Client(url, verbose=False)
-        out = c.predict(*{**SMALL, "seed": seed}.values(), api_name="/run")
+        out = c.predict(**{**SMALL, "seed": seed}, api_name="/run")
         return seed, out[0], out[7]["data"]
 
     with ThreadPoolExecutor(8) as pool:
@@ -182,21 +181,21 @@ def test_a_cancelled_job_stops_its_work(client):
     # about a minute of work uncancelled (gm512, 1,000 steps, 4,096 samples); gradio_client's cancel
     # must stop the worker between rounds, not only free the queue's slot
     client.predict("gm512", "default", api_name="/model_defaults")  # the samples slider's range, as in the page
-    job = client.submit(*LONG.values(), api_name="/run")
-    assert _wait(lambda: any(app._RUNNING.values()), 30), "the run never started"
+    job = client.submit(**LONG, api_name="/run")
+    assert _wait(lambda: any(cancelling.RUNNING.values()), 30), "the run never started"
     job.cancel()
-    assert _wait(lambda: not any(app._RUNNING.values()), 10), "the run kept working after its job was cancelled"
-    out = client.predict(*SMALL.values(), api_name="/run")  # the server serves the next run
+    assert _wait(lambda: not any(cancelling.RUNNING.values()), 10), "the run kept working after its job was cancelled"
+    out = client.predict(**SMALL, api_name="/run")  # the server serves the next run
     assert "fewer target calls" in out[0]
 
 
 def test_the_stop_endpoint_stops_the_sessions_run(url):
     c = Client(url, verbose=False)
     c.predict("gm512", "default", api_name="/model_defaults")
-    job = c.submit(*LONG.values(), api_name="/run")
-    assert _wait(lambda: any(app._RUNNING.values()), 30), "the run never started"
+    job = c.submit(**LONG, api_name="/run")
+    assert _wait(lambda: any(cancelling.RUNNING.values()), 30), "the run never started"
     c.predict(api_name="/stop")
-    assert _wait(lambda: not any(app._RUNNING.values()), 10), "the run kept working after Stop"
+    assert _wait(lambda: not any(cancelling.RUNNING.values()), 10), "the run kept working after Stop"
     with pytest.raises(Exception):
         job.result(timeout=10)
 
@@ -217,13 +216,13 @@ def test_the_topology_is_a_textbox_with_presets(client):
     components = {c.get("props", {}).get("elem_id"): c for c in client.config["components"]}
     assert components["topology"]["type"] == "textbox"
     presets = [c for c in client.config["components"] if c["type"] == "dataset"]
-    assert [row[0] for row in presets[0]["props"]["samples"]] == [v for v, _ in app.TREE_PRESETS]
-    out = client.predict(*{**SMALL, "tree": "2,1"}.values(), api_name="/run")
+    assert [row[0] for row in presets[0]["props"]["samples"]] == [v for v, _ in settings.TREE_PRESETS]
+    out = client.predict(**{**SMALL, "tree": "2,1"}, api_name="/run")
     assert "Topology** `2,1` at every step" in out[1]
 
 
 def test_the_progress_bar_says_the_time_left(client):
-    job = client.submit(*{**SMALL, "tree": "3,2,1", "steps": 60, "num_samples": 2000}.values(), api_name="/run")
+    job = client.submit(**{**SMALL, "tree": "3,2,1", "steps": 60, "num_samples": 2000}, api_name="/run")
     said = set()
     while not job.done():
         for unit in job.status().progress_data or []:
@@ -237,8 +236,72 @@ def test_the_progress_bar_says_the_time_left(client):
 def test_a_refusal_is_one_log_line_without_a_traceback(client, capfd, caplog):
     caplog.set_level("INFO", logger="specdemo.app")
     with pytest.raises(AppError, match="characters long"):
-        client.predict(*{**SMALL, "tree": "3,,x" + "9" * 5000}.values(), api_name="/run")
+        client.predict(**{**SMALL, "tree": "3,,x" + "9" * 5000}, api_name="/run")
     err = capfd.readouterr().err
     assert "Traceback" not in err
     refusals = [r.getMessage() for r in caplog.records if "characters long" in r.getMessage()]
     assert len(refusals) == 1 and len(refusals[0]) < 700  # the 5,000-character input is not echoed whole
+
+
+@pytest.fixture(scope="module")
+def text_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-text-to-image")
+    return {"sd": tiny_sd_folder(root / "sd"), "sd3": tiny_sd3_folder(root / "sd3")}
+
+
+def image_channels(value) -> list[int]:
+    """The channels of every image of a figure as the client receives it."""
+    return [int(str(tr["z"]["shape"]).split(",")[-1]) if isinstance(tr["z"], dict) else len(tr["z"][0][0])
+            for tr in plot_spec(value)["data"] if tr["type"] == "image"]
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("family", ["sd", "sd3"])
+def test_run_endpoint_with_a_prompt_on_a_text_to_image_model(client, text_folders, family, monkeypatch):
+    """The owner's switch opens local folders; /run takes the prompt, negative prompt and guidance scale
+    by name and answers with the usual table and decoded RGB images."""
+    monkeypatch.setenv("SPECDEMO_APP_LOCAL_MODELS", "1")
+    out = client.predict(**{**SMALL, "model": "custom", "custom_model": text_folders[family], "prompt": "a red circle",
+                            "negative_prompt": "blue", "guidance_scale": "3", "tree": "2,1", "steps": 8,
+                            "num_samples": 3}, api_name="/run")
+    summary, plan, tree, data, rounds, cost, accept, table, samples, trajectory, round_k = out
+    assert "fewer target calls" in summary and plan.startswith("**Topology** `2,1`")
+    labels = [r[0] for r in table["data"]]
+    assert labels[0] == "plain target" and labels[1].startswith("chain 1x") and labels[2].startswith("tree 2,1")
+    assert image_channels(samples) == [3, 3, 3]  # a grid of decoded images per sampler
+    path = image_channels(data)
+    assert path and set(path) == {3}  # the committed path, decoded
+    exported = json.loads(open(client.predict(api_name="/export")).read())
+    assert exported["config"]["prompt"] == "a red circle" and exported["config"]["guidance_scale"] == 3.0
+
+
+def test_the_prompt_controls_follow_the_model(client):
+    names = controls.LAYOUT["prompt"]
+    sd = client.predict("stable-diffusion-v1-5/stable-diffusion-v1-5", "default", api_name="/model_defaults")
+    assert [u["visible"] for u in sd[-len(names):]] == [True] * len(names)
+    assert sd[7]["value"] == "nota-ai/bk-sdm-tiny"  # the draft network it pairs with
+    digits = client.predict("digits", "default", api_name="/model_defaults")
+    assert [u["visible"] for u in digits[-len(names):]] == [False] * len(names)
+    components = {c.get("props", {}).get("elem_id"): c for c in client.config["components"]}
+    assert components["prompt"]["props"]["visible"] is False  # the page opens on digits
+    choices = [v for _, v in components["model"]["props"]["choices"]]
+    assert all(c.repo in choices for c in curated.CURATED)
+
+
+@pytest.mark.parametrize("entry", curated.CURATED, ids=lambda c: c.name)
+def test_a_listed_model_not_here_is_answered_at_once(client, entry):
+    """HF_HUB_OFFLINE=1 here and no model in the cache: picking one answers in one line naming it and how
+    to fetch it, and Run refuses with the same line, each in well under the 50 s of the downloads' retries."""
+    t0 = time.perf_counter()
+    status = client.predict(entry.repo, api_name="/model_status")
+    seconds = time.perf_counter() - t0
+    line = status if isinstance(status, str) else status.get("value", "")
+    assert entry.repo in line and f"hf download {entry.repo}" in line and "offline" in line
+    t0 = time.perf_counter()
+    with pytest.raises(AppError) as err:
+        client.predict(**{**SMALL, "model": entry.repo, "tree": "1x3", "verifier": "rmc", "num_samples": 1},
+                       api_name="/run")
+    seconds = max(seconds, time.perf_counter() - t0)
+    assert entry.repo in str(err.value) and f"hf download {entry.repo}" in str(err.value)
+    assert seconds < 5, seconds
+    print(f"{entry.repo}: answered through gradio_client in {seconds * 1000:.0f} ms")

@@ -105,6 +105,15 @@ def test_bad_input_shows_a_readable_error_in_the_page(page):
     page.locator("#budget").wait_for(state="visible")  # the rows budget is shown for the auto topology
 
 
+def test_the_kernel_choices_are_the_models_own(page):
+    """Building the page loads no model: the digits model's own kernels are filled in as the page loads."""
+    page.locator("#kernel input").click()
+    page.get_by_role("option", name="ddim").wait_for()
+    options = page.get_by_role("option").all_inner_texts()
+    page.locator(".sd-header h1").click()
+    assert "ddpm" in options and "langevin" not in options and "flow-churn" not in options, options
+
+
 def test_run_draws_the_tree_and_the_comparison(page):
     """The first click, at the page's defaults: the embedded digits model, a planned topology."""
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -220,3 +229,25 @@ def test_exactness_tab_shows_the_p_value_and_histograms(page):
     box = page.locator("#exact-tab-content").bounding_box()
     page.screenshot(path=str(SHOTS / "exactness.png"), full_page=True,
                     clip={"x": box["x"] - 16, "y": box["y"] - 12, "width": box["width"] + 32, "height": box["height"] + 24})
+
+
+def test_picking_a_listed_text_model_shows_the_prompt_and_says_how_to_fetch_it(page):
+    """The served app is offline (HF_HUB_OFFLINE=1): picking Stable Diffusion 1.5 shows its prompt
+    controls and its paired draft at once, and one line saying it is not here and how to fetch it;
+    back on digits, the prompt controls hide again."""
+    from specdemo_app.curated import BY_REPO
+
+    sd = BY_REPO["stable-diffusion-v1-5/stable-diffusion-v1-5"]
+    t0 = time.perf_counter()
+    pick_model(page, sd.label)
+    page.wait_for_function("() => document.querySelector('#model-status') && "
+                           "document.querySelector('#model-status').innerText.includes('hf download')")
+    print(f"picking {sd.repo}, to the line that says how to fetch it: {time.perf_counter() - t0:.2f} s")
+    assert sd.repo in page.locator("#model-status").inner_text()
+    page.locator("#prompt textarea").wait_for(state="visible")
+    assert "bk-sdm-tiny" in page.locator("#draft input").input_value()
+    page.locator("#prompt textarea").fill("a red circle")
+    pick_model(page, "digits · embedded 16×16 UNet")
+    page.locator("#prompt textarea").wait_for(state="hidden")
+    page.wait_for_function("() => document.querySelector('#model-status') === null || "
+                           "document.querySelector('#model-status').offsetParent === null")

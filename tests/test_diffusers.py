@@ -179,11 +179,14 @@ def test_a_hub_model_over_the_download_cap_is_refused_before_any_download(monkey
 
     def answers(self, repo_id, timeout=None, files_metadata=False, **kwargs):
         asked.append(files_metadata)
-        weights = [("unet/diffusion_pytorch_model.safetensors", 6e9), ("text_encoder/model.safetensors", 5e9),
+        weights = [("unet/diffusion_pytorch_model-00001-of-00002.safetensors", 6e9),
+                   ("unet/diffusion_pytorch_model-00002-of-00002.safetensors", 5e9), ("unet/config.json", 1e3),
+                   ("unet/diffusion_pytorch_model.fp16.safetensors", 5.5e9),  # a variant not loaded: not counted
                    ("unet/diffusion_pytorch_model.bin", 9e9)]  # pickle weights are never loaded: not counted
         return types.SimpleNamespace(siblings=[types.SimpleNamespace(rfilename=n, size=int(s)) for n, s in weights])
 
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", answers)
+    monkeypatch.setattr(diffusers_unet, "_hub_model_index", lambda repo_id, cache_only: dict(DDPM_INDEX))
     def from_pretrained(*args, **kwargs):
         loaded.append(args)
         raise OSError("no download in the tests")
@@ -195,3 +198,126 @@ def test_a_hub_model_over_the_download_cap_is_refused_before_any_download(monkey
     with pytest.raises(SpecdemoError):  # under the cap the load goes on (and fails here at the download)
         diffusers_unet.load_diffusers_target("big/model", max_download_bytes=12 * 10**9)
     assert asked == [True, True] and loaded
+
+
+DDPM_INDEX = {"_class_name": "DDPMPipeline", "_diffusers_version": "0.0.4", "scheduler": ["diffusers", "DDPMScheduler"],
+              "unet": ["diffusers", "UNet2DModel"]}
+
+
+def root_layout_folder(folder):
+    """google/ddpm-cifar10-32's layout: model_index.json, and the UNet (config.json + safetensors) and
+    scheduler_config.json at the root, no unet/ or scheduler/ folder."""
+    tiny_unet(seed=4).save_pretrained(folder, safe_serialization=True)
+    DDPMScheduler(num_train_timesteps=500).save_config(folder)
+    (folder / "model_index.json").write_text(json.dumps(DDPM_INDEX))
+    return folder
+
+
+def hub_cache_of(cache, repo_id, folder):
+    """`folder` as the Hub cache holds a download of repo_id (refs/main -> snapshots/<commit>/...)."""
+    import shutil
+
+    commit = "0" * 40
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    shutil.copytree(folder, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("hub", ["silent", "answers"])
+@pytest.mark.parametrize("layout", ["root", "unet folder"])
+def test_a_hub_pipeline_with_its_unet_at_the_root_loads(tmp_path, monkeypatch, layout, hub):
+    """A Hub id goes through the Hub's code path (here its cache): the UNet and scheduler load from
+    unet/ and scheduler/ when the repo has them, else from the root next to model_index.json."""
+    import huggingface_hub
+
+    from specdemo.models import diffusers_unet
+
+    if layout == "root":
+        folder = root_layout_folder(tmp_path / "repo")
+    else:
+        DDPMPipeline(unet=tiny_unet(seed=4), scheduler=DDPMScheduler(num_train_timesteps=500)).save_pretrained(
+            tmp_path / "repo", safe_serialization=True)
+        folder = tmp_path / "repo"
+    names = hub_cache_of(tmp_path / "cache", "google/ddpm-cifar10-32", folder)
+    assert ("config.json" in names) == (layout == "root") and "model_index.json" in names
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    if hub == "answers":  # the Hub lists the repo's files; the downloads come from the cache
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo_id, **kwargs: types.SimpleNamespace(
+            sha="0" * 40, siblings=[types.SimpleNamespace(rfilename=n, size=1) for n in names]))
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    target = diffusers_unet.load_diffusers_target("google/ddpm-cifar10-32", max_download_bytes=10**9)
+    assert isinstance(target, diffusers_unet.DiffusersTarget) and target.shape == (1, 8, 8)
+    assert target.scheduler_config["num_train_timesteps"] == 500
+    assert torch.equal(target.unet.conv_in.weight, tiny_unet(seed=4).conv_in.weight)
+
+
+def test_a_root_layout_folder_loads(tmp_path):
+    assert resolve_target(str(root_layout_folder(tmp_path))).shape == (1, 8, 8)
+
+
+# stable-diffusion-v1-5/stable-diffusion-v1-5's safetensors (sizes rounded): 4.27 GB of fp32 components
+SD15_INDEX = {"_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.6.0",
+              "feature_extractor": ["transformers", "CLIPImageProcessor"],
+              "safety_checker": ["stable_diffusion", "StableDiffusionSafetyChecker"],
+              "scheduler": ["diffusers", "PNDMScheduler"], "text_encoder": ["transformers", "CLIPTextModel"],
+              "tokenizer": ["transformers", "CLIPTokenizer"], "unet": ["diffusers", "UNet2DConditionModel"],
+              "vae": ["diffusers", "AutoencoderKL"]}
+SD15_LOADED = {"unet/diffusion_pytorch_model.safetensors": 3_438_167_536,
+               "text_encoder/model.safetensors": 492_265_168,
+               "vae/diffusion_pytorch_model.safetensors": 334_643_268}
+SD15_FILES = {**SD15_LOADED,
+              "unet/diffusion_pytorch_model.fp16.safetensors": 1_719_125_304,
+              "unet/diffusion_pytorch_model.non_ema.safetensors": 3_438_167_536,
+              "unet/diffusion_pytorch_model.bin": 3_438_354_725,
+              "text_encoder/model.fp16.safetensors": 246_144_152,
+              "vae/diffusion_pytorch_model.fp16.safetensors": 167_335_342,
+              "safety_checker/model.safetensors": 1_215_981_830,
+              "safety_checker/model.fp16.safetensors": 608_016_280,
+              "v1-5-pruned.safetensors": 7_703_324_286, "v1-5-pruned-emaonly.safetensors": 4_265_096_720,
+              "v1-5-pruned-emaonly.fp16.safetensors": 2_132_696_762,
+              "model_index.json": 541, "unet/config.json": 743, "scheduler/scheduler_config.json": 308,
+              "tokenizer/vocab.json": 1_059_962, "feature_extractor/preprocessor_config.json": 342}
+
+
+def test_the_download_cap_counts_only_the_weights_the_loader_downloads():
+    from specdemo.models import diffusers_unet
+
+    components = diffusers_unet.pipeline_components(SD15_INDEX)
+    assert sorted(components) == ["scheduler", "text_encoder", "tokenizer", "unet", "vae"]
+    assert diffusers_unet.download_bytes(SD15_FILES, components) == sum(SD15_LOADED.values())  # 4.27 GB
+    shards = {f"text_encoder_3/model-0000{i}-of-00002.safetensors": 4 * 10**9 for i in (1, 2)}
+    assert diffusers_unet.download_bytes({**shards, "text_encoder_3/model.fp16-00001-of-00002.safetensors": 1},
+                                         ["text_encoder_3"]) == 8 * 10**9  # sharded T5, no variant shard
+
+
+def test_a_hub_pipeline_is_capped_by_its_loaded_components(monkeypatch):
+    """SD 1.5 (over 30 GB of safetensors in the repo, 4.27 GB loaded) passes a 12 GB cap, not a 4 GB one."""
+    import huggingface_hub
+    from diffusers import StableDiffusionPipeline
+
+    from specdemo.models import diffusers_unet
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    loaded = []
+
+    def answers(self, repo_id, timeout=None, files_metadata=False, **kwargs):
+        return types.SimpleNamespace(siblings=[types.SimpleNamespace(rfilename=n, size=s) for n, s in SD15_FILES.items()])
+
+    def from_pretrained(*args, **kwargs):
+        loaded.append(kwargs)
+        raise OSError("no download in the tests")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", answers)
+    monkeypatch.setattr(diffusers_unet, "_hub_model_index", lambda repo_id, cache_only: dict(SD15_INDEX))
+    monkeypatch.setattr(StableDiffusionPipeline, "from_pretrained", from_pretrained)
+    with pytest.raises(SpecdemoError, match=r"has 4.3 GB of weights, over the 4.0 GB this app downloads"):
+        resolve_target("sd/v1-5", hub_only=True, max_download_bytes=4 * 10**9)
+    assert not loaded
+    with pytest.raises(SpecdemoError, match="cannot load model 'sd/v1-5'"):  # under the cap: on to the download
+        resolve_target("sd/v1-5", hub_only=True, max_download_bytes=12 * 10**9)
+    assert loaded and loaded[0]["safety_checker"] is None

@@ -1,4 +1,4 @@
-"""specdemo.figures: the runs behind the app, and every figure drawn from their records."""
+"""specdemo.figures, and the app's runs they are drawn from (specdemo_app: the runner, the exactness test)."""
 
 import json
 
@@ -8,9 +8,13 @@ import pytest
 import torch
 
 from specdemo import STATUS_NAMES, SamplerConfig, SpecdemoError, Topology, build
-from specdemo import compare as C
 from specdemo import figures as F
+from specdemo.images import grid
 from specdemo.trees import MAX_DEPTH
+from specdemo_app.exactness import energy_test, exactness_check
+from specdemo_app.labels import plan_segments
+from specdemo_app.runner import matched_chain, run_comparison
+from specdemo_app.topology_text import is_auto, speculative_method
 from .helpers import tiny_pipeline_folder
 
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
@@ -18,13 +22,13 @@ FOUR = {"accepted", "rejected", "corrected", "unvisited"}
 
 @pytest.fixture(scope="module")
 def gm2d():
-    return C.run_comparison(SamplerConfig(model="gm2d", tree="3,2,1", verifier="dgrs", steps=30, num_samples=24, seed=1))
+    return run_comparison(SamplerConfig(model="gm2d", tree="3,2,1", verifier="dgrs", steps=30, num_samples=24, seed=1))
 
 
 @pytest.fixture(scope="module")
 def image_run(tmp_path_factory):
     folder = tiny_pipeline_folder(tmp_path_factory.mktemp("unet"))
-    return C.run_comparison(SamplerConfig(model=folder, tree="2,1", steps=8, num_samples=3, class_label=2, seed=0))
+    return run_comparison(SamplerConfig(model=folder, tree="2,1", steps=8, num_samples=3, class_label=2, seed=0))
 
 
 def test_comparison_runs_three_samplers_with_one_seed(gm2d):
@@ -41,16 +45,20 @@ def test_comparison_runs_three_samplers_with_one_seed(gm2d):
     h = gm2d.headline()
     assert h["speedup"] == pytest.approx(30 / np.mean(tree.cost.calls_per_trajectory))
     assert "speedup_chain" in h
+    # one speedup: the headline's, the table's and the cost figure's are the cost's own against plain sampling
+    assert F.comparison_table(gm2d.runs)[2][6] == f"{h['speedup']:.2f}×" == f"{tree.cost.speedup_over(plain.cost):.2f}×"
+    assert F.comparison_table(gm2d.runs)[2][8] == f"{h['speedup_time']:.2f}×"
+    assert F.cost_figure(gm2d.runs).data[4].y[2] == pytest.approx(h["speedup"])
 
 
 def test_a_chain_is_compared_with_plain_sampling_only():
-    comp = C.run_comparison(SamplerConfig(model="gm2d", tree="1x4", verifier="rmc", steps=12, num_samples=4))
+    comp = run_comparison(SamplerConfig(model="gm2d", tree="1x4", verifier="rmc", steps=12, num_samples=4))
     assert [r.key for r in comp.runs] == ["target", "chain"] and comp.config.method == "chain"
 
 
 def test_progress_is_reported_per_round():
     seen = []
-    C.run_comparison(SamplerConfig(model="gm2d", tree="2,1", steps=10, num_samples=3),
+    run_comparison(SamplerConfig(model="gm2d", tree="2,1", steps=10, num_samples=3),
                      progress=lambda f, d: seen.append((f, d)))
     fractions = [f for f, _ in seen]
     assert len(seen) > 10 and fractions == sorted(fractions) and fractions[-1] == 1.0
@@ -59,15 +67,15 @@ def test_progress_is_reported_per_round():
 
 
 def test_matched_chain_and_method():
-    assert C.matched_chain("3,2,1", 100) == "1x10"
-    assert C.matched_chain("2x5", 100) == "1x31"
-    assert C.matched_chain("4x4", 30) == "1x30"  # capped at the stochastic steps
-    assert C.matched_chain("4x4", 1000) == "1x85"
-    assert C.matched_chain("4x5", 1000) == f"1x{MAX_DEPTH}"  # and at the deepest topology allowed
-    assert C.matched_chain("2,1", 100, evaluate_leaves=True) == "1x5"
-    assert C.speculative_method("1x5") == "chain" and C.speculative_method("3,2,1") == "tree"
+    assert matched_chain("3,2,1", 100) == "1x10"
+    assert matched_chain("2x5", 100) == "1x31"
+    assert matched_chain("4x4", 30) == "1x30"  # capped at the stochastic steps
+    assert matched_chain("4x4", 1000) == "1x85"
+    assert matched_chain("4x5", 1000) == f"1x{MAX_DEPTH}"  # and at the deepest topology allowed
+    assert matched_chain("2,1", 100, evaluate_leaves=True) == "1x5"
+    assert speculative_method("1x5") == "chain" and speculative_method("3,2,1") == "tree"
     with pytest.raises(SpecdemoError, match="cannot read tree"):
-        C.speculative_method("3,,x")
+        speculative_method("3,,x")
 
 
 def test_round_nodes_are_consistent(gm2d):
@@ -149,7 +157,7 @@ def test_plane_figure_draws_drafted_nodes_only(gm2d):
              and tr.xaxis == "x2"]
     assert sum(len(tr.x) for tr in right) == drawn
     assert sum(isinstance(tr, go.Heatmap) for tr in fig.data) == 2  # the density, in both panels
-    vec = C.run_comparison(SamplerConfig(model="gm16", tree="2,1", steps=6, num_samples=3))
+    vec = run_comparison(SamplerConfig(model="gm16", tree="2,1", steps=6, num_samples=3))
     assert vec.kind == "vector" and vec.trace[0].states is None
     assert "2-D targets" in F.plane_figure(vec.trace, 0, 1, None).layout.annotations[0].text
 
@@ -179,7 +187,7 @@ def test_image_views(image_run):
     assert np.asarray(fig.data[0].z).shape == (8, 8, 3)
     samples = F.samples_figure(image_run.runs)
     assert sum(isinstance(tr, go.Image) for tr in samples.data) == 3
-    assert "image models" in F.path_images_figure(C.run_comparison(
+    assert "image models" in F.path_images_figure(run_comparison(
         SamplerConfig(model="gm2d", tree="2,1", steps=5, num_samples=2)).trace, 0, 1).layout.annotations[0].text
 
 
@@ -197,14 +205,14 @@ def test_run_json(gm2d):
 def test_energy_test_separates_and_accepts():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(300, 2, generator=g), torch.randn(300, 2, generator=g)
-    stat, p = C.energy_test(a, b, permutations=200)
+    stat, p = energy_test(a, b, permutations=200)
     assert p > 0.05 and stat >= 0
-    _, p_shift = C.energy_test(a, b + 0.4, permutations=200)
+    _, p_shift = energy_test(a, b + 0.4, permutations=200)
     assert p_shift < 0.01
 
 
 def test_exactness_check_with_a_biased_draft():
-    report = C.exactness_check(SamplerConfig(model="gm2d", tree="2,1", steps=20, draft_bias=2.0, seed=3), 200,
+    report = exactness_check(SamplerConfig(model="gm2d", tree="2,1", steps=20, draft_bias=2.0, seed=3), 200,
                                permutations=200)
     assert report.plain.shape == report.speculative.shape == (200, 2)
     assert report.p_value > 0.01  # deterministic given the seeds
@@ -215,9 +223,9 @@ def test_exactness_check_with_a_biased_draft():
 
 def test_exactness_check_refuses_what_it_cannot_test(image_run, tmp_path):
     with pytest.raises(SpecdemoError, match="analytic targets"):
-        C.exactness_check(SamplerConfig(model=tiny_pipeline_folder(tmp_path), tree="2,1", steps=4), 50)
+        exactness_check(SamplerConfig(model=tiny_pipeline_folder(tmp_path), tree="2,1", steps=4), 50)
     with pytest.raises(SpecdemoError, match="20..2000"):
-        C.exactness_check(SamplerConfig(model="gm2d", tree="2,1"), 5)
+        exactness_check(SamplerConfig(model="gm2d", tree="2,1"), 5)
 
 
 def test_figure_json_carries_the_png_export():
@@ -230,7 +238,7 @@ def test_figures_do_not_import_gradio():
     import subprocess
     import sys
 
-    code = "import sys, specdemo.figures; print('gradio' in sys.modules)"
+    code = "import sys, specdemo.figures as F; [getattr(F, name) for name in F.__all__]; print('gradio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
 
@@ -239,7 +247,7 @@ def test_figures_do_not_import_gradio():
 def planned():
     """A topology planned per step (tree "auto") on gm2d, with a small pilot; planned for calls, which
     depend on the seed alone (a plan for time reads the machine's measured costs, which vary with load)."""
-    return C.run_comparison(SamplerConfig(model="gm2d", tree="auto", budget=8, freeze="x0", verifier="dgrs",
+    return run_comparison(SamplerConfig(model="gm2d", tree="auto", budget=8, freeze="x0", verifier="dgrs",
                                           prefetch="nearest", pilot_samples=8, steps=24, objective="calls",
                                           num_samples=16, seed=2))
 
@@ -251,8 +259,8 @@ def test_auto_topology_is_compared_with_the_chain_at_its_mean_rows(planned):
     assert tree.rows_per_round == pytest.approx(planned.plan.rows_per_round())
     assert chain.tree == f"1x{round(planned.plan.rows_per_round())}" and chain.verifier == "rmc"
     assert tree.pilot is not None and tree.pilot.target_calls > 0 and chain.pilot is None
-    assert C.matched_chain(planned.plan, 24) == chain.tree
-    assert C.speculative_method("auto") == "tree" and C.is_auto(" Auto ") and not C.is_auto("1x5")
+    assert matched_chain(planned.plan, 24) == chain.tree
+    assert speculative_method("auto") == "tree" and is_auto(" Auto ") and not is_auto("1x5")
     # every round record was drafted with the tree the plan gives its starting step and root state
     for rt in planned.trace:
         for step, known in zip(rt.step, rt.root_known):
@@ -262,7 +270,7 @@ def test_auto_topology_is_compared_with_the_chain_at_its_mean_rows(planned):
 
 
 def test_plan_segments_cover_the_speculative_steps(planned):
-    segments = C.plan_segments(planned.plan)
+    segments = plan_segments(planned.plan)
     covered = [n for a, b, _ in segments for n in range(a, b + 1)]
     assert covered == sorted(covered) and len(covered) == len(set(covered))
     assert covered == [n for n, t in enumerate(planned.plan.trees) if t.widths]
@@ -297,6 +305,20 @@ def test_pick_round_prefers_all_statuses_then_branching(planned):
         assert max(F.round_widths(planned.trace[r])) > 1
 
 
+def test_one_image_grid_for_the_png_and_the_page(image_run):
+    """specdemo.images.grid draws the CLI's PNG (black between images) and the page's samples (white)."""
+    samples = image_run.runs[0].samples  # 3 images, 1 x 8 x 8
+    png, page = grid(samples, 2), grid(samples, 2, background=255)
+    assert png.shape == page.shape == (2 * 9 + 1, 2 * 9 + 1, 1)
+    assert png[0, 0, 0] == 0 and page[0, 0, 0] == 255 and (png[1:9, 1:9] == page[1:9, 1:9]).all()
+    shown = np.asarray(F.samples_figure(image_run.runs).data[0].z)
+    assert (shown == np.repeat(page, 3, axis=-1)).all()
+
+
+def test_the_legends_colours_follow_the_status_codes():
+    assert tuple(F.STATUS_COLORS) == STATUS_NAMES == tuple(F.STATUS_LABELS)
+
+
 def test_image_views_wrap_long_paths_and_fit_the_grid(image_run):
     t, k = F.pick_round(image_run.trace)
     fig = F.path_images_figure(image_run.trace, t, k)
@@ -308,7 +330,7 @@ def test_image_views_wrap_long_paths_and_fit_the_grid(image_run):
 
 def test_freeze_auto_chain_baseline_reuses_the_pilots_and_matches_a_fresh_build():
     config = SamplerConfig(model="gm2d", tree="3,1", freeze="auto", pilot_samples=8, steps=20, num_samples=8, seed=4)
-    comp = C.run_comparison(config)
+    comp = run_comparison(config)
     chain = comp.runs[1]
     assert chain.config.method == "chain" and chain.config.freeze == "auto" and chain.verifier == "rmc"
     fresh = build(chain.config)  # what the chain's own build plans: the same freeze table from the same pilots

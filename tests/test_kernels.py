@@ -1,4 +1,4 @@
-"""Kernels against their references: diffusers' own `scheduler.step` (DDPM, DDIM), the formulas of
+"""Kernels against their references: diffusers' own `scheduler.step` (DDPM, DDIM, Euler ancestral), the formulas of
 algorithms.md section 1 (flow matching with churn, Langevin) and the kernel interface contract.
 
 Every VP check runs a batch whose rows are each at a different step, as the sampler calls kernels.
@@ -12,6 +12,12 @@ taken from the scheduler's `_get_variance` evaluated in float32 (relative error 
 with 1,000 steps), hence SCALE_RTOL; DDIM's c_n = sqrt(1 - abar_prev - s_n^2) inherits it, amplified
 by 1 / sqrt(1 - abar_t) for sample prediction near t = 0, hence DDIM_MEAN_ATOL. A wrong formula is
 off by orders of magnitude more.
+
+Euler ancestral's state is the VP state y = x_sigma / sqrt(1 + sigma^2) (the network's input): its
+reference is EulerAncestralDiscreteScheduler.step on x_sigma, which computes in float32 whatever it is
+given, read back in y (divided by sqrt(1 + sigma_{n+1}^2)). Its float32 rounding is relative to the
+largest term of the step, |x_sigma| or sigma |out| (up to 4096 |y| on a zero-terminal-SNR schedule),
+hence EULER_RTOL of that size per row.
 """
 
 import math
@@ -19,15 +25,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler, FlowMatchEulerDiscreteScheduler
+from diffusers import DDIMScheduler, DDPMScheduler, EulerAncestralDiscreteScheduler, FlowMatchEulerDiscreteScheduler
 
 from specdemo.errors import SpecdemoError
-from specdemo.kernels import DDIMKernel, DDPMKernel, FlowChurnKernel, LangevinKernel
+from specdemo.kernels import DDIMKernel, DDPMKernel, EulerAncestralKernel, FlowChurnKernel, LangevinKernel
 
 DIM = 8
 PREDICTIONS = ("epsilon", "v_prediction", "sample")
 SCALE_RTOL = 1e-4
 DDIM_MEAN_ATOL = 5e-4
+EULER_RTOL = 1e-6
 
 
 def scheduler_config(prediction, clip, variance_type="fixed_small"):
@@ -224,6 +231,128 @@ def test_ddim_eta_zero_is_deterministic_and_bad_eta_refused():
             DDIMKernel(DDIMScheduler(clip_sample=False), 25, eta)
 
 
+# ---------------------------------------------------------------- Euler ancestral
+
+SD_BETAS = dict(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012)
+EULER_SCHEDULES = {  # timestep spacings as diffusers' configs give them
+    "linspace": dict(timestep_spacing="linspace"),
+    "leading-offset": dict(timestep_spacing="leading", steps_offset=1, **SD_BETAS),  # SD 1.x / 2.x
+    "trailing": dict(timestep_spacing="trailing", **SD_BETAS),
+    "trailing-zero-snr": dict(timestep_spacing="trailing", rescale_betas_zero_snr=True, **SD_BETAS),
+}
+
+
+def euler_reference(config, num_steps, x_sigma, out):
+    """Per step n (row n: its own sigma-space state and network output), from two schedulers walked
+    through the whole schedule with EulerAncestralDiscreteScheduler.step, noise drawn from seeded
+    generators: (mean, std, x0-hat, network input) in sigma space, and the scheduler's sigmas."""
+    walkers = [EulerAncestralDiscreteScheduler(**config) for _ in range(2)]
+    for w in walkers:
+        w.set_timesteps(num_steps)
+    means, stds, x0s, inputs_ = [], [], [], []
+    for n, t in enumerate(walkers[0].timesteps):
+        xi, oi = x_sigma[n:n + 1].float(), out[n:n + 1].float()
+        seeds = (2000 + 2 * n, 2001 + 2 * n)
+        inputs_.append(walkers[0].scale_model_input(xi, t)[0].double())
+        walkers[1].scale_model_input(xi, t)
+        steps = [w.step(oi, t, xi, generator=torch.Generator().manual_seed(s)) for w, s in zip(walkers, seeds)]
+        noises = [torch.randn((1, DIM), generator=torch.Generator().manual_seed(s)).double() for s in seeds]
+        prev = [step.prev_sample.double() for step in steps]
+        d_noise = noises[0] - noises[1]
+        std = float(((prev[0] - prev[1]) * d_noise).sum() / (d_noise * d_noise).sum())
+        torch.testing.assert_close(prev[0] - prev[1], std * d_noise, rtol=1e-4, atol=1e-5)
+        means.append((prev[0] - std * noises[0])[0])
+        stds.append(std)
+        x0s.append(steps[0].pred_original_sample[0].double())
+    return (torch.stack(means), torch.tensor(stds, dtype=torch.float64), torch.stack(x0s), torch.stack(inputs_),
+            walkers[0].sigmas.double())
+
+
+@pytest.mark.parametrize("num_steps", [7, 50, 1000])
+@pytest.mark.parametrize("schedule", list(EULER_SCHEDULES))
+@pytest.mark.parametrize("prediction", ["epsilon", "v_prediction"])
+def test_euler_ancestral_kernel_matches_scheduler_step(prediction, schedule, num_steps):
+    """Step by step over the whole schedule, the kernel at y = x_sigma / sqrt(1 + sigma_n^2) against
+    EulerAncestralDiscreteScheduler.step at x_sigma with the same network output and noise: the
+    network input (scale_model_input) is y, the mean and scale are the step's read in y, and x0-hat is
+    the step's pred_original_sample."""
+    config = dict(prediction_type=prediction, **EULER_SCHEDULES[schedule])
+    kernel = EulerAncestralKernel(EulerAncestralDiscreteScheduler(**config), num_steps)
+    assert kernel.num_steps == num_steps and kernel.name == "euler-ancestral"
+    steps = torch.arange(num_steps)
+    y, out = inputs(num_steps, seed=23 + num_steps, prediction=prediction)
+    sched = EulerAncestralDiscreteScheduler(**config)
+    sched.set_timesteps(num_steps)
+    assert torch.equal(kernel.timesteps, sched.timesteps)  # what the network is fed, fractional ones included
+    k = (1 + sched.sigmas.double() ** 2).sqrt()
+    x_sigma = y * k[:-1, None]
+    ref_mean, ref_std, ref_x0, ref_input, sigmas = euler_reference(config, num_steps, x_sigma, out)
+    # float32 rounding of the reference, per row in sigma space: relative to the step's largest term
+    size = 1 + torch.maximum(x_sigma.abs().amax(1), sigmas[:-1] * out.abs().amax(1))
+    k_to = k[1:]
+
+    def assert_close_in_sigma_space(mine, reference, rtol=0.0):  # rows of steps
+        bound = (EULER_RTOL * size).view(-1, *[1] * (mine.dim() - 1)) + rtol * reference.abs()
+        assert ((mine - reference).abs() <= bound).all(), float(((mine - reference).abs() / bound).max())
+
+    torch.testing.assert_close(ref_input, y, rtol=1e-6, atol=1e-6)  # the network's input is the state
+    assert_close_in_sigma_space(kernel.mean(out, y, steps) * k_to[:, None], ref_mean)
+    assert_close_in_sigma_space(kernel.scales * k_to, ref_std, SCALE_RTOL)  # float32 sigma_from^2 - sigma_to^2
+    assert_close_in_sigma_space(kernel.denoised(out, y, steps), ref_x0)
+    # every step is stochastic but the last (sigma_N = 0), which returns x0-hat itself, and a step whose
+    # sigma does not decrease: leading spacing with steps_offset 1 at 1,000 steps asks for t = 1000, whose
+    # sigma diffusers clamps to t = 999's, an identity step
+    stochastic = (sigmas[1:] > 0) & (sigmas[1:] < sigmas[:-1])
+    assert torch.equal(kernel.scales > 0, stochastic)
+    assert kernel.scales[-1] == 0 and int(stochastic.sum()) >= num_steps - 2
+
+
+@pytest.mark.parametrize("spacing", ["leading", "linspace"])
+def test_euler_ancestral_matches_the_algorithms_md_step(spacing):
+    """docs/algorithms.md, Euler ancestral: sigma_n^2 = (1 - abar_t)/abar_t, k_n = sqrt(1 + sigma_n^2),
+    sigma_up = sigma_{n+1} sqrt(1 - sigma_{n+1}^2 / sigma_n^2), sigma_down = sigma_{n+1}^2 / sigma_n,
+    m_n(y) = (k_n / k_{n+1}) y + ((sigma_down - sigma_n) / k_{n+1}) eps, s_n = sigma_up / k_{n+1},
+    written from the training alphas in float64 (sigma interpolated linearly in t, as diffusers does,
+    at linspace's fractional timesteps); the prior is diffusers' init_noise_sigma xi divided by k_0."""
+    num_steps = 20
+    sched = EulerAncestralDiscreteScheduler(timestep_spacing=spacing, steps_offset=1 if spacing == "leading" else 0)
+    kernel = EulerAncestralKernel(sched, num_steps)
+    train_sigma = ((1 - sched.alphas_cumprod.double()) / sched.alphas_cumprod.double()).sqrt().numpy()
+    if spacing == "leading":
+        t = np.arange(num_steps)[::-1] * (1000 // num_steps) + 1.0
+    else:
+        t = np.linspace(0, 999, num_steps)[::-1]
+    sigma = torch.tensor(np.append(np.interp(t, np.arange(1000), train_sigma), 0.0))
+    s, s_to = sigma[:-1], sigma[1:]
+    k, k_to = (1 + s**2).sqrt(), (1 + s_to**2).sqrt()
+    up, down = s_to * (1 - s_to**2 / s**2).sqrt(), s_to**2 / s
+    y, eps = inputs(num_steps, seed=29, prediction="epsilon")
+    expected = (k / k_to)[:, None] * y + ((down - s) / k_to)[:, None] * eps
+    torch.testing.assert_close(kernel.mean(eps, y, torch.arange(num_steps)), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kernel.scales, up / k_to, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(kernel.timesteps.double(), torch.tensor(t.copy()), rtol=0, atol=1e-3)
+    init = s[0] if spacing == "linspace" else k[0]  # diffusers' init_noise_sigma
+    y0 = kernel.prior((4, DIM), torch.Generator().manual_seed(3), "cpu", torch.float64)
+    xi = torch.randn((4, DIM), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    torch.testing.assert_close(y0, xi * float(init / k[0]), rtol=1e-6, atol=0)
+    if spacing == "leading":
+        assert torch.equal(y0, xi)  # init_noise_sigma = k_0: the VP prior is the standard normal itself
+
+
+def test_euler_ancestral_refuses_sample_prediction_and_unknown_spacing():
+    with pytest.raises(SpecdemoError, match="epsilon or v_prediction"):
+        EulerAncestralKernel(EulerAncestralDiscreteScheduler(prediction_type="sample"), 20)
+    with pytest.raises(SpecdemoError, match="spacing"):
+        EulerAncestralKernel(EulerAncestralDiscreteScheduler(timestep_spacing="karras"), 20)
+
+
+def test_euler_ancestral_config_names_the_kernel_and_its_scheduler():
+    config = EulerAncestralKernel(EulerAncestralDiscreteScheduler(timestep_spacing="trailing"), 12).config()
+    assert config["kernel"] == "euler-ancestral" and config["steps"] == 12
+    assert config["scheduler"]["timestep_spacing"] == "trailing"
+    assert not any(key.startswith("_") for key in config["scheduler"])
+
+
 # ---------------------------------------------------------------- flow matching with churn
 
 def flow_grid(num_steps):
@@ -307,6 +436,8 @@ def vp_and_flow_kernels():
     kernels = {f"ddpm-{p}": DDPMKernel(DDPMScheduler(**scheduler_config(p, False)), 50) for p in PREDICTIONS}
     kernels.update({f"ddim-{p}": DDIMKernel(DDIMScheduler(clip_sample=False, prediction_type=p), 50, 1.0)
                     for p in PREDICTIONS})
+    kernels.update({f"euler-ancestral-{p}": EulerAncestralKernel(EulerAncestralDiscreteScheduler(prediction_type=p), 50)
+                    for p in ("epsilon", "v_prediction")})
     kernels["flow-churn"] = FlowChurnKernel(30, 0.06)
     return kernels
 

@@ -1,40 +1,80 @@
-"""Every figure the README's Results quote is one the benchmark runner wrote into docs/benchmarks.md."""
+"""Every figure of the README's Results is written by the benchmark runner: each bullet sits in a block
+`<!-- readme:NAME -->` that section NAME (benchmarks/NAME.py) renders from its committed results
+(docs/bench_results/NAME.json), and rendering the blocks again gives the README as committed."""
 
+import json
 import re
 from pathlib import Path
 
+import pytest
+
+from benchmarks.common import load_results, readme_blocks, with_readme_block, write_readme_block
+from benchmarks.run import SECTIONS, rendered_readme, section
+
 ROOT = Path(__file__).resolve().parents[1]
-# ratios, percentages and times: "2.32x", "+12%", "0.46 ms", "1,155 ms"
-FIGURE = re.compile(r"(?<![\w.])[+-]?\d[\d,]*(?:\.\d+)?(?:x|%| ms| s)(?![\w])")
+README = ROOT / "README.md"
+REPORT = ROOT / "docs" / "benchmarks.md"
+BLOCK = re.compile(r"<!-- readme:(\w+) -->\n(.*?)<!-- /readme:\1 -->", re.S)
 
 
-def figures_missing(readme: str, report: str) -> list[str]:
-    results = readme[readme.index("## Results"):readme.index("\n## ", readme.index("## Results") + 1)]
-    written = report.replace("**", "").replace(",", "")
-    missing = []
-    for figure in FIGURE.findall(results):
-        number = figure.replace(",", "")
-        # the report's tables write figures without their unit: "0.46" in a column of milliseconds,
-        # "3.30" in a column of speedups
-        bare = re.sub(r"( ms| s|x)$", "", number)
-        if not any(re.search(rf"(?<![\d.]){re.escape(f)}(?![\d])", written) for f in (number, bare)):
-            missing.append(figure)
-    return missing
+def results_section(readme: str) -> str:
+    start = readme.index("## Results")
+    return readme[start:readme.index("\n## ", start + 1)]
 
 
-def test_every_figure_in_the_readme_results_is_in_the_benchmark_report():
-    missing = figures_missing((ROOT / "README.md").read_text(), (ROOT / "docs" / "benchmarks.md").read_text())
-    assert not missing, f"README figures not written by the benchmark runner: {missing}"
+def test_every_bullet_of_the_results_sits_in_a_block_a_section_writes():
+    results = results_section(README.read_text())
+    outside = BLOCK.sub("", results)
+    assert not re.findall(r"^\s*- .*", outside, re.M), "Results bullets outside a readme block (typed by hand)"
+    names = readme_blocks(results)
+    assert len(names) == len(set(names)) and set(names) <= set(SECTIONS)
+    for name in names:
+        assert hasattr(section(name), "readme"), f"section {name} renders no README block"
+    assert all(text.strip() for _, text in BLOCK.findall(results)), "an empty block: render it (--readme)"
 
 
-def test_a_figure_typed_in_by_hand_is_caught():
-    readme = "## Results\n\nThe tree samples 9.99x faster, 2.3x fewer calls, 12.34 ms per round.\n## Next\n"
-    assert figures_missing(readme, "| 9.99x | 12.3x |") == ["2.3x", "12.34 ms"]
+# blocks whose section has not run since sections began saving their results: they keep the text of their
+# last run until then (the README says so); a section that saves results must leave this set
+AWAITING_A_RUN = {"latency", "block", "equal_rows"}
+
+
+def test_the_blocks_awaiting_a_run_are_exactly_those_without_results():
+    without = {name for name in readme_blocks(README.read_text()) if load_results(REPORT, name) is None
+               and not hasattr(section(name), "readme_without_results")}
+    assert without == AWAITING_A_RUN
+
+
+@pytest.mark.parametrize("name", sorted(set(readme_blocks(README.read_text())) - AWAITING_A_RUN))
+def test_a_block_is_what_its_section_renders_from_the_committed_results(name):
+    module, results = section(name), load_results(REPORT, name)
+    expected = module.readme(results) if results is not None else module.readme_without_results(REPORT)
+    written = dict(BLOCK.findall(README.read_text()))[name]
+    assert written == expected.rstrip() + "\n", f"README block {name} is not what `python -m benchmarks.run --readme` writes"
+
+
+def test_rendering_again_reproduces_the_readme_and_catches_a_figure_typed_in_by_hand():
+    readme = README.read_text()
+    rendered, left = rendered_readme(readme, REPORT)
+    assert rendered == readme
+    name, text = next((n, t) for n, t in BLOCK.findall(readme) if n not in left)
+    figure = re.search(r"\d+\.\d\dx", text).group()
+    edited = readme.replace(text, text.replace(figure, "9.99x", 1))
+    assert edited != readme and rendered_readme(edited, REPORT)[0] == readme  # the hand edit does not survive
+
+
+def test_the_committed_results_are_the_runs_the_report_shows():
+    """Each section's results file and its section of the report were written by the same run (same
+    machine line, which carries the date)."""
+    report = REPORT.read_text()
+    for path in sorted((REPORT.parent / "bench_results").glob("*.json")):
+        record = json.loads(path.read_text())
+        name = record["section"]
+        assert path.stem == name in SECTIONS
+        line = re.search(rf"<!-- section:{name} -->\n## .*\n\n_(.*)_\n", report).group(1)
+        assert record["machine"] == line, f"{path.name} and the report's {name} section come from different runs"
 
 
 def test_a_benchmark_section_writes_the_readme_block_it_measured(tmp_path):
-    from specdemo.bench import write_readme_block
-
     (tmp_path / "docs").mkdir()
     report = tmp_path / "docs" / "benchmarks.md"
     readme = tmp_path / "README.md"
@@ -43,5 +83,5 @@ def test_a_benchmark_section_writes_the_readme_block_it_measured(tmp_path):
     assert readme.read_text() == "intro\n<!-- readme:latency -->\n- new 2.50x\n<!-- /readme:latency -->\n- other 1.0x\n"
     write_readme_block(report, "gm512", "- nothing to replace")  # no such block: the README stays as it is
     assert "nothing to replace" not in readme.read_text()
-    # the repository's README has the latency block the benchmark writes
-    assert "<!-- readme:latency -->" in (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert with_readme_block("<!-- readme:gpu -->\n<!-- /readme:gpu -->", "gpu", "- pending") == \
+        "<!-- readme:gpu -->\n- pending\n<!-- /readme:gpu -->"

@@ -29,6 +29,8 @@ def methods():
         "chain-block": (Topology.chain(4), BlockVerification(), FrozenDraft(), "nearest"),
         "tree-dgrs": (Topology((3, 2, 2)), GreedyRejectionSampling(), FrozenDraft(), "nearest"),
         "tree-rank-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0"), "leaves"),
+        "chain-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenDraft("x0-linear"), "nearest"),
+        "tree-rank-x0-linear-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0-linear"), "leaves"),
     }
 
 
@@ -86,7 +88,7 @@ def test_trajectory_does_not_depend_on_its_batch_bitwise(method):
     assert alone.cost.calls_per_trajectory[0] == batch.cost.calls_per_trajectory[7]
 
 
-@pytest.mark.parametrize("method", ["plain", "tree-dgrs"])
+@pytest.mark.parametrize("method", ["plain", "tree-dgrs", "tree-rank-x0-linear-leaves"])
 def test_each_trajectory_gets_its_own_conditioning_through_continuous_batching(method):
     """Per-trajectory class labels reach the network with the trajectory's rows: with 3 slots for 9
     trajectories, a slot holds three trajectories in turn, and each is sampled as it is alone."""
@@ -156,6 +158,79 @@ def test_trajectory_does_not_depend_on_its_batch_mixture_network(method):
     batch = run(net, kernel, target.shape, 12, method, seed=3)
     alone = run(net, kernel, target.shape, 1, method, seed=3, indices=[7])
     torch.testing.assert_close(alone.samples[0], batch.samples[7], rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- second-order freezing
+
+def linear_x0_outputs(kernel, shape, seed=0):
+    """A network output whose x0-hat at any state is x0(tau_n) = c + tau_n g, linear in the draft's clock."""
+    from specdemo.drafts.frozen import clock
+    g = torch.Generator().manual_seed(seed)
+    c, grad = torch.randn(shape, generator=g, dtype=torch.float64), torch.randn(shape, generator=g, dtype=torch.float64)
+    tau = clock(kernel)
+
+    def out(x, n):
+        return kernel.output_from_denoised(c + tau[n].view(*n.shape, *[1] * len(shape)) * grad, x, n)
+    return out
+
+
+@pytest.mark.parametrize("kernel", [FlowChurnKernel(30, 0.3), DDPMKernel(default_ddpm_scheduler(), 40)])
+def test_x0_linear_extrapolates_x0_hat_through_the_last_two_outputs(kernel):
+    """Where x0-hat moves linearly in the draft's clock, the line through the outputs at steps n - 1 and
+    n drafts every later step exactly (the target's mean at any state), its affine form is the level's,
+    and at step n it is freeze x0's draft; without a second output it is freeze x0 at every depth."""
+    shape, a, depth, n = (5,), 3, 4, 9
+    out = linear_x0_outputs(kernel, shape)
+    g = torch.Generator().manual_seed(1)
+    x1, x0s = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(2))
+    steps1, steps0 = torch.full((a,), n), torch.full((a,), n - 1)
+    draft = FrozenDraft("x0-linear")
+    assert draft.frozen_history and draft.frozen_shape(shape) == (2, *shape)
+    frozen = draft.frozen_value(kernel, out(x1, steps1), x1, steps1, previous=None,
+                                earlier=(out(x0s, steps0), x0s, steps0))
+    steps = steps1[:, None] + torch.arange(depth)
+    means = draft.for_round(kernel, steps, frozen, {})
+    alpha, beta = means.affine
+    x0_means = FrozenDraft("x0").for_round(kernel, steps, kernel.denoised(out(x1, steps1), x1, steps1), {})
+    for d in range(depth):
+        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
+        nd = steps[:, d, None].expand(a, 2)
+        target = kernel.mean(out(x, nd), x, nd)
+        torch.testing.assert_close(means(d, x), target)
+        torch.testing.assert_close(alpha[:, d, None, None] * x + beta[:, d, None], target)
+        assert torch.allclose(x0_means(d, x), target) == (d == 0)
+    # no earlier output and nothing held: slope 0, freeze x0; an earlier output at the same step keeps the slope held
+    flat = draft.frozen_value(kernel, out(x1, steps1), x1, steps1)
+    assert not flat[:, 1].any()
+    kept = draft.frozen_value(kernel, out(x1, steps1), x1, steps1, previous=frozen, earlier=(out(x1, steps1), x1, steps1))
+    torch.testing.assert_close(kept, frozen)
+
+
+def test_freeze_auto_drafts_each_step_with_its_form():
+    """An auto table of out (0), x0 (1) and x0-linear (2): each step drafted as that freeze drafts it.
+    A table without x0-linear keeps the two-output frozen value and no history, as before."""
+    kernel, shape, a = FlowChurnKernel(30, 0.3), (5,), 2
+    table = [n % 3 for n in range(30)]
+    auto = FrozenDraft("auto", table)
+    assert auto.frozen_history and auto.frozen_shape(shape) == (4, *shape)
+    old = FrozenDraft("auto", [bool(n % 2) for n in range(30)])
+    assert not old.frozen_history and old.frozen_shape(shape) == (2, *shape)
+    assert not FrozenDraft("x0").frozen_history and not FrozenDraft().frozen_history
+    assert not BiasedDraft(FrozenDraft("x0"), 1.0).frozen_history and BiasedDraft(FrozenDraft("x0-linear"), 1.0).frozen_history
+    g = torch.Generator().manual_seed(3)
+    x1, x0s, o1, o0 = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(4))
+    s1, s0 = torch.full((a,), 7), torch.full((a,), 6)
+    frozen = auto.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0))
+    singles = {form: (FrozenDraft(form), FrozenDraft(form).frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
+               for form in ("out", "x0")}
+    lin = FrozenDraft("x0-linear")
+    singles["x0-linear"] = (lin, lin.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
+    steps = s1[:, None] + torch.arange(6)
+    means = auto.for_round(kernel, steps, frozen, {})
+    for d in range(6):
+        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
+        draft, value = singles[("out", "x0", "x0-linear")[table[7 + d]]]
+        torch.testing.assert_close(means(d, x), draft.for_round(kernel, steps, value, {})(d, x))
 
 
 # ---------------------------------------------------------------- cost accounting

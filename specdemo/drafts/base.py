@@ -32,10 +32,13 @@ class LevelMeans:
 class Draft:
     """uses_frozen: the mean needs a frozen target output from an earlier target call (the
     sampler keeps one per trajectory). calls_network: each level of a round is one draft-network call.
+    frozen_history: frozen_value also reads the trajectory's previous frozen value and the target
+    output one node above the frozen one (a draft that extrapolates in time).
     """
 
     uses_frozen = False
     calls_network = False
+    frozen_history = False
 
     def for_round(self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None,
                   cond: dict[str, torch.Tensor]) -> LevelMeans:
@@ -57,8 +60,14 @@ class Draft:
         """The shape of one trajectory's frozen value."""
         return tuple(shape)
 
-    def frozen_value(self, kernel: Kernel, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-        """What a draft that uses_frozen keeps from a target evaluation."""
+    def frozen_value(self, kernel: Kernel, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor,
+                     previous: torch.Tensor | None = None,
+                     earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """What a draft that uses_frozen keeps from a target evaluation (out at states x (A, *shape), steps
+        n (A,)). Only a draft with frozen_history is passed, where the sampler has them, `previous`
+        (A, *frozen_shape), the value the trajectory held before (zeros for a trajectory that held
+        none), and `earlier` (out, x, n), the target output at the node one step above (the parent of
+        the node evaluated, from the same call; at the same step as n where that node is the root)."""
         raise NotImplementedError
 
     def config(self) -> dict:

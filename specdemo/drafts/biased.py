@@ -16,6 +16,7 @@ class BiasedDraft(Draft):
     def __init__(self, base: Draft, bias: float):
         self.base, self.bias = base, float(bias)
         self.uses_frozen, self.calls_network = base.uses_frozen, base.calls_network
+        self.frozen_history = base.frozen_history
 
     def check(self, kernel):
         self.base.check(kernel)
@@ -23,8 +24,8 @@ class BiasedDraft(Draft):
     def frozen_shape(self, shape):
         return self.base.frozen_shape(shape)
 
-    def frozen_value(self, kernel, out, x, n):
-        return self.base.frozen_value(kernel, out, x, n)
+    def frozen_value(self, kernel, out, x, n, **history):
+        return self.base.frozen_value(kernel, out, x, n, **history)
 
     def for_round(self, kernel, steps, frozen, cond):
         base = self.base.for_round(kernel, steps, frozen, cond)

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ..images import to_uint8
-from .plane import LogDensity, density_trace, image_grid, plot_limits
+from ..images import grid
+from .density import LogDensity, density_trace, plot_limits
 from .style import METHOD_COLORS, base_layout, message_figure
 
-if TYPE_CHECKING:  # the comparison runner draws with these figures: a run's record is named, not imported
-    from ..compare import MethodRun
+if TYPE_CHECKING:  # named only: the table's headers are read without the sampling stack (the app's page)
+    from ..config import SamplerConfig
+    from ..sampling import Cost
+
+
+class MethodRun(Protocol):
+    """What these figures read of a run: the records of a comparison (the app's runner makes them),
+    the plain target sampler's first."""
+
+    key: str  # target, chain or tree: picks the colour
+    label: str
+    config: SamplerConfig
+    cost: Cost
+    samples: torch.Tensor
+    tree: str  # the topology as Topology prints it
+    rows_per_round: float
 
 
 def short_label(run: MethodRun, sep: str = "<br>") -> str:
@@ -32,25 +46,15 @@ def rows_cell(run: MethodRun) -> str | int:
     return int(rows) if float(rows).is_integer() else f"{rows:.1f} (mean)"
 
 
-def speedup_over(base: MethodRun, run: MethodRun) -> float:
-    """How many times fewer target calls per sample than `base` (the plain sampler)."""
-    return float(np.mean(base.cost.calls_per_trajectory) / np.mean(run.cost.calls_per_trajectory))
-
-
-def time_speedup_over(base: MethodRun, run: MethodRun) -> float:
-    """How many times less wall-clock than `base` (measured side by side, the same seed and samples)."""
-    return base.cost.wall_s / run.cost.wall_s
-
-
 def cost_figure(runs: list[MethodRun], *, height: int = 360) -> go.Figure:
     """Bars per method: latency and its speedup, target calls and rows per sample, speedup in calls."""
     base = runs[0]
     panels = (
         ("latency (s)", lambda r: r.cost.wall_s, "{:.2f}"),
-        ("speedup in wall-clock", lambda r: time_speedup_over(base, r), "{:.2f}×"),
+        ("speedup in wall-clock", lambda r: r.cost.time_speedup_over(base.cost), "{:.2f}×"),
         ("target calls per sample", lambda r: float(np.mean(r.cost.calls_per_trajectory)), "{:.1f}"),
         ("target rows per sample", lambda r: float(np.mean(r.cost.rows_per_trajectory)), "{:.0f}"),
-        ("speedup in target calls", lambda r: speedup_over(base, r), "{:.2f}×"),
+        ("speedup in target calls", lambda r: r.cost.speedup_over(base.cost), "{:.2f}×"),
     )
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels], horizontal_spacing=0.07)
     for c, (_, value, fmt) in enumerate(panels, start=1):
@@ -108,8 +112,8 @@ def comparison_table(runs: list[MethodRun]) -> list[list]:
         rows.append([
             r.label, rows_cell(r), c.target_calls, round(float(np.mean(c.calls_per_trajectory)), 2),
             round(float(np.mean(c.rows_per_trajectory)), 1),
-            "-" if c.acceptance is None else f"{c.acceptance:.1%}", f"{speedup_over(base, r):.2f}×",
-            round(c.wall_s, 3), f"{time_speedup_over(base, r):.2f}×",
+            "-" if c.acceptance is None else f"{c.acceptance:.1%}", f"{c.speedup_over(base.cost):.2f}×",
+            round(c.wall_s, 3), f"{c.time_speedup_over(base.cost):.2f}×",
         ])
     return rows
 
@@ -120,17 +124,16 @@ def samples_figure(runs: list[MethodRun], *, log_density: LogDensity | None = No
     grid's shape needs."""
     base = runs[0]
     titles = [f"{short_label(r, ' ')} · {np.mean(r.cost.calls_per_trajectory):.1f} calls"
-              + ("" if r is base else f" ({speedup_over(base, r):.2f}×)") for r in runs]
+              + ("" if r is base else f" ({r.cost.speedup_over(base.cost):.2f}×)") for r in runs]
     first = runs[0].samples
     if first.dim() == 4:  # images
-        tiles = [to_uint8(r.samples[:64]) for r in runs]
         cols = int(np.ceil(np.sqrt(min(len(first), 64))))
         grid_rows = int(np.ceil(min(len(first), 64) / cols))
         if height is None:  # each panel about 270 px wide on a desktop page: as tall as the grid's shape asks
             height = int(np.clip(64 + 270 * grid_rows / cols, 220, 420))
         fig = make_subplots(rows=1, cols=len(runs), subplot_titles=titles, horizontal_spacing=0.03)
-        for i, t in enumerate(tiles, start=1):
-            g = image_grid(t, cols)
+        for i, r in enumerate(runs, start=1):
+            g = grid(r.samples[:64], cols, background=255)
             g = np.repeat(g, 3, axis=-1) if g.shape[-1] == 1 else g
             fig.add_trace(go.Image(z=g, hoverinfo="skip"), row=1, col=i)
         base_layout(fig, height=height, legend=False)

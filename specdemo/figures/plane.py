@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import plotly.graph_objects as go
 import torch
@@ -11,40 +9,9 @@ from plotly.subplots import make_subplots
 
 from ..images import to_uint8
 from ..sampling import RoundTrace
-from .style import DENSITY_COLORSCALE, STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, base_layout, legend_below, message_figure
+from .density import LogDensity, density_trace, plot_limits
+from .style import STATUS_COLORS, STATUS_LABELS, STATUS_SYMBOLS, base_layout, legend_below, message_figure
 from .tree import FOUR_STATUSES, hover_texts, round_nodes, trajectory_rounds
-
-LogDensity = Callable[[torch.Tensor], torch.Tensor]
-
-
-def plot_limits(*clouds: np.ndarray, pad: float = 0.12, quantile: float = 0.005) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Square-ish limits that hold the bulk of the given (n, 2) point clouds (NaN rows ignored)."""
-    pts = np.concatenate([c.reshape(-1, 2) for c in clouds if c is not None and c.size])
-    pts = pts[np.isfinite(pts).all(1)]
-    if not len(pts):
-        return (-3.0, 3.0), (-3.0, 3.0)
-    lo, hi = np.quantile(pts, quantile, axis=0), np.quantile(pts, 1 - quantile, axis=0)
-    span = np.maximum(hi - lo, 1e-3)
-    lo, hi = lo - pad * span, hi + pad * span
-    return (float(lo[0]), float(hi[0])), (float(lo[1]), float(hi[1]))
-
-
-def density_grid(log_density: LogDensity, xlim, ylim, resolution: int = 160) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """exp(log density) on a grid, scaled to max 1 (unnormalised densities are fine)."""
-    xs = np.linspace(*xlim, resolution)
-    ys = np.linspace(*ylim, resolution)
-    gx, gy = np.meshgrid(xs, ys)
-    pts = torch.tensor(np.stack([gx.ravel(), gy.ravel()], 1), dtype=torch.float64)
-    with torch.no_grad():
-        logp = log_density(pts).double().numpy().reshape(gx.shape)
-    z = np.exp(logp - np.nanmax(logp))
-    return xs, ys, z
-
-
-def density_trace(log_density: LogDensity, xlim, ylim, *, showscale: bool = False, resolution: int = 160) -> go.Heatmap:
-    xs, ys, z = density_grid(log_density, xlim, ylim, resolution)
-    return go.Heatmap(x=xs, y=ys, z=np.sqrt(z).astype(np.float32), colorscale=DENSITY_COLORSCALE, showscale=showscale, hoverinfo="skip",
-                      zsmooth="best")
 
 
 def _tree_traces(nodes, pts: np.ndarray, legend: bool) -> list[go.Scatter]:
@@ -185,14 +152,3 @@ def path_images_figure(trace: list[RoundTrace], trajectory: int, k: int, *, heig
                                       "corrected sample", x=0, xanchor="left", y=0.995, yanchor="top",
                                  font=dict(size=13)), margin=dict(t=52))
     return fig
-
-
-def image_grid(images: np.ndarray, columns: int, pad: int = 1) -> np.ndarray:
-    """(B, H, W, C) uint8 tiles to one mosaic."""
-    b, h, w, c = images.shape
-    rows = int(np.ceil(b / columns))
-    out = np.full((rows * (h + pad) + pad, columns * (w + pad) + pad, c), 255, dtype=np.uint8)
-    for i in range(b):
-        r, q = divmod(i, columns)
-        out[pad + r * (h + pad): pad + r * (h + pad) + h, pad + q * (w + pad): pad + q * (w + pad) + w] = images[i]
-    return out

@@ -6,9 +6,8 @@ import json
 
 import plotly.graph_objects as go
 
-from ..sampling import STATUS_NAMES
-
-# node statuses (specdemo.trace.STATUS_NAMES order): the legend the app shows uses the same colours
+# node statuses, in specdemo.sampling.STATUS_NAMES order (tests/test_figures.py checks it; the app's page
+# reads these colours without importing the sampling stack): the legend the app shows uses the same colours
 STATUS_COLORS = {
     "unvisited": "#a8b1bd",
     "accepted": "#16a34a",
@@ -24,11 +23,9 @@ STATUS_LABELS = {
     "root": "round start (committed state)",
 }
 STATUS_SYMBOLS = {"unvisited": "circle", "accepted": "circle", "rejected": "x", "corrected": "diamond", "root": "square"}
-assert tuple(STATUS_COLORS) == tuple(sorted(STATUS_COLORS, key=STATUS_NAMES.index))
 
 # methods compared side by side
 METHOD_COLORS = {"target": "#64748b", "chain": "#2563eb", "tree": "#7c3aed"}
-METHOD_LABELS = {"target": "plain target", "chain": "chain", "tree": "tree"}
 
 # the target density behind 2-D views: white to a soft slate blue, so that node colours stand out
 DENSITY_COLORSCALE = [[0.0, "#ffffff"], [0.15, "#eef2f8"], [0.45, "#d5deec"], [0.75, "#aebcd6"], [1.0, "#8193b8"]]

@@ -1,8 +1,9 @@
 """diffusers models from a Hub id or a local folder, safetensors only: UNet2DModel targets and drafts
 here; text-to-image pipelines (latent.py, flow_transformer.py) told apart by their model_index.json.
 
-The kernel's tables come from the model's own DDPMScheduler or DDIMScheduler config, and the
-network is called once per batch of rows that each carry their own timestep (and class label).
+The kernel's tables come from the model's own scheduler config (read as a DDPMScheduler, DDIMScheduler
+or EulerAncestralDiscreteScheduler), and the network is called once per batch of rows that each carry
+their own timestep (and class label).
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ import copy
 import importlib.util
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler, UNet2DModel
+from diffusers import DDIMScheduler, DDPMScheduler, EulerAncestralDiscreteScheduler, UNet2DModel
 
 from ..config import EMBEDDED_NAMES
 from ..errors import SpecdemoError
-from ..kernels import DDIMKernel, DDPMKernel, Kernel
+from ..kernels import DDIMKernel, DDPMKernel, EulerAncestralKernel, Kernel
 from .base import Target
 
 ASSETS = Path(__file__).resolve().parent / "embedded"  # the embedded models, shipped inside the package
@@ -59,13 +61,24 @@ def placed(module, copies: dict, device, dtype=None):
     return copies[key]
 
 
+VP_KERNELS = ("ddpm", "ddim", "euler-ancestral")  # the kernels of a VP model's scheduler config
+
+
+def default_vp_kernel(scheduler_class: str | None) -> str:
+    """A VP model's default kernel: euler-ancestral when its own scheduler is EulerAncestralDiscreteScheduler,
+    else ddpm."""
+    return "euler-ancestral" if scheduler_class == "EulerAncestralDiscreteScheduler" else "ddpm"
+
+
 def vp_kernel(model: str, scheduler_config: dict, name: str, steps: int, eta: float) -> Kernel:
-    """The ddpm or ddim kernel of a model's own scheduler config, at `steps` steps."""
+    """The ddpm, ddim or euler-ancestral kernel of a model's own scheduler config, at `steps` steps."""
     train_steps = scheduler_config.get("num_train_timesteps", 1000)
     if not 1 <= steps <= train_steps:
         raise SpecdemoError(f"--steps {steps} is out of range for {model}: accepted 1..{train_steps}")
     if name == "ddpm":
         return DDPMKernel(DDPMScheduler.from_config(scheduler_config), steps)
+    if name == "euler-ancestral":
+        return EulerAncestralKernel(EulerAncestralDiscreteScheduler.from_config(scheduler_config), steps)
     return DDIMKernel(DDIMScheduler.from_config(scheduler_config), steps, eta)
 
 
@@ -85,9 +98,9 @@ def schedule_mismatch(target: dict, draft: dict, keys=TRAINED_SCHEDULE) -> str |
 
 
 class DiffusersTarget(Target):
-    """A UNet2DModel and its scheduler config; runs the ddpm or ddim kernel at any step count."""
+    """A UNet2DModel and its scheduler config; runs the ddpm, ddim or euler-ancestral kernel at any step count."""
 
-    kernels = ("ddpm", "ddim")
+    kernels = VP_KERNELS
     family = "pixel-space UNet2DModel pipeline"
     takes_draft_networks = True
 
@@ -97,7 +110,7 @@ class DiffusersTarget(Target):
         size = cfg.sample_size if isinstance(cfg.sample_size, (tuple, list)) else (cfg.sample_size,) * 2
         self.shape = (cfg.in_channels, *size)
         self.num_classes = cfg.num_class_embeds
-        self.defaults = {"kernel": "ddpm", "steps": 100}
+        self.defaults = {"kernel": default_vp_kernel(scheduler_config.get("_class_name")), "steps": 100}
         self._moved: dict = {}
 
     def kernel(self, name, steps, *, eta=1.0, churn=None, gamma=None, prediction=None):
@@ -134,9 +147,11 @@ def load_diffusers_target(spec: str, hub_only: bool = False, max_download_bytes:
     scheduler config, or a text-to-image pipeline (TEXT_TO_IMAGE), told apart by model_index.json.
 
     safetensors only (use_safetensors=True: pickle weights are never loaded), no remote code.
-    A pipeline folder (model_index.json, unet/, scheduler/) and a bare model folder (config.json
-    and scheduler_config.json side by side) are both accepted. max_download_bytes: a Hub repo whose
-    weights (safetensors) add up to more is refused before anything is downloaded.
+    A pipeline folder (model_index.json, unet/, scheduler/), a bare model folder (config.json
+    and scheduler_config.json side by side) and a pipeline whose UNet and scheduler sit at the root
+    next to its model_index.json (google/ddpm-cifar10-32) are all accepted, as diffusers' pipelines
+    load them. max_download_bytes: a Hub repo whose weights the loader would download (download_bytes)
+    add up to more is refused before any weights are downloaded.
     """
     if hub_only and spec not in EMBEDDED:  # never the local disk: a Hub id, or refused just below
         source, local = Path(spec), False
@@ -146,7 +161,8 @@ def load_diffusers_target(spec: str, hub_only: bool = False, max_download_bytes:
     if not local and not _looks_like_hub_id(spec):
         raise SpecdemoError(f"unknown model {spec!r}: not a preset, a mixture .json file, a folder or a Hub id (org/name)")
     where = str(source) if local else spec
-    cache_only = not local and not _hub_answers(spec, max_download_bytes)
+    files = None if local else _hub_files(spec, max_download_bytes)  # None: the Hub does not answer
+    cache_only = not local and files is None
     try:
         with warnings.catch_warnings():  # diffusers passes huggingface_hub a deprecated argument
             warnings.simplefilter("ignore")
@@ -156,16 +172,21 @@ def load_diffusers_target(spec: str, hub_only: bool = False, max_download_bytes:
                 if importlib.util.find_spec("transformers") is None:
                     raise SpecdemoError(f"model {spec!r} is a {pipeline_class}, whose text encoders need the "
                                         "transformers package: pip install transformers")
+                _check_download(spec, files, pipeline_components(index), max_download_bytes)
                 adapter = importlib.import_module(f".{TEXT_TO_IMAGE[pipeline_class]}", __package__)
                 return adapter.load(spec, where, index, cache_only)
             if index and index.get("unet", [None, None])[1] != "UNet2DModel":
                 raise SpecdemoError(f"model {spec!r} is a {pipeline_class or 'pipeline'} without a UNet2DModel, "
                                     f"which specdemo does not run; accepted: {ACCEPTED}")
-            pipeline_layout = (source / "unet").is_dir() if local else bool(index)
-            sub = "unet" if pipeline_layout else None
+            # a component's folder when there is one, else the root (as diffusers' load_sub_model)
+            has = (lambda name: (source / name).is_file()) if local else (
+                lambda name: _hub_has(spec, name, files))
+            sub = "unet" if has("unet/config.json") else None
+            _check_download(spec, files, [sub or ""], max_download_bytes)
             unet = UNet2DModel.from_pretrained(where, subfolder=sub, use_safetensors=True, local_files_only=cache_only)
-            scheduler = DDPMScheduler.load_config(where, subfolder="scheduler" if pipeline_layout else None,
-                                                  local_files_only=cache_only)
+            scheduler = DDPMScheduler.load_config(
+                where, subfolder="scheduler" if has("scheduler/scheduler_config.json") else None,
+                local_files_only=cache_only)
     except SpecdemoError:
         raise
     except Exception as err:  # offline, unknown repo, missing or pickle-only weights, bad config
@@ -190,13 +211,13 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
-def _hub_answers(repo_id: str, max_download_bytes: int | None = None) -> bool:
-    """One short request before any download: True when the Hub answers for repo_id; False when it
-    does not (offline: then only the local cache is read, at once, where the downloads would retry for
-    about a minute); a repo the Hub does not have, or whose weights are over max_download_bytes, is
-    refused here."""
+def _hub_files(repo_id: str, max_download_bytes: int | None = None) -> dict[str, int] | None:
+    """One short request before any download: the repo's files and their sizes (0 where the Hub did
+    not say: sizes are asked for only with max_download_bytes) when the Hub answers for repo_id; None
+    when it does not (offline: then only the local cache is read, at once, where the downloads would
+    retry for about a minute); a repo the Hub does not have is refused here."""
     if _offline():
-        return False
+        return None
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
 
@@ -210,13 +231,53 @@ def _hub_answers(repo_id: str, max_download_bytes: int | None = None) -> bool:
     except RepositoryNotFoundError:
         raise SpecdemoError(f"no model {repo_id!r} on the Hub (or it is private); check the id") from None
     except Exception:  # no network, DNS, timeout, a proxy's error page: read the cache only
-        return False
-    if max_download_bytes is not None:
-        weights = sum(f.size or 0 for f in info.siblings or () if f.rfilename.endswith(".safetensors"))
-        if weights > max_download_bytes:
-            raise SpecdemoError(f"model {repo_id!r} has {weights / 1e9:.1f} GB of weights, over the {max_download_bytes / 1e9:.1f} "
-                                "GB this app downloads; pick a smaller model or run it from the command line")
-    return True
+        return None
+    return {f.rfilename: f.size or 0 for f in info.siblings or ()}
+
+
+def _hub_has(repo_id: str, filename: str, files: dict[str, int] | None) -> bool:
+    """Whether a Hub repo has a file: from its listing, or (the Hub silent) from the local cache."""
+    if files is not None:
+        return filename in files
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, filename), str)
+
+
+# the weights file names from_pretrained reads without a variant: diffusers' and transformers' single
+# file or shards (an fp16, bf16 or non_ema variant names itself before .safetensors: not loaded)
+WEIGHTS = re.compile(r"(diffusion_pytorch_model|model)(-\d+-of-\d+)?\.safetensors")
+
+
+def pipeline_components(index: dict) -> list[str]:
+    """The folders of a text-to-image pipeline's components that latent.load_pipeline loads: those
+    model_index.json names, less the ones it leaves out (null entries; the safety checker)."""
+    skipped = {"safety_checker", "feature_extractor"} if "safety_checker" in index else set()
+    return [name for name, entry in index.items()
+            if isinstance(entry, list) and entry and entry[0] is not None and name not in skipped]
+
+
+def download_bytes(files: dict[str, int], folders) -> int:
+    """The bytes of safetensors weights the loader downloads from a repo's files (name -> size): the
+    non-variant weights directly in `folders` ("" the root), not fp16 or other variants, pickle
+    weights, single-file checkpoints or components the loader skips."""
+    folders = set(folders)
+    total = 0
+    for name, size in files.items():
+        folder, _, base = name.rpartition("/")
+        if folder in folders and WEIGHTS.fullmatch(base):
+            total += size
+    return total
+
+
+def _check_download(repo_id: str, files: dict[str, int] | None, folders, max_download_bytes: int | None) -> None:
+    """Refuse a Hub repo whose weights to download are over max_download_bytes (before any weights)."""
+    if files is None or max_download_bytes is None:
+        return
+    weights = download_bytes(files, folders)
+    if weights > max_download_bytes:
+        raise SpecdemoError(f"model {repo_id!r} has {weights / 1e9:.1f} GB of weights, over the {max_download_bytes / 1e9:.1f} "
+                            "GB this app downloads; pick a smaller model or run it from the command line")
 
 
 def _local_model_index(folder: Path) -> dict:

@@ -4,7 +4,8 @@ The target network is the pipeline's UNet2DConditionModel with classifier-free g
 at guidance weight w > 1 each node's output is eps_u + w (eps_c - eps_u), its unconditional
 (negative prompt) and conditional rows evaluated in the same batched UNet call. Sampling runs in
 the latent space of the pipeline's AutoencoderKL (shape: latent channels x latent size); the VAE
-decodes only for display. The ddpm and ddim kernels come from the pipeline's scheduler config.
+decodes only for display. The ddpm, ddim and euler-ancestral kernels come from the pipeline's scheduler
+config; the default is euler-ancestral when the pipeline's scheduler is EulerAncestralDiscreteScheduler.
 
 transformers (the text encoders) is imported only when such a pipeline is loaded.
 """
@@ -16,7 +17,7 @@ import threading
 import torch
 
 from .base import Target
-from .diffusers_unet import placed, schedule_mismatch, vp_kernel
+from .diffusers_unet import VP_KERNELS, default_vp_kernel, placed, schedule_mismatch, vp_kernel
 
 # text encoders' settings a draft must share with its target: it reads the target's prompt embeddings
 TEXT_ENCODER_KEYS = ("hidden_size", "projection_dim", "num_hidden_layers", "vocab_size", "max_position_embeddings")
@@ -158,15 +159,17 @@ def load_pipeline(pipeline_class, where: str, index: dict, cache_only: bool):
 
 
 class LatentUNetTarget(TextToImageTarget):
-    """A StableDiffusionPipeline: UNet2DConditionModel + AutoencoderKL + CLIP text encoder; ddpm or ddim."""
+    """A StableDiffusionPipeline: UNet2DConditionModel + AutoencoderKL + CLIP text encoder; ddpm, ddim or
+    euler-ancestral."""
 
-    kernels = ("ddpm", "ddim")
+    kernels = VP_KERNELS
     family = "Stable Diffusion 1.x/2.x latent text-to-image pipeline"
     denoiser_name, state_argument = "unet", "sample"
 
     def __init__(self, name, pipeline):
         super().__init__(name, pipeline)
-        self.defaults = {"kernel": "ddpm", "steps": 50, "guidance_scale": 7.5}
+        self.defaults = {"kernel": default_vp_kernel(type(pipeline.scheduler).__name__), "steps": 50,
+                         "guidance_scale": 7.5}
 
     def kernel(self, name, steps, *, eta=1.0, churn=None, gamma=None, prediction=None):
         self.check_kernel(name)

@@ -24,7 +24,8 @@ class Cost:
     the table of section 5 counts; speedup_total = all steps / (mean calls + the pilot's sequential
     calls when this run paid for a pilot), everything counted. speedup_batch = steps / target_calls:
     the batch's sequential calls against plain sampling's (a batch waits for its slowest trajectory,
-    so this is at most the per-trajectory figures).
+    so this is at most the per-trajectory figures). speedup_over and time_speedup_over compare with a
+    measured run of plain sampling instead, in calls per sample and in wall-clock.
     """
 
     method: str
@@ -68,6 +69,15 @@ class Cost:
     @property
     def speedup_total(self) -> float:
         return self.steps / (float(np.mean(self.calls_per_trajectory)) + self.pilot_calls)
+
+    def speedup_over(self, plain: "Cost") -> float:
+        """Against a measured run of plain sampling (the same samples and seed, side by side): how many
+        times fewer target calls per sample this run made."""
+        return float(np.mean(plain.calls_per_trajectory)) / float(np.mean(self.calls_per_trajectory))
+
+    def time_speedup_over(self, plain: "Cost") -> float:
+        """Against a measured run of plain sampling: how many times less wall-clock this run took."""
+        return plain.wall_s / self.wall_s
 
     @property
     def acceptance_per_depth(self) -> list[float | None]:

@@ -329,8 +329,13 @@ class _Batch:
                                self.slot_tensor(self.n[members]), kn,
                                space=self.workspace(layout, kn).rows(members.size), whole=whole)
             if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
+                history = {}
+                if self.draft.frozen_history:  # the value held, none after a warm-up (a slot's earlier trajectory's)
+                    held = torch.from_numpy(self.has_frozen[members]).to(self.device)
+                    history = {"previous": torch.where(held.view(-1, *[1] * (self.frozen.dim() - 1)),
+                                                       self.rows_of(self.frozen, state), 0.0)}
                 self.set_rows(self.frozen, state, self.draft.frozen_value(
-                    self.kernel, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step))
+                    self.kernel, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step, **history))
             phases.draft(state, self)
             states.append(state)
         return states

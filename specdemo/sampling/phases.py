@@ -487,7 +487,14 @@ def commit(state: RoundState, run) -> None:
     else:
         out = state.outputs_at(source[:, None])[:, 0]
         x = state.x[state.rows, source]
-        run.set_rows(run.frozen, state, run.draft.frozen_value(run.kernel, out, x, state.step + state.layout.node_depth[source]))
+        step = state.step + state.layout.node_depth[source]
+        history = {}
+        if run.draft.frozen_history:  # the output one node above (the root's own at the root), the value held
+            above = state.layout.parent[source]
+            history = {"previous": run.rows_of(run.frozen, state),
+                       "earlier": (state.outputs_at(above[:, None])[:, 0], state.x[state.rows, above],
+                                   state.step + state.layout.node_depth[above])}
+        run.set_rows(run.frozen, state, run.draft.frozen_value(run.kernel, out, x, step, **history))
         run.has_frozen[state.slot_list] = True
     if state.evaluate_leaves:
         kept = [i for i, c in enumerate(state.corrected_host) if not c]

@@ -1,38 +1,64 @@
-"""Side by side, with one seed: the chosen chain, tree or planned topology (tree "auto") with its
-trace, the plain target sampler and the chain at the same target rows per round; and the exactness
-check (an energy two-sample test of speculative against plain samples).
+"""A click's runs, side by side with one seed: the chosen chain, tree or planned topology (tree
+"auto") with its trace, the plain target sampler, and for a tree the chain at the same target rows
+per round; and the bound on what the runs of a click evaluate together.
 
-Everything goes through the public pipeline (SamplerConfig, build, Problem.run); the figures
-(specdemo.figures) and the app draw from these records.
+Everything goes through the library's public pipeline (SamplerConfig, build, Problem.run); the page's
+figures (specdemo.figures) draw from these records.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
-from .errors import SpecdemoError
-from .limits import Cancel, Limits
-from .models import EMBEDDED, Target, resolve_target
-from .calibration import PILOT_DEPTH
-from .pipeline import Checked, Problem, SamplerConfig, build, check_config
-from .sampling import SampleResult
-from .targets import GaussianMixture
-from .targets.presets import PRESETS
-from .sampling import Cost, RoundTrace
-from .trees import Topology, TopologyPlan
-from .trees.topology import MAX_DEPTH
-from .verifiers import ChainVerifier, get_verifier
+from specdemo import SamplerConfig, SpecdemoError, Target, build, check_config, get_verifier
+from specdemo.calibration import PILOT_DEPTH, pilot_runs
+from specdemo.limits import Cancel, Limits
+from specdemo.pipeline import Checked, Problem
+from specdemo.sampling import Cost, RoundTrace, SampleResult
+from specdemo.trees import MAX_DEPTH, Topology, TopologyPlan
+from specdemo.verifiers import ChainVerifier
 
-VERIFIER_LABELS = {"rmc": "RMC", "dgrs": "D-GRS", "rank": "rank-aware", "block": "block", None: ""}
+from .labels import describe, plan_segments
+from .loading import cached_target
+from .progress import Progress, TimeLeft, stage_callback
+from .topology_text import is_auto, speculative_method
+from .work import decode_cost, row_cost, target_kind
+
+# A text-to-image model's samples are latents, which its VAE decodes for display only: the first
+# SHOWN_IMAGES samples of each run (the samples panel), and the committed path of the round the page
+# shows (at most PATH_IMAGES images: the path of a round is at most its depth + 1 long), at most
+# DISPLAY_SIZE pixels a side (a 512 px image's plotly array is megabytes of JSON), DECODE_BATCH at a time,
+# kept as 8-bit images (a session holds at most SHOWN_IMAGES a run and KEPT_PATHS paths of them: under
+# 5 MB at these sizes).
+SHOWN_IMAGES = 8
+PATH_IMAGES = 18
+DISPLAY_SIZE = {"samples": 192, "path": 96}
+DECODE_BATCH = 4
+KEPT_PATHS = 4  # decoded paths a session keeps (the last rounds it has shown)
+
+
+def decode_for_display(target: Target, latents: torch.Tensor, size: int, device) -> torch.Tensor:
+    """Images (B, 3, H, W), uint8 on the CPU, at most `size` pixels a side: the target's VAE decoding
+    of `latents`, DECODE_BATCH at a time on `device` (as_unit reads them back in [-1, 1])."""
+    out = []
+    for chunk in torch.as_tensor(latents).float().split(DECODE_BATCH):
+        images = target.decode(chunk.to(device)).float()
+        scale = size / max(images.shape[-2:])
+        if scale < 1:
+            images = torch.nn.functional.interpolate(images, scale_factor=scale, mode="area")
+        out.append(((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu())
+    return torch.cat(out) if out else torch.zeros(0, 3, size, size, dtype=torch.uint8)
+
+
+def as_unit(images: torch.Tensor) -> torch.Tensor:
+    """8-bit images (decode_for_display) as the figures take images: floats in [-1, 1]."""
+    return images.float() / 127.5 - 1
 
 
 @dataclass
@@ -49,82 +75,13 @@ class MethodRun:
     rows_per_round: float  # a whole number for a fixed topology; a plan's mean over the steps
     pilot: Cost | None = None  # calibration runs (auto topology or freeze), not part of `cost`
     plan_source: str | None = None  # where its calibration came from: pilot, cache or shipped
+    images: torch.Tensor | None = None  # a latent model's first samples decoded for display (SHOWN_IMAGES)
 
     def summary(self) -> dict:
         return {"label": self.label, "tree": self.tree, "verifier": self.verifier,
                 "rows_per_round": self.rows_per_round, **self.cost.summary(), "plan_source": self.plan_source,
                 "pilot_target_calls": None if self.pilot is None else self.pilot.target_calls,
                 "pilot_wall_s": None if self.pilot is None else self.pilot.wall_s}
-
-
-def energy_test(x: torch.Tensor, y: torch.Tensor, permutations: int = 500, seed: int = 0) -> tuple[float, float]:
-    """Energy-distance two-sample test (Szekely and Rizzo) with a permutation p-value.
-
-    x (n, d), y (m, d). Returns (statistic, p-value); the statistic is the V-statistic
-    2 E|X - Y| - E|X - X'| - E|Y - Y'|. Every permutation is one column of a single matrix product.
-    """
-    x, y = x.reshape(len(x), -1).double(), y.reshape(len(y), -1).double()
-    n, m = len(x), len(y)
-    z = torch.cat([x, y])
-    d = torch.cdist(z, z)
-    r = d.sum(1)
-    total = r.sum()
-
-    def stat(a: torch.Tensor) -> torch.Tensor:  # a: (N, P) indicators of the x group
-        sxx = (a * (d @ a)).sum(0)
-        ra = r @ a
-        sxy = ra - sxx
-        syy = total - 2 * ra + sxx
-        return 2 * sxy / (n * m) - sxx / n**2 - syy / m**2
-
-    g = torch.Generator().manual_seed(seed)
-    observed = stat(torch.cat([torch.ones(n), torch.zeros(m)]).double()[:, None])[0]
-    perms = torch.argsort(torch.rand(permutations, n + m, generator=g), dim=1)
-    a = torch.zeros(n + m, permutations, dtype=torch.float64)
-    a[perms[:, :n].T, torch.arange(permutations)] = 1.0
-    null = stat(a)
-    p = (1 + int((null >= observed).sum())) / (1 + permutations)
-    return float(observed), float(p)
-
-
-Progress = Callable[[float, str], None]
-MAX_TEST_SAMPLES = 2000  # per group: the test's pooled distance matrix grows as the square
-
-_cache: OrderedDict[tuple[str, bool], Target] = OrderedDict()
-_cache_lock = threading.Lock()
-
-
-def cached_target(spec: str, size: int = 4, hub_only: bool = False, max_download_bytes: int | None = None) -> Target:
-    """resolve_target, remembering the last `size` models (each loaded once while it is kept: the
-    app's check of a run's settings and the run itself share one load)."""
-    key = (str(spec).strip(), hub_only)  # the same name read from the Hub only, or from the disk too
-    with _cache_lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
-    target = resolve_target(key[0], hub_only=hub_only, max_download_bytes=max_download_bytes)
-    with _cache_lock:
-        _cache[key] = target
-        while len(_cache) > size:
-            _cache.popitem(last=False)
-    return target
-
-
-def embedded_available(name: str) -> bool:
-    """Whether an embedded model (digits, digits-draft) is installed in this checkout."""
-    return name in EMBEDDED and EMBEDDED[name].is_dir()
-
-
-def is_auto(tree: str | None) -> bool:
-    """Whether `tree` asks for a topology planned per step (SamplerConfig.tree = "auto")."""
-    return str(tree or "").strip().lower() == "auto"
-
-
-def speculative_method(tree: str) -> str:
-    """chain if every width is 1, else tree; "auto" plans trees (refuses malformed widths with the reason)."""
-    if is_auto(tree):
-        return "tree"
-    return "chain" if Topology.parse(tree).is_chain else "tree"
 
 
 def rows_per_round(tree: Topology | TopologyPlan, evaluate_leaves: bool = False) -> float:
@@ -134,42 +91,12 @@ def rows_per_round(tree: Topology | TopologyPlan, evaluate_leaves: bool = False)
     return tree.rows_per_round(evaluate_leaves) if tree.widths else 1
 
 
-def plan_segments(plan: TopologyPlan) -> list[tuple[int, int, str]]:
-    """(first step, last step, topology) for each run of steps that share a planned tree (for a
-    root whose output is not known, worded as Topology.text); steps with no speculation
-    (deterministic ones, the last step) are left out."""
-    out: list[tuple[int, int, str]] = []
-    for n, (tree, leaves) in enumerate(zip(plan.trees, plan.leaves)):
-        if not tree.widths:
-            continue
-        text = tree.text(leaves)
-        if out and out[-1][2] == text and out[-1][1] == n - 1:
-            out[-1] = (out[-1][0], n, text)
-        else:
-            out.append((n, n, text))
-    return out
-
-
 def matched_chain(tree: str | Topology | TopologyPlan, stochastic_steps: int, evaluate_leaves: bool = False) -> str:
     """The chain with the tree's target rows per round (a chain of length L evaluates L rows; a
     plan's mean rows, rounded), capped at the stochastic steps and the deepest topology allowed."""
     tree = Topology.parse(tree) if isinstance(tree, str) else tree
     rows = int(round(rows_per_round(tree, evaluate_leaves)))
     return f"1x{max(1, min(rows, stochastic_steps, MAX_DEPTH))}"
-
-
-def describe(problem: Problem) -> str:
-    c = problem.config
-    if c.method == "target":
-        return "plain target"
-    return f"{c.method} {problem.tree} · {VERIFIER_LABELS.get(problem.verifier.name, problem.verifier.name)}"
-
-
-def target_kind(target: Target) -> str:
-    """plane (2-D vectors), image (C, H, W), or vector."""
-    if len(target.shape) == 3:
-        return "image"
-    return "plane" if tuple(target.shape) == (2,) else "vector"
 
 
 def log_density_of(target: Target):
@@ -194,6 +121,57 @@ class Comparison:
     log_density: Callable | None  # the analytic target's, for 2-D views
     paths: np.ndarray | None  # (B, N + 1, 2) every trajectory's states, for 2-D targets
     plan: TopologyPlan | None = None  # the chosen run's trees per step, when its topology was planned
+    latent: bool = False  # its samples and node states are latents, decoded for display only
+    # (trajectory, k) -> the committed path of that round decoded for display (path_images)
+    decoded_paths: dict = field(default_factory=dict)
+
+    def shown_samples(self) -> list[MethodRun]:
+        """The runs as the samples panel draws them: a latent model's decoded images as samples."""
+        if not self.latent:
+            return self.runs
+        return [replace(r, samples=as_unit(r.images)) for r in self.runs]
+
+    def path_latents(self, trajectory: int, k: int) -> tuple[int, np.ndarray] | None:
+        """(round index, the latents of the committed path) of the trajectory's k-th round (k clamped),
+        at most PATH_IMAGES of them; None where it has no round."""
+        from specdemo import figures as F
+
+        rounds = F.trajectory_rounds(self.trace, trajectory)
+        if not rounds:
+            return None
+        r, row = rounds[int(np.clip(k, 1, len(rounds))) - 1]
+        nodes = F.round_nodes(self.trace, r, row)
+        if nodes.states is None:
+            return None
+        return r, nodes.states[nodes.path()[:PATH_IMAGES]]
+
+    def path_images(self, trajectory: int, k: int, decode: Callable | None) -> list[RoundTrace]:
+        """The trace as the committed-path view draws a latent model's round: the trajectory's k-th
+        round holding the decoded images of its path (decoded once by `decode`, latents -> images,
+        and kept), the other rounds no states. Without `decode` and not decoded yet: no states."""
+        from specdemo import figures as F
+
+        found = self.path_latents(trajectory, k)
+        trace = [replace(rt, states=None) for rt in self.trace]
+        if found is None:
+            return trace
+        r, latents = found
+        k = int(np.clip(k, 1, len(F.trajectory_rounds(self.trace, trajectory))))
+        images = self.decoded_paths.get((trajectory, k))
+        if images is None:
+            if decode is None:
+                return trace
+            images = decode(torch.from_numpy(np.ascontiguousarray(latents)))
+            while len(self.decoded_paths) >= KEPT_PATHS:
+                self.decoded_paths.pop(next(iter(self.decoded_paths)))
+            self.decoded_paths[(trajectory, k)] = images
+        rt = self.trace[r]
+        one = replace(rt, states=None).restricted(rt.trajectories == trajectory)
+        nodes = F.round_nodes([one], 0, 0)
+        states = np.full((1, rt.parent.shape[0], *images.shape[1:]), np.nan, dtype=np.float32)
+        states[0, nodes.node[nodes.path()[:len(images)]]] = as_unit(images).numpy()
+        trace[r] = replace(one, states=states)
+        return trace
 
     @property
     def chosen(self) -> MethodRun:
@@ -204,13 +182,13 @@ class Comparison:
         the plan expected of it."""
         base, chosen = self.runs[0], self.chosen
         calls = lambda r: float(np.mean(r.cost.calls_per_trajectory))
-        out = {"chosen": chosen.label, "speedup": calls(base) / calls(chosen), "calls_plain": calls(base),
+        out = {"chosen": chosen.label, "speedup": chosen.cost.speedup_over(base.cost), "calls_plain": calls(base),
                "calls_chosen": calls(chosen), "time_plain": base.cost.wall_s, "time_chosen": chosen.cost.wall_s,
-               "speedup_time": base.cost.wall_s / chosen.cost.wall_s, "wall_s": sum(r.cost.wall_s for r in self.runs)}
+               "speedup_time": chosen.cost.time_speedup_over(base.cost), "wall_s": sum(r.cost.wall_s for r in self.runs)}
         if len(self.runs) == 3:
             chain = self.runs[1]
-            out.update(chain=chain.label, speedup_chain=calls(base) / calls(chain),
-                       speedup_time_chain=base.cost.wall_s / chain.cost.wall_s)
+            out.update(chain=chain.label, speedup_chain=chain.cost.speedup_over(base.cost),
+                       speedup_time_chain=chain.cost.time_speedup_over(base.cost))
         if self.plan is not None:
             out.update(planned_calls=self.plan.expected_calls, planned_s=self.plan.expected_s)
         return out
@@ -271,71 +249,6 @@ def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
                      pilot=problem.pilot, plan_source=problem.plan_source)
 
 
-class TimeLeft:
-    """The seconds a click of several runs has left, for its progress bar. The run in progress:
-    its measured pace (the share of its trajectories' steps done, per second), or before its first
-    round its plan's expected seconds. A later run: its expected sequential target calls at the
-    seconds per call measured so far (before any, the plan's expected seconds per expected call),
-    where `later_calls` gives them (plain sampling: one per step and batch of slots), or None for
-    "as many as the first run" (the chain at the same rows)."""
-
-    def __init__(self, later_calls: list[float | None], expected_s: float | None = None,
-                 expected_calls: float | None = None):
-        self.later_calls = later_calls
-        self.expected_s = expected_s
-        self.stage = -1
-        self.started = time.perf_counter()
-        known = expected_s is not None and expected_calls
-        self.seconds_per_call: float | None = expected_s / expected_calls if known else None
-        self.first_calls: float | None = expected_calls  # the first run's calls, projected to its end
-
-    def next_stage(self) -> None:
-        self.stage += 1
-        self.started = time.perf_counter()
-
-    def seconds(self, done: float, calls: int | None) -> float | None:
-        """Seconds left after this round of the current run (`done`: its share in [0, 1]; `calls`:
-        its sequential target calls so far); None while nothing tells."""
-        elapsed = time.perf_counter() - self.started
-        if calls:
-            self.seconds_per_call = elapsed / calls
-            if self.stage == 0 and done > 0:
-                self.first_calls = calls / done
-        if done > 0:
-            left = elapsed * (1 - done) / done
-        elif self.stage == 0 and self.expected_s is not None:
-            left = self.expected_s
-        else:
-            return None
-        for calls_later in self.later_calls[self.stage:]:
-            calls_later = self.first_calls if calls_later is None else calls_later
-            if calls_later is None or self.seconds_per_call is None:
-                return None
-            left += calls_later * self.seconds_per_call
-        return left
-
-
-def time_left_text(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    if seconds < 60:
-        return f" · about {max(1, math.ceil(seconds))} s left"
-    return f" · about {seconds / 60:.0f} min left" if seconds < 5400 else f" · about {seconds / 3600:.1f} h left"
-
-
-def _stage_callback(progress: Progress | None, lo: float, hi: float, label: str, clock: TimeLeft):
-    clock.next_stage()
-    if progress is None:
-        return None
-
-    def cb(info: dict) -> None:
-        done = min(max(float(info["progress"]), 0.0), 1.0)
-        detail = f"round {info['round']}, {info['finished']}/{info['num_samples']} samples done"
-        detail += time_left_text(clock.seconds(done, info.get("target_calls")))
-        progress(lo + (hi - lo) * done, f"{label}: {detail}")
-    return cb
-
-
 def click_work(checked: Checked, chain: bool, plain: bool) -> list[tuple[str, int]]:
     """(run, the most target rows it may evaluate) for each run of a click, bounded as
     specdemo.limits bounds one run: samples x steps x (rows a round + the warm-up's root row), and
@@ -346,7 +259,7 @@ def click_work(checked: Checked, chain: bool, plain: bool) -> list[tuple[str, in
     steps, samples = kernel.num_steps, c.num_samples
     auto = c.tree == "auto"
     rows = c.budget if auto else checked.tree.num_nodes
-    pilots = ((2 if c.freeze == "auto" else 1) if auto or c.freeze == "auto" else 0) * c.pilot_samples
+    pilots = pilot_runs(auto, c.freeze) * c.pilot_samples
     chosen = "planned topology" if auto else f"{c.method} {checked.tree}"
     work = [(chosen, samples * steps * (rows + 1) + pilots * steps * (PILOT_DEPTH + 1))]
     if chain and c.method == "tree":
@@ -358,21 +271,48 @@ def click_work(checked: Checked, chain: bool, plain: bool) -> list[tuple[str, in
         work.append((f"chain {checked.tree} under RMC", samples * steps * (rows + 1)))
     if plain:
         work.append(("plain target", samples * steps))
+    decoding = decode_cost(checked.target)
+    if decoding:  # a latent model's images for display, counted in rows of its own
+        images = min(samples, SHOWN_IMAGES) * len(work) + PATH_IMAGES
+        work.append((f"decoding {images} images for display",
+                     math.ceil(images * decoding / row_cost(checked.target, c.guidance_scale))))
     return work
+
+
+def weighed_rows(target: Target, limits: Limits, guidance_scale: float | None, device: torch.device) -> str:
+    """Why a costly model's rows limit is small (work.row_cost), to end a refusal; "" for rows as cheap
+    as the digits model's."""
+    cost = row_cost(target, guidance_scale)
+    if cost <= 1:
+        return ""
+    return (f" (a row of {target.name[:80]} costs about {cost:,.0f} rows of the digits model: {limits.max_rows:,} are "
+            f"this {'GPU' if device.type == 'cuda' else 'CPU'}'s share of a click's work for it"
+            + ("; a GPU runs far more)" if device.type == "cpu" else ")"))
 
 
 def check_click(config: SamplerConfig, target: Target, limits: Limits, *, chain: bool = True,
                 plain: bool = True) -> Checked:
     """Refuse a click whose runs together could evaluate more target rows than limits.max_rows
-    (each run alone passes check_config), before any work; the checked chosen configuration."""
-    checked = check_config(config, target, limits=limits)
+    (each run alone passes check_config), before any work; the checked chosen configuration. A
+    refusal for rows says how costly the model's rows are where they are (weighed_rows)."""
+    try:
+        checked = check_config(config, target, limits=limits)
+    except SpecdemoError as err:
+        if "target rows" in str(err):
+            from specdemo.pipeline import resolve_device
+
+            raise SpecdemoError(f"{err}{weighed_rows(target, limits, config.guidance_scale, resolve_device(config.device))}"
+                                ) from None
+        raise
     work = click_work(checked, chain, plain)
     total = sum(rows for _, rows in work)
     if total > limits.max_rows:
         parts = " + ".join(f"{rows:,} ({what})" for what, rows in work)
+        runs = sum(1 for what, _ in work if not what.startswith("decoding"))
         raise SpecdemoError(
-            f"the {len(work)} runs of this click could evaluate up to {total:,} target rows together ({parts}), over "
-            f"the limit of {limits.max_rows:,} a click; use fewer samples, fewer steps or a smaller tree or budget")
+            f"the {runs} runs of this click could evaluate up to {total:,} target rows together ({parts}), over "
+            f"the limit of {limits.max_rows:,} a click; use fewer samples, fewer steps or a smaller tree or budget"
+            + weighed_rows(target, limits, checked.config.guidance_scale, checked.device))
     return checked
 
 
@@ -437,63 +377,22 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     clock = TimeLeft([plain_calls(p) if key == "target" else None for key, p in others], *plan_expects(problem))
     result = problem.run(trace=True, trace_states=kind in ("plane", "image"),
                          keep_steps=range(steps + 1) if kind == "plane" else (),
-                         callback=_stage_callback(progress, 0, 1 / stages, describe(problem), clock), cancel=cancel)
+                         callback=stage_callback(progress, 0, 1 / stages, describe(problem), clock), cancel=cancel)
     runs = [_method_run(method, problem, result)]
     for i, (key, p) in enumerate(others, start=1):
-        r = p.run(callback=_stage_callback(progress, i / stages, (i + 1) / stages, describe(p), clock), cancel=cancel)
+        r = p.run(callback=stage_callback(progress, i / stages, (i + 1) / stages, describe(p), clock), cancel=cancel)
         runs.append(_method_run(key, p, r))
     runs = runs[::-1]  # plain target first, the chosen run last
     paths = None
     if kind == "plane":
         paths = torch.stack([result.states[n] for n in range(steps + 1)], 1).float().cpu().numpy()
+    if target.text_conditioned:  # the samples panel's images, decoded by the VAE (bounded: SHOWN_IMAGES a run)
+        if progress is not None:
+            progress(1.0, f"decoding {min(config.num_samples, SHOWN_IMAGES)} images a run for display")
+        runs = [replace(r, images=decode_for_display(target, r.samples[:SHOWN_IMAGES], DISPLAY_SIZE["samples"],
+                                                     problem.device)) for r in runs]
     if progress is not None:
         progress(1.0, "drawing the figures")
     return Comparison(config=config, runs=runs, trace=result.trace or [], kind=kind, num_steps=steps,
                       model_name=target.name, kernel_name=problem.kernel.name, shape=tuple(target.shape),
-                      log_density=log_density_of(target), paths=paths, plan=plan)
-
-
-@dataclass
-class ExactnessReport:
-    statistic: float
-    p_value: float
-    plain: torch.Tensor
-    speculative: torch.Tensor
-    label: str
-    mixture: GaussianMixture | None
-
-    @property
-    def verdict(self) -> str:
-        return ("no evidence of a difference at the 5% level" if self.p_value >= 0.05
-                else "the samples differ at the 5% level (expected about once in twenty runs)")
-
-
-def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: int = 500,
-                    progress: Progress | None = None, target: Target | None = None,
-                    draft_target: Target | None = None, limits: Limits | None = None,
-                    cancel: Cancel | None = None) -> ExactnessReport:
-    """Draw num_samples with the chosen chain or tree and num_samples with the plain target sampler
-    (independent seeds), then run the energy two-sample test. Analytic targets only. `limits`
-    bound the two runs together, as in run_comparison."""
-    if not 20 <= num_samples <= MAX_TEST_SAMPLES:
-        raise SpecdemoError(f"the exactness test takes 20..{MAX_TEST_SAMPLES} samples per group, got {num_samples}")
-    target = target or cached_target(config.model)
-    if log_density_of(target) is None:
-        raise SpecdemoError(f"the exactness test is offered for the analytic targets ({', '.join(PRESETS)}); "
-                            f"{target.name} is an image model")
-    if config.tree is None:
-        raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
-    spec_cfg = replace(config, method=speculative_method(config.tree), num_samples=num_samples)
-    check_click(spec_cfg, target, limits or Limits.from_env(), chain=False, plain=True)
-    spec_problem = build(spec_cfg, target, draft_target=draft_target, limits=limits, cancel=cancel)
-    plain_problem = build(replace(spec_cfg.with_method("target"), seed=config.seed + 1), target, limits=limits)
-    clock = TimeLeft([plain_calls(plain_problem)], *plan_expects(spec_problem))
-    spec = spec_problem.run(callback=_stage_callback(progress, 0, 0.5, describe(spec_problem), clock),
-                            cancel=cancel).samples.float().cpu()
-    plain = plain_problem.run(callback=_stage_callback(progress, 0.5, 0.95, "plain target", clock),
-                              cancel=cancel).samples.float().cpu()
-    if progress is not None:
-        progress(0.97, "two-sample test")
-    statistic, p = energy_test(spec, plain, permutations=permutations, seed=config.seed)
-    mixture = target.target if isinstance(getattr(target, "target", None), GaussianMixture) else None
-    return ExactnessReport(statistic, p, plain, spec, describe(spec_problem), mixture)
+                      log_density=log_density_of(target), paths=paths, plan=plan, latent=target.text_conditioned)

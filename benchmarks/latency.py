@@ -19,25 +19,24 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from diffusers import DDPMScheduler
 
-from .drafts import FrozenDraft
-from .kernels import DDPMKernel
-from .models.diffusers_unet import EMBEDDED
-from .pipeline import SamplerConfig, build
-from .sampling import sample
-from .trees import Topology, TopologyPlan
-from .verifiers import get_verifier
+from specdemo.drafts import FrozenDraft
+from specdemo.kernels import DDPMKernel
+from specdemo.models.diffusers_unet import EMBEDDED
+from specdemo.pipeline import SamplerConfig, build
+from specdemo.sampling import sample
+from specdemo.trees import Topology, TopologyPlan
+from specdemo.verifiers import get_verifier
 
-# the driver's own cost per round, measured at commit 85c9071 (the driver before the phases
-# rewrite) by `driver_overhead` on this machine: (batch, tree, verifier) -> ms per round
-BEFORE_MS = {
-    (1, "1x9", "rmc"): 1.673, (1, "1x9", "block"): 2.028, (1, "2,2,2", "dgrs"): 1.385, (1, "4x3", "rank"): 1.505,
-    (1, "1x30", "rmc"): 2.312, (16, "1x9", "rmc"): 2.404, (16, "1x9", "block"): 2.905, (16, "2,2,2", "dgrs"): 2.432,
-    (16, "4x3", "rank"): 2.404, (16, "1x30", "rmc"): 3.660,
-}
+from .common import cifar_sized_unet, find
+
+TITLE = "Latency: wall-clock next to calls"
+
+# the driver before it was rewritten as phases: timed from this commit's sources, side by side with today's
+BEFORE_COMMIT = "85c9071"
+ROOT = Path(__file__).resolve().parents[1]
 DRIVER_CELLS = [(b, t, v) for b in (1, 16) for t, v in (("1x9", "rmc"), ("1x9", "block"), ("2,2,2", "dgrs"),
                                                          ("4x3", "rank"), ("1x30", "rmc"))]
 
@@ -54,18 +53,34 @@ def instant_network(kernel: DDPMKernel):
     return lambda x, n, **cond: x * noise.to(x.device)[n].view(-1, *[1] * (x.dim() - 1))
 
 
-def driver_overhead(batch: int, tree: str, verifier: str, repeats: int = 5) -> float:
-    """Milliseconds per round outside the target call: digits' kernel (100 DDPM steps, x0-hat
-    clipped), the frozen draft freezing x0-hat, the instant network; median of `repeats` seeds."""
-    kernel = digits_kernel()
-    net = instant_network(kernel)
-    per_round = []
-    for seed in range(repeats):
-        result = sample(net, kernel, (1, 16, 16), batch, tree=Topology.parse(tree), draft=FrozenDraft("x0"),
-                        verifier=get_verifier(verifier), seed=seed)
-        cost = result.cost
-        per_round.append(1e3 * (cost.wall_s - cost.target_s) / cost.rounds)
-    return statistics.median(per_round)
+def driver_side_by_side(cells: list[tuple[int, str, str]], alternations: int = 5, seeds: int = 9) -> dict:
+    """Milliseconds per round outside the target call, now and at BEFORE_COMMIT, for each (batch, tree,
+    verifier): digits' kernel (100 DDPM steps, x0-hat clipped), the frozen draft freezing x0-hat, the
+    instant network. Each measurement is the median of `seeds` runs in a fresh process
+    (benchmarks/driver_probe.py); the two drivers alternate `alternations` times and each cell keeps its
+    fastest median, the one least disturbed by the machine's other work. The 1-row call of the digits
+    UNet is timed between them, in the same window."""
+    scheduler = json.loads((EMBEDDED["digits"] / "scheduler" / "scheduler_config.json").read_text())
+    spec = json.dumps({"scheduler": scheduler, "steps": 100, "shape": [1, 16, 16], "cells": cells, "seeds": seeds})
+    probe = Path(__file__).with_name("driver_probe.py")
+    fastest = {"now": {}, "before": {}}
+    call_ms = math.inf
+    with tempfile.TemporaryDirectory() as old:
+        sources = subprocess.run(["git", "archive", BEFORE_COMMIT, "specdemo"], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", old], input=sources.stdout, check=True)
+        for _ in range(alternations):
+            for label, root in (("before", Path(old)), ("now", ROOT)):
+                done = subprocess.run([sys.executable, str(probe), spec], capture_output=True, text=True, check=True,
+                                      env={**os.environ, "PYTHONPATH": str(root)})
+                out = json.loads(done.stdout)
+                if not Path(out["specdemo"]).resolve().is_relative_to(root.resolve()):
+                    raise RuntimeError(f"the {label} probe imported {out['specdemo']}, not the sources under {root}")
+                for key, ms in out["ms"].items():
+                    fastest[label][key] = min(fastest[label].get(key, math.inf), ms)
+            call_ms = min(call_ms, one_row_call_ms(20))
+    return {"call_ms": call_ms, "cells": [
+        {"batch": b, "tree": t, "verifier": v, "ms": fastest["now"][f"{b}|{t}|{v}"],
+         "before_ms": fastest["before"][f"{b}|{t}|{v}"]} for b, t, v in cells]}
 
 
 def one_row_call_ms(repeats: int = 50) -> float:
@@ -104,17 +119,22 @@ def _configs(steps: int) -> list[tuple[str, dict]]:
             ("auto, objective calls", {"method": "tree", "tree": "auto", "objective": "calls"})]
 
 
-def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], dict]:
-    """Rows of the digits table for one step count and batch; the runs by name."""
-    rows, runs, plain = [], {}, None
+def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], list[dict]]:
+    """Rows of the digits table for one step count and batch; each run's figures with its configuration."""
+    rows, runs, plain = [], [], None
     for name, extra in _configs(steps):
-        problem = build(SamplerConfig(model="digits", steps=steps, num_samples=samples, device="cpu", seed=0,
-                                      class_label=3, **extra))
+        config = SamplerConfig(model="digits", steps=steps, num_samples=samples, device="cpu", seed=0, class_label=3,
+                               **extra)
+        problem = build(config)
         run = _timed(problem, repeats)
         cost = run["cost"]
         plain = plain or run
         planned = problem.tree if isinstance(problem.tree, TopologyPlan) else None
-        runs[name] = (problem, run)
+        runs.append({"name": name, "config": config.to_dict(), "wall_s": run["wall_s"], "target_s": run["target_s"],
+                     "calls_per_trajectory": float(cost.calls_per_trajectory.mean()),
+                     "rows_per_trajectory": float(cost.rows_per_trajectory.mean()),
+                     "planned_s": planned.expected_s if planned is not None else None,
+                     "planned_calls": planned.expected_calls if planned is not None else None})
         rows.append(
             f"| {steps} | {samples} | {name} | {run['wall_s']:.3f} | **{plain['wall_s'] / run['wall_s']:.2f}x** | "
             f"{cost.calls_per_trajectory.mean():.1f} | {plain['cost'].calls_per_trajectory.mean() / cost.calls_per_trajectory.mean():.2f}x | "
@@ -124,23 +144,30 @@ def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], dic
     return rows, runs
 
 
-def cli_runs(steps: int, cache: Path) -> dict:
-    """The README's command as a user runs it: new processes, the auto plan's first run (pilot) and
-    second (plan from the cache), and the same command with --method target; each JSON's last line."""
+def cli_runs(steps: int, cache: Path, repeats: int = 3) -> dict:
+    """The README's command as a user runs it: new processes, the auto plan's first run (pilot), then
+    `repeats` times the second (plan from the cache) and the same command with --method target, in
+    alternation (one fresh process is noisy: the ratio is of their medians); each JSON's last line."""
     def cli(*extra):
         args = [sys.executable, "-m", "specdemo", "sample", "--model", "digits", "--steps", str(steps),
                 "--num-samples", "1", *extra, "--cache-dir", str(cache)]
         done = subprocess.run(args, capture_output=True, text=True, check=True, env={**os.environ, "SPECDEMO_CACHE": str(cache)})
         return json.loads(done.stdout.strip().splitlines()[-1])
-    # --replan: the first run pilots (the package ships plans of these settings); the second takes the cache's
-    return {"first": cli("--method", "tree", "--tree", "auto", "--replan"),
-            "second": cli("--method", "tree", "--tree", "auto"), "target": cli("--method", "target")}
+    # --replan: the first run pilots (the package ships plans of these settings); the others take the cache's
+    runs = {"first": [cli("--method", "tree", "--tree", "auto", "--replan")], "second": [], "target": []}
+    for _ in range(repeats):
+        runs["second"].append(cli("--method", "tree", "--tree", "auto"))
+        runs["target"].append(cli("--method", "target"))
+    return runs
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run of median wall-clock (the lower middle of an even count)."""
+    return sorted(runs, key=lambda d: d["wall_s"])[(len(runs) - 1) // 2]
 
 
 def cifar_rows(repeats: int) -> list[str]:
     """A CIFAR-10-sized random UNet (about 36M parameters) at batch 1 on this CPU, 100 DDPM steps."""
-    from .bench import cifar_sized_unet
-
     rows, plain = [], None
     with tempfile.TemporaryDirectory() as tmp:
         folder = cifar_sized_unet(Path(tmp) / "cifar-sized")
@@ -222,9 +249,10 @@ def stream_rows() -> list[str]:
     return rows
 
 
-def section_latency(trajectories: int, quick: bool, report: Path) -> str:
+def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     repeats = 2
-    call_ms = one_row_call_ms()
+    side_by_side = driver_side_by_side(DRIVER_CELLS if not quick else DRIVER_CELLS[:2], 5 if not quick else 1)
+    call_ms, driver = side_by_side["call_ms"], side_by_side["cells"]
     lines = ["Wall-clock next to target calls. " + __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(), ""]
 
     # the driver alone
@@ -232,19 +260,17 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
               "",
               "Milliseconds per round outside the target call, with a network that returns at once (the exact "
               "eps-prediction for data ~ N(0, I) in the digits shape), the digits model's kernel (100 DDPM steps, "
-              "x0-hat clipped) and the frozen draft freezing x0-hat; the median of 9 seeds. *Before*: the same "
-              "measurement at commit 85c9071, the driver before it was rewritten as phases. A 1-row call of the digits "
-              f"UNet takes {call_ms:.2f} ms on this machine (median of 50).",
+              "x0-hat clipped) and the frozen draft freezing x0-hat; each figure the median of 9 seeds in a fresh "
+              f"process. *Before*: the driver at commit {BEFORE_COMMIT}, before it was rewritten as phases, timed from "
+              "that commit's sources side by side: the two drivers alternate five times and each cell keeps its "
+              "fastest median. A 1-row call of the digits UNet takes "
+              f"{call_ms:.2f} ms on this machine (the fastest median of 20, timed between them).",
               "",
               "| batch | tree | verifier | before (ms/round) | now (ms/round) | before / now | now / a 1-row call |",
               "|---|---|---|---|---|---|---|"]
-    driver = {}
-    for batch, tree, verifier in DRIVER_CELLS if not quick else DRIVER_CELLS[:2]:
-        ms = driver_overhead(batch, tree, verifier, repeats=9)
-        driver[(batch, tree, verifier)] = ms
-        before = BEFORE_MS[(batch, tree, verifier)]
-        lines.append(f"| {batch} | {tree} | {verifier} | {before:.2f} | {ms:.2f} | {before / ms:.1f}x | "
-                     f"{ms / call_ms:.2f}x |")
+    for d in driver:
+        lines.append(f"| {d['batch']} | {d['tree']} | {d['verifier']} | {d['before_ms']:.2f} | {d['ms']:.2f} | "
+                     f"{d['before_ms'] / d['ms']:.1f}x | {d['ms'] / call_ms:.2f}x |")
 
     # digits
     lines += ["", "### The embedded digits model on this CPU",
@@ -258,21 +284,20 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
               "outside | planned s | planned calls |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     cells = [(100, 1), (100, 16)] + ([] if quick else [(1000, 1), (1000, 16)])
-    best, fewer_calls = {}, {}
+    digits = []
     for steps, samples in cells:
         rows, runs = digits_table(steps, samples, repeats)
         lines += rows
-        fixed = {n: r for n, (p, r) in runs.items() if n.startswith("chain 1x") and "x0" in n}
-        name = min(fixed, key=lambda n: fixed[n]["wall_s"])
-        plain = runs["plain target"][1]["wall_s"]
-        best[(steps, samples)] = (name, plain / fixed[name]["wall_s"], plain / runs["auto (the defaults: time)"][1]["wall_s"],
-                                  plain / runs["auto, objective calls"][1]["wall_s"])
-        by_calls_cost = runs["auto, objective calls"][1]["cost"].calls_per_trajectory.mean()
-        fewer_calls[(steps, samples)] = runs["plain target"][1]["cost"].calls_per_trajectory.mean() / by_calls_cost
+        digits += runs
     lines.append("")
-    for (steps, samples), (name, fixed, timed, by_calls) in best.items():
-        lines.append(f"- {steps} steps, {samples} sample(s): auto (time) **{timed:.2f}x** less wall-clock than plain, "
-                     f"auto (calls) {by_calls:.2f}x, the best fixed chain ({name}) {fixed:.2f}x.")
+    for steps, samples in cells:
+        runs = [r for r in digits if (r["config"]["steps"], r["config"]["num_samples"]) == (steps, samples)]
+        plain, timed, by_calls = against_plain(runs)
+        fixed = min((r for r in runs if r["config"]["method"] == "chain" and r["config"]["freeze"] == "x0"),
+                    key=lambda r: r["wall_s"])
+        lines.append(f"- {steps} steps, {samples} sample(s): auto (time) **{plain['wall_s'] / timed['wall_s']:.2f}x** "
+                     f"less wall-clock than plain, auto (calls) {plain['wall_s'] / by_calls['wall_s']:.2f}x, the best "
+                     f"fixed chain ({fixed['name']}) {plain['wall_s'] / fixed['wall_s']:.2f}x.")
 
     # the CLI as a user runs it
     lines += ["", "### The command line, as a user runs it",
@@ -280,23 +305,25 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
               "`python -m specdemo sample --model digits --steps N --num-samples 1 --method tree --tree auto`, each "
               "run a new process with an empty plan cache to start: the first run pilots and plans (`--replan`: the "
               "package ships plans of these settings; `pilot_s`), the second takes the plan from the cache; then the "
-              "same command with `--method target`. "
+              "same command with `--method target`; the second and the target run three times in alternation, and "
+              "a row shows the run of median wall-clock (*runs*: how many). "
               "`wall_s` is the sampling; building the problem sets the target's kernels up for the run's call "
               "sizes first (`warmup_s`), as loading a model does, for both methods.",
               "",
-              "| steps | run | plan | wall_s | target_s | calls | speedup_total | pilot_s | warmup_s | plain wall_s / this |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    cli_ratio = {}
+              "| steps | run | runs | plan | wall_s | target_s | calls | speedup_total | pilot_s | warmup_s | plain wall_s / this |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    cli = {}
     with tempfile.TemporaryDirectory() as cache:
         for steps in (100,) if quick else (100, 1000):
-            out = cli_runs(steps, Path(cache))
-            cli_ratio[steps] = out["target"]["wall_s"] / out["second"]["wall_s"]
+            out = cli_runs(steps, Path(cache), 1 if quick else 3)
+            cli[steps] = out
+            plain = median_run(out["target"])
             for run in ("first", "second", "target"):
-                d = out[run]
-                lines.append(f"| {steps} | {run if run != 'target' else '--method target'} | {d['plan_source'] or ''} | "
-                             f"{d['wall_s']:.3f} | "
+                d = median_run(out[run])
+                lines.append(f"| {steps} | {run if run != 'target' else '--method target'} | {len(out[run])} | "
+                             f"{d['plan_source'] or ''} | {d['wall_s']:.3f} | "
                              f"{d['target_s']:.3f} | {d['target_calls']} | {d['speedup_total']:.2f} | {d['pilot_s']:.1f} | "
-                             f"{d['warmup_s']:.2f} | **{out['target']['wall_s'] / d['wall_s']:.2f}x** |")
+                             f"{d['warmup_s']:.2f} | **{plain['wall_s'] / d['wall_s']:.2f}x** |")
 
     # the defaults
     lines += ["", "### What `--tree auto` alone picks",
@@ -306,7 +333,8 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
               "",
               "| setting | verifier | freeze | prefetch | budget | wall-clock s | x vs plain | calls / sample |",
               "|---|---|---|---|---|---|---|---|"]
-    lines += defaults_rows(repeats)
+    defaults = defaults_rows(repeats)
+    lines += defaults
 
     # random streams
     lines += ["", "### Random streams",
@@ -318,7 +346,8 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
               "size measured. Milliseconds, the fastest of 7:",
               "",
               "| a round's normals | one call per trajectory | counter-based, one call | ratio |", "|---|---|---|---|"]
-    lines += stream_rows()
+    streams = stream_rows()
+    lines += streams
 
     # a CIFAR-10-sized UNet
     if not quick:
@@ -328,22 +357,41 @@ def section_latency(trajectories: int, quick: bool, report: Path) -> str:
                   "steps, each row against plain sampling in the same process.",
                   "",
                   "| method | wall-clock s | x vs plain | calls | x fewer calls | acceptance |", "|---|---|---|---|---|---|"]
-        lines += cifar_rows(2)
+        cifar = cifar_rows(2)
+        lines += cifar
     lines += ["", "GPU figures: pending (no CUDA device lent to the task that wrote this file; `scripts/gpu_check.sh` "
                   "runs the GPU section)." if not torch.cuda.is_available() else ""]
-    if not quick:
-        from .bench import write_readme_block  # bench imports this module
+    # the tables' rows as written (defaults, streams, CIFAR-sized): nothing reads their figures but the report
+    results = {"call_ms": call_ms, "driver": driver, "digits": digits, "cli": {str(k): v for k, v in cli.items()},
+               "defaults_rows": defaults, "stream_rows": streams, "cifar_rows": [] if quick else cifar}
+    return "\n".join(lines), results
 
-        batch16 = best[(100, 16)]
-        chain9 = driver[(1, "1x9", "rmc")]
-        write_readme_block(report, "latency", (
-            "- **Wall-clock** (latency section): one sample of the digits model, `--tree auto` alone (planned for the "
-            f"least wall-clock on this CPU) samples **{best[(100, 1)][2]:.2f}x** faster than plain sampling at 100 "
-            f"steps and **{best[(1000, 1)][2]:.2f}x** at 1,000 steps in one process; run from the command line in a "
-            f"new process with the plan from the cache, {cli_ratio[100]:.2f}x and {cli_ratio[1000]:.2f}x. With 16 "
-            "samples at once a call of many rows costs nearly as many times a row, so speculation gains less there: "
-            f"{batch16[2]:.2f}x at 100 steps with the plan for time, where the plan for calls "
-            f"({fewer_calls[(100, 16)]:.2f}x fewer calls) gives {batch16[3]:.2f}x. The driver's own work per round "
-            f"for a chain of 9 at batch 1 is {chain9:.2f} ms ({BEFORE_MS[(1, '1x9', 'rmc')]:.2f} ms before the driver "
-            f"was rewritten), {chain9 / call_ms:.2f}x of a 1-row call of the digits UNet."))
-    return "\n".join(lines)
+
+def against_plain(runs: list[dict]) -> tuple[dict, dict, dict]:
+    """Plain sampling, auto planned for time and auto planned for calls, among one block's runs."""
+    return (find(runs, method="target"), find(runs, tree="auto", objective="time"),
+            find(runs, tree="auto", objective="calls"))
+
+
+def readme(results: dict) -> str:
+    """The README's wall-clock bullet."""
+    by_cell = {}
+    for r in results["digits"]:
+        by_cell.setdefault((r["config"]["steps"], r["config"]["num_samples"]), []).append(r)
+    ratio = {cell: [plain["wall_s"] / r["wall_s"] for r in (timed, by_calls)]
+             for cell, (plain, timed, by_calls) in ((c, against_plain(runs)) for c, runs in by_cell.items())}
+    plain16, _, by_calls16 = against_plain(by_cell[(100, 16)])
+    cli = {int(steps): median_run(out["target"])["wall_s"] / median_run(out["second"])["wall_s"]
+           for steps, out in results["cli"].items()}
+    chain9 = next(d for d in results["driver"] if (d["batch"], d["tree"], d["verifier"]) == (1, "1x9", "rmc"))
+    return (
+        "- **Wall-clock** (latency section): one sample of the digits model, `--tree auto` alone (planned for the "
+        f"least wall-clock on this CPU) samples **{ratio[(100, 1)][0]:.2f}x** faster than plain sampling at 100 "
+        f"steps and **{ratio[(1000, 1)][0]:.2f}x** at 1,000 steps in one process; run from the command line in a "
+        f"new process with the plan from the cache, {cli[100]:.2f}x and {cli[1000]:.2f}x. With 16 "
+        "samples at once a call of many rows costs nearly as many times a row, so speculation gains less there: "
+        f"{ratio[(100, 16)][0]:.2f}x at 100 steps with the plan for time, where the plan for calls "
+        f"({plain16['calls_per_trajectory'] / by_calls16['calls_per_trajectory']:.2f}x fewer calls) gives "
+        f"{ratio[(100, 16)][1]:.2f}x. The driver's own work per round for a chain of 9 at batch 1 is "
+        f"{chain9['ms']:.2f} ms ({chain9['before_ms']:.2f} ms before the driver was rewritten), "
+        f"{chain9['ms'] / results['call_ms']:.2f}x of a 1-row call of the digits UNet.")

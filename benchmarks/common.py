@@ -1,0 +1,174 @@
+"""What the sections share: running a configuration, the report's layout and plots, and the raw results
+each section saves next to the report (bench_results/NAME.json), which the README's figures are read from.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+from pathlib import Path
+
+import torch
+
+from specdemo.pipeline import SamplerConfig, build
+from specdemo.trees import TopologyPlan
+
+# the sections that count calls plan for calls, as every planned setting did before plans were priced in time
+BY_CALLS = {"objective": "calls", "prefetch": "nearest"}
+NETWORK = {"draft": "digits-draft"}  # the small draft network trained for the digits model
+
+
+def run_cell(config: SamplerConfig, repeats: int = 1) -> dict:
+    """Run a configuration: its summary, with the configuration as run (`config`, every setting, which
+    runs are found by); timing figures are the median of `repeats` identical runs."""
+    problem = build(config)
+    runs = [problem.run().cost for _ in range(repeats)]
+    cost = runs[0]
+    summary = cost.summary()
+    summary["wall_s"] = statistics.median(c.wall_s for c in runs)
+    summary["target_s"] = statistics.median(c.target_s for c in runs)
+    summary["wall_ms_per_sample"] = 1e3 * summary["wall_s"] / config.num_samples
+    summary["non_target_fraction"] = statistics.median(1 - c.target_s / c.wall_s for c in runs)
+    summary["rows_per_round"] = problem.tree.rows_per_round(problem.config.prefetch == "leaves") if problem.tree.widths else 1
+    summary["planned_calls"] = problem.tree.expected_calls if isinstance(problem.tree, TopologyPlan) else None
+    summary["config"] = config.to_dict()
+    return summary
+
+
+def image_rows(model: str, steps: int, samples: int, device: str, configs, class_label: int | None = 3,
+               repeats: int = 1) -> list[tuple[str, dict]]:
+    """Markdown cells (from the method on) and the run's summary per configuration (display name,
+    settings), each against the plain sampler run first, all in one process."""
+    rows, plain = [], None
+    for name, settings in configs:
+        cfg = SamplerConfig(model=model, steps=steps, num_samples=samples, device=device, seed=0,
+                            class_label=class_label, **settings)
+        s = run_cell(cfg, repeats)
+        plain = plain or s
+        acceptance = "" if s["acceptance"] is None else f"{s['acceptance']:.3f}"
+        rows.append((f"{name} | {s['speedup']:.2f} | {s['target_calls']} | {s['rows_per_call']:.1f} | {acceptance} | "
+                     f"{s['wall_s']:.2f} | {plain['wall_s'] / s['wall_s']:.2f}x | {s['non_target_fraction']:.0%} |", s))
+    return rows
+
+
+def find(runs: list[dict], **settings) -> dict:
+    """The one run (run_cell's summary) whose configuration has these settings: runs are paired by what
+    they ran, never by their display names."""
+    (run,) = [r for r in runs if settings.items() <= r["config"].items()]
+    return run
+
+
+def shown(run: dict) -> float:
+    """A run's speedup as its table shows it; the margins the text quotes are between these."""
+    return round(run["speedup"], 2)
+
+
+def planned_gain(tree: dict, chain: dict) -> str:
+    """What the planner, which picks the best tree shape within the rows by its model, expected."""
+    return (f"the planner expected {100 * (chain['planned_calls'] / tree['planned_calls'] - 1):+.0f}%: "
+            f"{tree['planned_calls']:.1f} against {chain['planned_calls']:.1f} calls per trajectory")
+
+
+def percent_gain(a: float, b: float) -> str:
+    """a over b, as the report writes a margin: "+12%"."""
+    return f"{100 * (a / b - 1):+.0f}%"
+
+
+def cifar_sized_unet(folder: Path) -> str:
+    """A random UNet2DModel of google/ddpm-cifar10-32's size, saved as a pipeline folder."""
+    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    torch.manual_seed(0)
+    unet = UNet2DModel(sample_size=32, in_channels=3, out_channels=3, layers_per_block=2,
+                       block_out_channels=(128, 256, 256, 256),
+                       down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
+                       up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"))
+    DDPMPipeline(unet=unet, scheduler=DDPMScheduler(variance_type="fixed_large")).save_pretrained(
+        folder, safe_serialization=True)
+    return str(folder)
+
+
+def plot(fig, name: str, report: Path) -> str:
+    """Save a plotly figure as PNG next to the report (kaleido, with Debian's Chromium where no
+    Chrome is set); return the markdown that shows it, or a note when no browser could render it."""
+    os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
+    folder = report.parent / "plots"
+    folder.mkdir(exist_ok=True)
+    try:
+        fig.write_image(folder / f"{name}.png", width=900, height=480, scale=2)
+    except Exception as err:  # no kaleido or no browser on this machine: the tables stand alone
+        return f"(plot {name} not drawn here: {type(err).__name__})"
+    return f"![{name}](plots/{name}.png)"
+
+
+def header() -> str:
+    return (
+        "# Benchmarks\n\n"
+        "Written by `python -m benchmarks.run` from a checkout (or `python -m specdemo bench`; each section can be "
+        "refreshed alone with `--sections`), with each section's raw results in bench_results/, from which the "
+        "README's figures are written. Ratios are measured side by side in one run on the machine below; absolute "
+        "times are noisy.\n"
+    )
+
+
+def machine() -> str:
+    return (f"{datetime.date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
+            f"torch {torch.__version__} ({torch.get_num_threads()} threads), Python {platform.python_version()}")
+
+
+def write_section(path: Path, name: str, title: str, body: str) -> None:
+    text = path.read_text() if path.exists() else header()
+    block = f"<!-- section:{name} -->\n## {title}\n\n_{machine()}_\n\n{body}\n<!-- /section:{name} -->"
+    pattern = re.compile(rf"<!-- section:{re.escape(name)} -->.*?<!-- /section:{re.escape(name)} -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def results_path(report: Path, name: str) -> Path:
+    """Where a section's raw results are kept: docs/bench_results/NAME.json for docs/benchmarks.md."""
+    return report.parent / "bench_results" / f"{name}.json"
+
+
+def save_results(report: Path, name: str, results: dict, settings: dict) -> None:
+    """A section's raw results as JSON, with the machine and the runner's settings that produced them."""
+    path = results_path(report, name)
+    path.parent.mkdir(exist_ok=True)
+    record = {"section": name, "machine": machine(), "settings": settings, "results": results}
+    path.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+
+
+def load_results(report: Path, name: str) -> dict | None:
+    """The results a section saved last (None: it has not run since it began saving them)."""
+    path = results_path(report, name)
+    return json.loads(path.read_text())["results"] if path.exists() else None
+
+
+def readme_path(report: Path) -> Path:
+    """The README next to the report's folder (docs/benchmarks.md -> README.md)."""
+    return report.resolve().parent.parent / "README.md"
+
+
+def with_readme_block(readme: str, name: str, text: str) -> str:
+    """The README with its block `<!-- readme:NAME -->...<!-- /readme:NAME -->` holding `text` (unchanged
+    where it has no such block): the figures the README quotes are written from the run that measured them."""
+    pattern = re.compile(rf"(<!-- readme:{re.escape(name)} -->\n).*?(<!-- /readme:{re.escape(name)} -->)", re.S)
+    return pattern.sub(lambda m: m.group(1) + text.rstrip() + "\n" + m.group(2), readme)
+
+
+def readme_blocks(readme: str) -> list[str]:
+    """The names of the README's blocks, in order."""
+    return re.findall(r"<!-- readme:(\w+) -->", readme)
+
+
+def write_readme_block(report: Path, name: str, text: str) -> None:
+    """Write a block into the README next to the report's folder, where it has that block."""
+    readme = readme_path(report)
+    if readme.exists():
+        old = readme.read_text()
+        new = with_readme_block(old, name, text)
+        if new != old:
+            readme.write_text(new)

@@ -1,0 +1,93 @@
+"""The embedded digits model on CPU: fixed chains and trees, and planned ones, against plain sampling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specdemo.pipeline import SamplerConfig, build
+
+from .common import BY_CALLS, find, image_rows, percent_gain, planned_gain, plot, shown
+
+TITLE = "The embedded digits model on CPU"
+BUDGETS = (16, 48)  # target rows per round of the planned rows
+CONFIGS = [
+    ("plain target", {"method": "target"}),
+    ("chain 1x5, frozen draft", {"method": "chain", "tree": "1x5", "verifier": "rmc"}),
+    ("chain 1x5, digits-draft network", {"method": "chain", "tree": "1x5", "verifier": "rmc", "draft": "digits-draft"}),
+    ("chain 1x9, frozen x0-hat", {"method": "chain", "tree": "1x9", "verifier": "rmc", "freeze": "x0"}),
+    ("tree 2,2,1 rank, frozen", {"method": "tree", "tree": "2,2,1", "verifier": "rank"}),
+    ("tree 3,2,2 dgrs, frozen", {"method": "tree", "tree": "3,2,2", "verifier": "dgrs"}),
+] + [
+    (f"auto {method} ({budget} rows), freeze auto", {"method": method, "tree": "auto", "budget": budget, **BY_CALLS,
+                                                     "verifier": "rank" if method == "tree" else "rmc",
+                                                     "freeze": "auto", "pilot_samples": 16})
+    for budget in BUDGETS for method in ("chain", "tree")
+]
+
+
+def delta_by_step(config: SamplerConfig, samples: int = 8) -> list[tuple[int, float]]:
+    """Median delta of the frozen draft at the root's children (depth 1), by step, from a chain run."""
+    result = build(SamplerConfig(**{**config.to_dict(), "num_samples": samples, "method": "chain", "tree": "1x4",
+                                    "verifier": "rmc", "draft": "frozen"})).run(trace=True, trace_states=False)
+    by_step: dict[int, list[float]] = {}
+    for rnd in result.trace:
+        for r in range(len(rnd.step)):
+            for node in np.nonzero(~np.isnan(rnd.delta[r]))[0]:
+                by_step.setdefault(int(rnd.step[r] + rnd.node_depth[node]), []).append(float(rnd.delta[r, node]))
+    return sorted((s, float(np.median(v))) for s, v in by_step.items())
+
+
+def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
+    import plotly.graph_objects as go
+
+    samples = {100: 8, 1000: 8} if quick else {100: 64, 1000: 16}  # fewer rounds per trajectory: more of them
+    step_counts = (100,) if quick else (100, 1000)
+    lines = ["The embedded class-conditional digits UNet (1x16x16, class 3), all samples in one batch on "
+             "this CPU, each step count measured in one process, every row against the plain sampler of the same "
+             "run. Speedup counts target calls (the deterministic last DDPM step on neither side); rows/call is "
+             "the mean number of states per target call; auto rows exclude their pilot runs (16 trajectories). "
+             "On a CPU the UNet's cost grows with the rows of a call, so fewer calls need not mean less "
+             "wall-clock; on a GPU (section below) a call of a few rows costs about as much as one row.", "",
+             "| steps | samples | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain | not in target call |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    runs = []
+    for steps in step_counts:
+        rows = image_rows("digits", steps, samples[steps], "cpu", CONFIGS)
+        lines += [f"| {steps} | {samples[steps]} | {row}" for row, _ in rows]
+        runs += [{"name": name, **summary} for (name, _), (_, summary) in zip(CONFIGS, rows)]
+    lines.append("")
+    fig = go.Figure()
+    for steps in step_counts:
+        at = [r for r in runs if r["config"]["steps"] == steps]
+        best = max(at, key=shown)
+        lines.append(f"- {steps} steps: best {shown(best):.2f}x ({best['name']}).")
+        for budget in BUDGETS:
+            chain, tree = (find(at, method=m, tree="auto", budget=budget) for m in ("chain", "tree"))
+            lines.append(f"  At {budget} target rows per round, auto tree {shown(tree):.2f}x against auto chain "
+                         f"{shown(chain):.2f}x ({percent_gain(shown(tree), shown(chain))}), where "
+                         f"{planned_gain(tree, chain)}.")
+        speculative = [r for r in at if r["config"]["method"] != "target"]
+        fig.add_bar(x=[r["name"] for r in speculative], y=[shown(r) for r in speculative], name=f"{steps} steps",
+                    text=[f"{shown(r):.1f}x" for r in speculative], textposition="outside")
+    deltas = delta_by_step(SamplerConfig(model="digits", steps=100, class_label=3, device="cpu"))
+    lines += ["", "Delta of the frozen draft (freeze out) at the root's children, by step (100 DDPM steps, median "
+              "of 8 trajectories): " + ", ".join(f"{s}: {d:.2f}" for s, d in deltas[:: max(1, len(deltas) // 12)]) + "."]
+    fig.update_layout(title="digits: speedup in target calls", template="plotly_white", barmode="group",
+                      yaxis=dict(title="plain target calls / calls"), xaxis=dict(tickangle=-30))
+    lines += ["", plot(fig, "digits_speedup", report)]
+    return "\n".join(lines), {"runs": runs, "delta_by_step": deltas}
+
+
+def readme(results: dict) -> str:
+    """The README's bullet: the seed paper's chain (1x5, the frozen draft) and the best configuration
+    with the frozen draft, in target calls."""
+    runs = results["runs"]
+    chain = find(runs, steps=100, method="chain", tree="1x5", draft="frozen")
+    best = {steps: max((r for r in runs if r["config"]["steps"] == steps and r["config"]["draft"] == "frozen"), key=shown)
+            for steps in (100, 1000)}
+    at_1000 = "" if best[1000]["name"] == best[100]["name"] else f" with {best[1000]['name']}"
+    return (f"- **The digits model:** {shown(chain):.2f}x fewer target calls for the seed paper's chain (1x5, the frozen "
+            f"draft) at 100 steps, {shown(best[100]):.2f}x for the best configuration with the frozen draft "
+            f"({best[100]['name']}; {shown(best[1000]):.2f}x at 1,000 steps{at_1000}).")
