@@ -249,12 +249,17 @@ def _hub_has(repo_id: str, filename: str, files: dict[str, int] | None) -> bool:
 WEIGHTS = re.compile(r"(diffusion_pytorch_model|model)(-\d+-of-\d+)?\.safetensors")
 
 
+def skipped_components(index: dict) -> set[str]:
+    """The components a text-to-image pipeline is loaded without (latent.load_pipeline): the entries
+    model_index.json leaves null, and a safety checker with its feature extractor."""
+    skipped = {name for name, entry in index.items() if isinstance(entry, list) and entry and entry[0] is None}
+    return skipped | {"safety_checker", "feature_extractor"} if "safety_checker" in index else skipped
+
+
 def pipeline_components(index: dict) -> list[str]:
-    """The folders of a text-to-image pipeline's components that latent.load_pipeline loads: those
-    model_index.json names, less the ones it leaves out (null entries; the safety checker)."""
-    skipped = {"safety_checker", "feature_extractor"} if "safety_checker" in index else set()
-    return [name for name, entry in index.items()
-            if isinstance(entry, list) and entry and entry[0] is not None and name not in skipped]
+    """The folders of a text-to-image pipeline's components that latent.load_pipeline loads."""
+    skipped = skipped_components(index)
+    return [name for name, entry in index.items() if isinstance(entry, list) and entry and name not in skipped]
 
 
 def download_bytes(files: dict[str, int], folders) -> int:

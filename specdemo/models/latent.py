@@ -17,7 +17,7 @@ import threading
 import torch
 
 from .base import Target
-from .diffusers_unet import VP_KERNELS, default_vp_kernel, placed, schedule_mismatch, vp_kernel
+from .diffusers_unet import VP_KERNELS, default_vp_kernel, placed, schedule_mismatch, skipped_components, vp_kernel
 
 # text encoders' settings a draft must share with its target: it reads the target's prompt embeddings
 TEXT_ENCODER_KEYS = ("hidden_size", "projection_dim", "num_hidden_layers", "vocab_size", "max_position_embeddings")
@@ -152,9 +152,9 @@ def _text_encoder_signature(pipeline, name: str) -> dict | None:
 def load_pipeline(pipeline_class, where: str, index: dict, cache_only: bool):
     """A pipeline from a folder or Hub id: safetensors only, components the index leaves out (and a
     safety checker) not loaded, no remote code."""
-    absent = {name: None for name, entry in index.items() if isinstance(entry, list) and entry[0] is None}
+    absent = dict.fromkeys(skipped_components(index))
     if "safety_checker" in index:
-        absent.update(safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+        absent.update(requires_safety_checker=False)
     return pipeline_class.from_pretrained(where, use_safetensors=True, local_files_only=cache_only, **absent)
 
 
