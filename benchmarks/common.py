@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from specdemo.pipeline import SamplerConfig, build
+from specdemo.sampling.cost import time_speedup
 from specdemo.trees import TopologyPlan
 
 # the sections that count calls plan for calls, as every planned setting did before plans were priced in time
@@ -22,11 +23,13 @@ BY_CALLS = {"objective": "calls", "prefetch": "nearest"}
 NETWORK = {"draft": "digits-draft"}  # the small draft network trained for the digits model
 
 
-def run_cell(config: SamplerConfig, repeats: int = 1) -> dict:
+def run_cell(config: SamplerConfig, repeats: int = 1, target=None, with_pilot: bool = False) -> dict:
     """Run a configuration: its summary, with the configuration as run (`config`, every setting, which
-    runs are found by); timing figures are the median of `repeats` identical runs."""
-    problem = build(config)
-    runs = [problem.run().cost for _ in range(repeats)]
+    runs are found by); timing figures are the median of `repeats` identical runs. target: config.model
+    already loaded (loaded here by default); with_pilot: the pilot runs this build paid for are charged
+    to the summary (pilot_calls, pilot_s, speedup_total), as the command line charges them."""
+    problem = build(config, target)
+    runs = [problem.run(with_pilot=with_pilot).cost for _ in range(repeats)]
     cost = runs[0]
     summary = cost.summary()
     summary["wall_s"] = statistics.median(c.wall_s for c in runs)
@@ -40,18 +43,19 @@ def run_cell(config: SamplerConfig, repeats: int = 1) -> dict:
 
 
 def image_rows(model: str, steps: int, samples: int, device: str, configs, class_label: int | None = 3,
-               repeats: int = 1) -> list[tuple[str, dict]]:
+               repeats: int = 1, target=None, with_pilot: bool = False) -> list[tuple[str, dict]]:
     """Markdown cells (from the method on) and the run's summary per configuration (display name,
-    settings), each against the plain sampler run first, all in one process."""
+    settings), each against the plain sampler run first, all in one process (target, with_pilot: as
+    run_cell's)."""
     rows, plain = [], None
     for name, settings in configs:
         cfg = SamplerConfig(model=model, steps=steps, num_samples=samples, device=device, seed=0,
                             class_label=class_label, **settings)
-        s = run_cell(cfg, repeats)
+        s = run_cell(cfg, repeats, target, with_pilot)
         plain = plain or s
         acceptance = "" if s["acceptance"] is None else f"{s['acceptance']:.3f}"
         rows.append((f"{name} | {s['speedup']:.2f} | {s['target_calls']} | {s['rows_per_call']:.1f} | {acceptance} | "
-                     f"{s['wall_s']:.2f} | {plain['wall_s'] / s['wall_s']:.2f}x | {s['non_target_fraction']:.0%} |", s))
+                     f"{s['wall_s']:.2f} | {time_speedup(s['wall_s'], plain['wall_s']):.2f}x | {s['non_target_fraction']:.0%} |", s))
     return rows
 
 
@@ -116,8 +120,11 @@ def header() -> str:
 
 
 def machine() -> str:
+    """The machine a section ran on, with its load (the 15-minute average when the section is written):
+    wall-clock figures taken under load are distorted, calls are not."""
     return (f"{datetime.date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-            f"torch {torch.__version__} ({torch.get_num_threads()} threads), Python {platform.python_version()}")
+            f"load {os.getloadavg()[2]:.1f}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+            f"Python {platform.python_version()}")
 
 
 def write_section(path: Path, name: str, title: str, body: str) -> None:
@@ -172,3 +179,29 @@ def write_readme_block(report: Path, name: str, text: str) -> None:
         new = with_readme_block(old, name, text)
         if new != old:
             readme.write_text(new)
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def tiny_clip_tokenizer(folder: Path, max_length: int = 16):
+    """A CLIP tokenizer over single letters (no merges) and `max_length` tokens, from files written into
+    `folder` (where the pipeline's save_pretrained writes it again): no download."""
+    from transformers import CLIPTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1, **{c: 2 + i for i, c in enumerate(LETTERS)},
+             **{c + "</w>": 28 + i for i, c in enumerate(LETTERS)}}
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=max_length)
+
+
+def tiny_vae(seed: int = 0, latent_channels: int = 4, **extra):
+    """A random AutoencoderKL with a scale factor of 2 (16x16 images, 8x8 latents)."""
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(seed)
+    return AutoencoderKL(block_out_channels=(8, 16), in_channels=3, out_channels=3, latent_channels=latent_channels,
+                         down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+                         norm_num_groups=4, sample_size=16, **extra)

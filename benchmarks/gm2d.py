@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specdemo.pipeline import SamplerConfig
+from specdemo.sampling.cost import time_speedup
 
 from .common import run_cell
 
@@ -25,5 +26,5 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         plain = plain or s
         runs.append({"method": method, "tree": tree, "verifier": verifier, **s})
         lines.append(f"| {method} | {tree or ''} | {verifier or ''} | {s['speedup_total']:.2f} | "
-                     f"{s['target_calls']} | {s['wall_s']:.3f} | {plain['wall_s'] / s['wall_s']:.2f}x |")
+                     f"{s['target_calls']} | {s['wall_s']:.3f} | {time_speedup(s['wall_s'], plain['wall_s']):.2f}x |")
     return "\n".join(lines), {"steps": steps, "trajectories": trajectories, "runs": runs}

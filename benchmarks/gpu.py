@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from specdemo.sampling.cost import time_speedup
+
 from .common import cifar_sized_unet, image_rows
 
 TITLE = "GPU"
@@ -40,7 +42,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | N
                 rows = image_rows(model, 100, batch, "cuda", CONFIGS, class_label=label, repeats=3)
                 lines += [f"| {name} | {batch} | {row}" for row, _ in rows]
                 plain = rows[0][1]
-                runs += [{"model": name, "batch": batch, "method": method, "vs_plain": plain["wall_s"] / s["wall_s"], **s}
+                runs += [{"model": name, "batch": batch, "method": method, "vs_plain": time_speedup(s['wall_s'], plain['wall_s']), **s}
                          for (method, _), (_, s) in zip(CONFIGS, rows)]
     return "\n".join(lines), {"device": device, "date": datetime.date.today().isoformat(), "runs": runs}
 

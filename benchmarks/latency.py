@@ -27,6 +27,7 @@ from specdemo.kernels import DDPMKernel
 from specdemo.models.diffusers_unet import EMBEDDED
 from specdemo.pipeline import SamplerConfig, build
 from specdemo.sampling import sample
+from specdemo.sampling.cost import time_speedup
 from specdemo.trees import Topology, TopologyPlan
 from specdemo.verifiers import get_verifier
 
@@ -136,8 +137,8 @@ def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], lis
                      "planned_s": planned.expected_s if planned is not None else None,
                      "planned_calls": planned.expected_calls if planned is not None else None})
         rows.append(
-            f"| {steps} | {samples} | {name} | {run['wall_s']:.3f} | **{plain['wall_s'] / run['wall_s']:.2f}x** | "
-            f"{cost.calls_per_trajectory.mean():.1f} | {plain['cost'].calls_per_trajectory.mean() / cost.calls_per_trajectory.mean():.2f}x | "
+            f"| {steps} | {samples} | {name} | {run['wall_s']:.3f} | **{cost.time_speedup_over(plain['cost']):.2f}x** | "
+            f"{cost.calls_per_trajectory.mean():.1f} | {cost.speedup_over(plain['cost']):.2f}x | "
             f"{cost.rows_per_trajectory.mean():.0f} | {1 - run['target_s'] / run['wall_s']:.0%} | "
             + (f"{planned.expected_s:.3f} | {planned.expected_calls:.1f} |" if planned is not None and planned.expected_s
                else (f"| {planned.expected_calls:.1f} |" if planned is not None else "| |")))
@@ -179,9 +180,9 @@ def cifar_rows(repeats: int) -> list[str]:
             run = _timed(problem, repeats)
             cost = run["cost"]
             plain = plain or run
-            rows.append(f"| {name} | {run['wall_s']:.2f} | **{plain['wall_s'] / run['wall_s']:.2f}x** | "
+            rows.append(f"| {name} | {run['wall_s']:.2f} | **{cost.time_speedup_over(plain['cost']):.2f}x** | "
                         f"{cost.calls_per_trajectory.mean():.0f} | "
-                        f"{plain['cost'].calls_per_trajectory.mean() / cost.calls_per_trajectory.mean():.2f}x | "
+                        f"{cost.speedup_over(plain['cost']):.2f}x | "
                         f"{cost.acceptance if cost.acceptance is not None else float('nan'):.2f} |")
     return rows
 
@@ -193,14 +194,14 @@ def defaults_rows(repeats: int) -> list[str]:
     changes = [("the defaults", {}), ("verifier rmc", {"verifier": "rmc"}), ("verifier rank (trees)", {"verifier": "rank"}),
                ("freeze x0", {"freeze": "x0"}), ("freeze out", {"freeze": "out"}), ("prefetch nearest", {"prefetch": "nearest"}),
                ("budget 8", {"budget": 8}), ("budget 32", {"budget": 32})]
-    plain = _timed(build(SamplerConfig(**{**base, "method": "target"})), repeats)["wall_s"]
+    plain = _timed(build(SamplerConfig(**{**base, "method": "target"})), repeats)["cost"]
     rows = []
     for name, change in changes:
         problem = build(SamplerConfig(**{**base, **change}))
         run = _timed(problem, repeats)
         c = problem.config
         rows.append(f"| {name} | {c.verifier} | {c.freeze} | {c.prefetch} | {c.budget} | {run['wall_s']:.3f} | "
-                    f"**{plain / run['wall_s']:.2f}x** | {run['cost'].calls_per_trajectory.mean():.1f} |")
+                    f"**{run['cost'].time_speedup_over(plain):.2f}x** | {run['cost'].calls_per_trajectory.mean():.1f} |")
     return rows
 
 
@@ -295,9 +296,9 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         plain, timed, by_calls = against_plain(runs)
         fixed = min((r for r in runs if r["config"]["method"] == "chain" and r["config"]["freeze"] == "x0"),
                     key=lambda r: r["wall_s"])
-        lines.append(f"- {steps} steps, {samples} sample(s): auto (time) **{plain['wall_s'] / timed['wall_s']:.2f}x** "
-                     f"less wall-clock than plain, auto (calls) {plain['wall_s'] / by_calls['wall_s']:.2f}x, the best "
-                     f"fixed chain ({fixed['name']}) {plain['wall_s'] / fixed['wall_s']:.2f}x.")
+        lines.append(f"- {steps} steps, {samples} sample(s): auto (time) **{time_speedup(timed['wall_s'], plain['wall_s']):.2f}x** "
+                     f"less wall-clock than plain, auto (calls) {time_speedup(by_calls['wall_s'], plain['wall_s']):.2f}x, the best "
+                     f"fixed chain ({fixed['name']}) {time_speedup(fixed['wall_s'], plain['wall_s']):.2f}x.")
 
     # the CLI as a user runs it
     lines += ["", "### The command line, as a user runs it",
@@ -323,7 +324,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
                 lines.append(f"| {steps} | {run if run != 'target' else '--method target'} | {len(out[run])} | "
                              f"{d['plan_source'] or ''} | {d['wall_s']:.3f} | "
                              f"{d['target_s']:.3f} | {d['target_calls']} | {d['speedup_total']:.2f} | {d['pilot_s']:.1f} | "
-                             f"{d['warmup_s']:.2f} | **{plain['wall_s'] / d['wall_s']:.2f}x** |")
+                             f"{d['warmup_s']:.2f} | **{time_speedup(d['wall_s'], plain['wall_s']):.2f}x** |")
 
     # the defaults
     lines += ["", "### What `--tree auto` alone picks",
@@ -378,10 +379,10 @@ def readme(results: dict) -> str:
     by_cell = {}
     for r in results["digits"]:
         by_cell.setdefault((r["config"]["steps"], r["config"]["num_samples"]), []).append(r)
-    ratio = {cell: [plain["wall_s"] / r["wall_s"] for r in (timed, by_calls)]
+    ratio = {cell: [time_speedup(r['wall_s'], plain['wall_s']) for r in (timed, by_calls)]
              for cell, (plain, timed, by_calls) in ((c, against_plain(runs)) for c, runs in by_cell.items())}
     plain16, _, by_calls16 = against_plain(by_cell[(100, 16)])
-    cli = {int(steps): median_run(out["target"])["wall_s"] / median_run(out["second"])["wall_s"]
+    cli = {int(steps): time_speedup(median_run(out["second"])['wall_s'], median_run(out["target"])['wall_s'])
            for steps, out in results["cli"].items()}
     chain9 = next(d for d in results["driver"] if (d["batch"], d["tree"], d["verifier"]) == (1, "1x9", "rmc"))
     return (

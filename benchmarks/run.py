@@ -18,8 +18,8 @@ from pathlib import Path
 from specdemo.errors import SpecdemoError
 
 # in the report's order; each is a module of this package
-SECTIONS = ("gm512", "prefetch", "gm2d", "auto", "digits", "block", "equal_rows", "quality", "throughput", "gpu",
-            "latency")
+SECTIONS = ("gm512", "prefetch", "gm2d", "auto", "digits", "block", "equal_rows", "quality", "throughput", "sd_unet",
+            "gpu", "latency")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

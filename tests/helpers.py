@@ -16,6 +16,8 @@ import pytest
 import torch
 from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
 
+from benchmarks.common import tiny_clip_tokenizer, tiny_vae  # shared with the SD-sized benchmark
+
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,37 +43,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
-
-
-def tiny_clip_tokenizer(folder):
-    """A CLIP tokenizer over single letters (no merges) and 16 tokens, from files written into `folder`
-    (where the pipeline's save_pretrained writes it again): no download."""
-    from transformers import CLIPTokenizer
-
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1, **{c: 2 + i for i, c in enumerate(LETTERS)},
-             **{c + "</w>": 28 + i for i, c in enumerate(LETTERS)}}
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=16)
-
-
 def tiny_clip_config(**extra):
     from transformers import CLIPTextConfig
 
     return CLIPTextConfig(bos_token_id=0, eos_token_id=1, pad_token_id=1, vocab_size=64, hidden_size=16,
                           intermediate_size=32, num_attention_heads=2, num_hidden_layers=2, **extra)
-
-
-def tiny_vae(seed: int = 0, latent_channels: int = 4, **extra):
-    """A random AutoencoderKL with a scale factor of 2 (16x16 images, 8x8 latents)."""
-    from diffusers import AutoencoderKL
-
-    torch.manual_seed(seed)
-    return AutoencoderKL(block_out_channels=(8, 16), in_channels=3, out_channels=3, latent_channels=latent_channels,
-                         down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
-                         norm_num_groups=4, sample_size=16, **extra)
 
 
 def tiny_sd_folder(path, seed: int = 0, prediction: str = "epsilon", latent_channels: int = 4) -> str:

@@ -12,6 +12,13 @@ import numpy as np
 import torch
 
 
+def time_speedup(wall_s: float, plain_wall_s: float) -> float:
+    """How many times less wall-clock a run took than plain sampling measured side by side: the one
+    definition, for Cost objects (Cost.time_speedup_over) and for runs saved as numbers (summaries, the
+    CLI's JSON)."""
+    return plain_wall_s / wall_s
+
+
 @dataclass
 class Cost:
     """Cost of one run of B trajectories.
@@ -77,7 +84,7 @@ class Cost:
 
     def time_speedup_over(self, plain: "Cost") -> float:
         """Against a measured run of plain sampling: how many times less wall-clock this run took."""
-        return plain.wall_s / self.wall_s
+        return time_speedup(self.wall_s, plain.wall_s)
 
     @property
     def acceptance_per_depth(self) -> list[float | None]:

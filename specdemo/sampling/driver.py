@@ -34,7 +34,7 @@ from ..drafts import Draft
 from ..errors import SpecdemoError
 from ..kernels import Kernel
 from ..limits import Cancel
-from ..trees import MAX_DEPTH, Topology, TopologyPlan
+from ..trees import Topology, TopologyPlan
 from ..trees.cost_model import call_size
 from ..verifiers import Verifier
 from . import phases
@@ -91,25 +91,36 @@ def check_run(kernel: Kernel, tree: Topology | TopologyPlan, draft: Draft | None
 
 
 class Schedule:
-    """For every step n and root state k (its output known or not): the tree a round rooted there
-    uses (an index into `trees`), its depth once truncated at the stochastic horizon, and whether
-    its leaves are evaluated."""
+    """For every step n and root state k (its output known or not): the layout a round rooted there
+    uses (an index into `layouts`: its tree truncated at the stochastic horizon, whether its leaves
+    are evaluated), its depth, and whether its call has a row at a stochastic step."""
 
-    def __init__(self, tree: Topology | TopologyPlan, kernel: Kernel, leaf_table: np.ndarray):
+    def __init__(self, tree: Topology | TopologyPlan, kernel: Kernel, leaf_table: np.ndarray,
+                 verifier_type: type | None, device: torch.device):
         n_steps = kernel.num_steps
         run_len = kernel.stochastic_run_lengths().tolist()
-        self.trees = list(tree.topologies)
-        position = {t: i for i, t in enumerate(self.trees)}
-        self.tree_id = np.zeros((n_steps, 2), dtype=np.int64)
         self.depth = np.zeros((n_steps, 2), dtype=np.int64)
+        trees = [[tree.at(n, bool(k)) for k in (0, 1)] for n in range(n_steps)]
         for n in range(n_steps):
             for k in (0, 1):
-                t = tree.at(n, bool(k))
-                self.tree_id[n, k] = position[t]
-                self.depth[n, k] = min(t.depth, run_len[n])
+                self.depth[n, k] = min(trees[n][k].depth, run_len[n])
         # a leaf at step N is the sample itself: there is no step N for the network to evaluate
         ends = np.arange(n_steps)[:, None] + self.depth
         self.leaves = leaf_table & (self.depth > 0) & (ends < n_steps)
+        # plan trees cut short at the horizon can coincide: rounds are grouped by the layout itself
+        self.layouts: list[Layout] = []
+        index: dict[Layout, int] = {}
+        self.layout_id = np.zeros((n_steps, 2), dtype=np.int64)
+        for n in range(n_steps):
+            for k in (0, 1):
+                depth = int(self.depth[n, k])
+                if depth:
+                    t = trees[n][k]
+                    layout = layout_for(t if depth == t.depth else Topology(t.widths[:depth]),
+                                        bool(self.leaves[n, k]), verifier_type, device)
+                    self.layout_id[n, k] = index.setdefault(layout, len(index))
+                    if len(self.layouts) < len(index):
+                        self.layouts.append(layout)
         # whether a round's call has a row at a stochastic step: its rows are at depths k (the root,
         # unless its output is known) to the last evaluated one; a call of deterministic-step rows only
         # (leaves at the last step under flow matching) serves that step as plain sampling's own call
@@ -151,11 +162,9 @@ class _Batch:
         self.uses_frozen = tree.max_depth > 0 and draft.uses_frozen
         self.prefetch = prefetch if self.uses_frozen else None
         leaf_table = prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
-        self.schedule = Schedule(tree, kernel, leaf_table)
-        self._layout_ids: dict[int, int] = {}  # (tree id, depth, leaves) key -> layout index
-        self._layout_index: dict[Layout, int] = {}
-        self._layout_list: list[Layout] = []
+        self.schedule = Schedule(tree, kernel, leaf_table, type(verifier) if tree.max_depth else None, self.device)
         self._spaces: dict[tuple[Layout, bool], Workspace] = {}
+        self._groups: dict[tuple[int, bytes], tuple] = {}  # last round's groups (RoundState.group), by key and slots
 
         b = num_samples
         slots = min(max_batch or b, b)
@@ -213,19 +222,6 @@ class _Batch:
         else:
             per_slot[state.slots] = values
 
-    def layout_id(self, key: int) -> int:
-        """The index in self._layout_list of the layout of (tree id, depth, leaves) encoded in key."""
-        if key not in self._layout_ids:
-            tree_id, depth, leaves = key // (2 * (MAX_DEPTH + 1)), key // 2 % (MAX_DEPTH + 1), bool(key % 2)
-            tree = self.schedule.trees[tree_id]
-            tree = tree if depth == tree.depth else Topology(tree.widths[:depth])
-            layout = layout_for(tree, leaves, type(self.verifier), self.device)
-            if layout not in self._layout_index:
-                self._layout_index[layout] = len(self._layout_list)
-                self._layout_list.append(layout)
-            self._layout_ids[key] = self._layout_index[layout]
-        return self._layout_ids[key]
-
     def workspace(self, layout: Layout, root_known: bool) -> Workspace:
         """The run's buffers for rounds of this layout and root state (the two root states of a
         layout can be groups of the same round), for up to every slot."""
@@ -279,8 +275,7 @@ class _Batch:
         warm = speculate & ~self.has_frozen[live] & ~known if self.uses_frozen else np.zeros_like(speculate)
         speculate &= ~warm
         t0 = self.clock.mark()
-        states = self.start_rounds(live[speculate], sched.tree_id[n, k][speculate], depth[speculate],
-                                   sched.leaves[n, k][speculate], known[speculate])
+        states = self.start_rounds(live[speculate], sched.layout_id[n, k][speculate], known[speculate])
         self.clock.add("draft", t0)
         direct = live[depth == 0]
         # roots evaluated alone: direct steps whose output is not known, and warm-ups
@@ -312,22 +307,18 @@ class _Batch:
             self.refill(finished.tolist())
         return True
 
-    def start_rounds(self, slots, tree_ids, depths, leaves, known) -> list[RoundState]:
-        """Phase 1 for each group of slots that share a tree, a depth, leaf evaluation and a root state."""
-        states = []
-        # plan trees cut short at the horizon can coincide: trajectories are grouped by the layout itself
-        trees = (tree_ids * (MAX_DEPTH + 1) + depths) * 2 + leaves
-        distinct, inverse = (trees, np.zeros(1, dtype=np.int64)) if trees.size == 1 else np.unique(trees, return_inverse=True)
-        layout_ids = np.array([self.layout_id(int(t)) for t in distinct])[inverse]
+    def start_rounds(self, slots: np.ndarray, layout_ids: np.ndarray, known: np.ndarray) -> list[RoundState]:
+        """Phase 1 for each group of slots that share a layout and a root state. A group as it was
+        last round (the same slots, layout and root state: every round of a lone trajectory's chain)
+        keeps its slot tensor and buffers."""
+        states, groups = [], {}
         keys = layout_ids * 2 + known
         for key in (keys[:1] if keys.size == 1 else np.unique(keys)):
-            members = slots[keys == key]
-            layout, kn = self._layout_list[int(key) // 2], bool(key % 2)
-            slot_t = self.slot_tensor(members)
-            whole = members.size == self.slot_traj.size and bool((np.diff(members) == 1).all())
-            state = RoundState(layout, slot_t, members.tolist(),
-                               self.slot_tensor(self.n[members]), kn,
-                               space=self.workspace(layout, kn).rows(members.size), whole=whole)
+            members = slots if keys.size == 1 else slots[keys == key]
+            tag = (int(key), members.tobytes())
+            group = groups[tag] = self._groups.get(tag) or self.group(int(key), members)
+            layout, kn, slot_t, slot_list, space, whole = group
+            state = RoundState(layout, slot_t, slot_list, self.slot_tensor(self.n[members]), kn, space=space, whole=whole)
             if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
                 history = {}
                 if self.draft.frozen_history:  # the value held, none after a warm-up (a slot's earlier trajectory's)
@@ -338,7 +329,15 @@ class _Batch:
                     self.kernel, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step, **history))
             phases.draft(state, self)
             states.append(state)
+        self._groups = groups
         return states
+
+    def group(self, key: int, members: np.ndarray) -> tuple:
+        """(layout, root known, slots on the device and on the host, the buffers' rows, whether the
+        group is every slot in order) of the slots `members` (increasing) in the layout and root state of key."""
+        layout, known = self.schedule.layouts[key // 2], bool(key % 2)
+        space = self.workspace(layout, known).rows(members.size)
+        return layout, known, self.slot_tensor(members), members.tolist(), space, members.size == self.slot_traj.size
 
     def call_target(self, states: list[RoundState], roots: np.ndarray, deterministic: np.ndarray):
         """Phase 2: one batched target call over every group's evaluated nodes and the lone roots

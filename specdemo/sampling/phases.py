@@ -197,7 +197,7 @@ class SegmentRecord:
     decision: Decision
 
 
-@dataclass
+@dataclass(slots=True)
 class RoundState:
     """A round of A trajectories sharing a layout (slots: their batch slots; step: n at the root)."""
 
