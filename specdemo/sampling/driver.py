@@ -428,8 +428,9 @@ class _Batch:
         corrected = np.asarray(state.corrected_host)
         n0 = self.n[state.slot_list].copy()
         self.n[state.slot_list] = n0 + ends
-        np.add.at(self.committed_hist, ends, 1)
-        np.add.at(self.accepted_hist, ends - corrected, 1)
+        top = self.committed_hist.size
+        self.committed_hist += np.bincount(ends, minlength=top)
+        self.accepted_hist += np.bincount(ends - corrected, minlength=top)
         self._keep_path(state, n0, ends)
 
     def _keep_path(self, state: RoundState, n0: np.ndarray, ends: np.ndarray) -> None:
