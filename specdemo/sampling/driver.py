@@ -118,9 +118,10 @@ class Schedule:
                     t = trees[n][k]
                     layout = layout_for(t if depth == t.depth else Topology(t.widths[:depth]),
                                         bool(self.leaves[n, k]), verifier_type, device)
-                    self.layout_id[n, k] = index.setdefault(layout, len(index))
-                    if len(self.layouts) < len(index):
+                    if layout not in index:
+                        index[layout] = len(self.layouts)
                         self.layouts.append(layout)
+                    self.layout_id[n, k] = index[layout]
         # whether a round's call has a row at a stochastic step: its rows are at depths k (the root,
         # unless its output is known) to the last evaluated one; a call of deterministic-step rows only
         # (leaves at the last step under flow matching) serves that step as plain sampling's own call
@@ -164,7 +165,7 @@ class _Batch:
         leaf_table = prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
         self.schedule = Schedule(tree, kernel, leaf_table, type(verifier) if tree.max_depth else None, self.device)
         self._spaces: dict[tuple[Layout, bool], Workspace] = {}
-        self._groups: dict[tuple[int, bytes], tuple] = {}  # last round's groups (RoundState.group), by key and slots
+        self._groups: dict[tuple[int, bytes], tuple] = {}  # last round's groups (_Batch.group), by key and slots
 
         b = num_samples
         slots = min(max_batch or b, b)
