@@ -379,10 +379,10 @@ def readme(results: dict) -> str:
     by_cell = {}
     for r in results["digits"]:
         by_cell.setdefault((r["config"]["steps"], r["config"]["num_samples"]), []).append(r)
-    ratio = {cell: [time_speedup(r['wall_s'], plain['wall_s']) for r in (timed, by_calls)]
+    ratio = {cell: [time_speedup(r["wall_s"], plain["wall_s"]) for r in (timed, by_calls)]
              for cell, (plain, timed, by_calls) in ((c, against_plain(runs)) for c, runs in by_cell.items())}
     plain16, _, by_calls16 = against_plain(by_cell[(100, 16)])
-    cli = {int(steps): time_speedup(median_run(out["second"])['wall_s'], median_run(out["target"])['wall_s'])
+    cli = {int(steps): time_speedup(median_run(out["second"])["wall_s"], median_run(out["target"])["wall_s"])
            for steps, out in results["cli"].items()}
     chain9 = next(d for d in results["driver"] if (d["batch"], d["tree"], d["verifier"]) == (1, "1x9", "rmc"))
     return (
