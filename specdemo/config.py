@@ -83,7 +83,7 @@ class SamplerConfig:
     method: str = setting("tree", "plain target sampling, a chain or a tree", choices=METHODS)
     tree: str | None = setting(None, f"topology: {TOPOLOGY_HELP}; or auto, planned per step "
                                      "(default: 1x5 chain, 2x5 tree)", metavar="WIDTHS")
-    verifier: str | None = setting(None, "rmc or block (chains only; block weighs the whole chain at once), dgrs or "
+    verifier: str | None = setting(None, "rmc (chains only), block (weighs the whole chain or tree at once), dgrs or "
                                          "rank (default: rmc for a chain, dgrs for a tree, block for --tree auto)",
                                    choices=VERIFIER_NAMES)
     draft: str = setting("frozen", "frozen (the training-free frozen target), or a draft network for an image "

@@ -22,7 +22,7 @@ from specdemo.limits import Cancel, Limits
 from specdemo.pipeline import Checked, Problem
 from specdemo.sampling import Cost, RoundTrace, SampleResult
 from specdemo.trees import MAX_DEPTH, Topology, TopologyPlan
-from specdemo.verifiers import ChainVerifier
+from specdemo.verifiers import TreeVerifier
 
 from .labels import describe, plan_segments
 from .loading import cached_target
@@ -267,7 +267,7 @@ def click_work(checked: Checked, chain: bool, plain: bool) -> list[tuple[str, in
         matched = Topology.parse(matched_chain(Topology.chain(c.budget) if auto else checked.tree, stochastic,
                                                c.prefetch == "leaves"))
         work.append((f"chain {matched}", samples * steps * (matched.num_nodes + 1)))
-    elif chain and isinstance(get_verifier(c.verifier), ChainVerifier):
+    elif chain and isinstance(get_verifier(c.verifier), TreeVerifier):
         work.append((f"chain {checked.tree} under RMC", samples * steps * (rows + 1)))
     if plain:
         work.append(("plain target", samples * steps))
@@ -367,7 +367,7 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
             else:
                 others.append(("chain", build(chain_cfg, target, draft_target=draft_target, limits=limits,
                                               cancel=cancel)))
-        elif isinstance(problem.verifier, ChainVerifier):
+        elif isinstance(problem.verifier, TreeVerifier):
             # the same chains (the same plan) verified node by node: what weighing the block gains
             others.append(("chain", replace(problem, config=replace(config, verifier="rmc"),
                                             verifier=get_verifier("rmc"))))

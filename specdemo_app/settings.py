@@ -84,7 +84,7 @@ TREE_PRESETS = [
 ]
 VERIFIER_CHOICES = [("default: block for auto, D-GRS for trees, RMC for chains", DEFAULT),
                     ("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc"),
-                    ("block verification (chains only)", "block")]
+                    ("block verification (whole chains and trees)", "block")]
 OBJECTIVE_CHOICES = [("wall-clock (measured here)", "time"), ("target calls", "calls")]
 DEFAULT_KERNEL = ("the model's default", DEFAULT)  # the kernel choice before the model's own kernels
 DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: digits-draft", "digits-draft"),

@@ -357,7 +357,7 @@ def test_a_block_verified_chain_next_to_the_same_chain_under_rmc():
     assert "verified node by node" in out[0]
     assert [short_label(r, " ") for r in comp.runs[1:]] == ["chain 1x6", "chain 1x6 block"]
     with pytest.raises(gr.Error, match="one child per node"):
-        H.run(**click(tree="3,2,1", verifier="block"), progress=no_progress)
+        H.run(**click(tree="3,2,1", verifier="rmc"), progress=no_progress)
 
 
 def test_auto_topology_on_a_2d_target_with_freeze_auto():

@@ -1,6 +1,6 @@
-"""Block verification of a chain (specdemo/verifiers/block.py), in scalar space: the weights and
-coins, the probability that each node is committed, and more committed steps than verifying node by
-node. Its exactness end to end is tests/test_exactness.py's (chain-block-* variants), the law of a
+"""Block verification of a chain and of a whole tree (specdemo/verifiers/block.py), in scalar space:
+the weights and coins, the probability that each node is committed, more committed steps than
+verifying node by node, and the tree walk against D-GRS, chains and the planner's law for fans. Its exactness end to end is tests/test_exactness.py's (chain-block-* variants), the law of a
 block of one node tests/test_verifiers.py's."""
 
 import math
@@ -15,9 +15,10 @@ from specdemo.pipeline import SamplerConfig, build
 from specdemo.sampling import sample
 from specdemo.targets import GaussianMixture, gm2d
 from specdemo.trees import Topology
-from specdemo.trees.auto import block_stop_probabilities
-from specdemo.verifiers import BlockVerification, ReflectionMaximalCoupling
-from specdemo.verifiers.block import block_weights
+from specdemo.trees.auto import block_fan_stop_probabilities, block_stop_probabilities
+from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankOne, ReflectionMaximalCoupling
+from specdemo.verifiers.block import TreeTables, block_weights, weigh_tree
+from specdemo.verifiers.dgrs import grs_levels
 
 ROWS = 20_000
 
@@ -177,3 +178,106 @@ def test_the_block_plan_predicts_its_calls():
     block = replace(block, tree=build(SamplerConfig(**base, verifier="rmc")).tree)
     measured = block.run().cost.calls_per_trajectory.mean()
     assert block.tree.expected_calls / measured - 1 > 0.15, (block.tree.expected_calls, measured)
+
+
+# ------------------------------------------------------------------------ whole trees (weigh_tree)
+def tree_rows(widths, deltas, rows, seed):
+    """rows draws of a tree's scalars under the draft: each node's delta by depth (deltas[d] at the
+    nodes of depth d, whose children are at depth d + 1), u_n ~ N(0, 1) at every node, its log rho
+    against its parent, and a coin per node. Returns (tree, tables, log_rho, delta, coins)."""
+    tree = Topology(widths)
+    g = torch.Generator().manual_seed(seed)
+    depth = tree.node_depth
+    delta = torch.tensor([deltas[d] if d < tree.depth else math.nan for d in depth.tolist()],
+                         dtype=torch.float64).expand(rows, -1)
+    above = delta[:, tree.parent.clamp_min(0)]
+    log_rho = above * torch.randn(rows, tree.num_nodes, generator=g, dtype=torch.float64) - 0.5 * above**2
+    coins = torch.rand(rows, tree.num_nodes, generator=g, dtype=torch.float64)
+    return tree, TreeTables.of(tree, torch.device("cpu")), log_rho, delta, coins
+
+
+def committed(tree, walk):
+    """Steps a walked round commits: to the corrected draw below cur, or to the leaf."""
+    return torch.where(walk.corrected, tree.node_depth[walk.cur] + 1, tree.depth)
+
+
+@pytest.mark.parametrize("widths", [(2, 3, 2), (4, 1, 1), (1, 3, 1, 2), (3,)])
+def test_every_walk_ends_within_its_attempts(widths):
+    """After max_attempts = 1 + sum (w_d - 1) paths every row has ended: at a leaf, or corrected at a
+    node that has children (a row still walking would be left at the root, uncorrected)."""
+    tree, tables, log_rho, delta, coins = tree_rows(widths, [1.5, 0.8, 2.0, 1.0], 20_000, seed=7)
+    walk = weigh_tree(log_rho, delta, coins, tables)
+    depth = tree.node_depth[walk.cur]
+    assert torch.where(walk.corrected, depth < tree.depth, depth == tree.depth).all()
+    assert len(walk.paths) == tables.max_attempts
+
+
+def test_a_tree_of_one_level_is_greedy_rejection_sampling():
+    """Widths (K,): each path is one child, weighed against R_lambda with the stairs of D-GRS: the
+    same child kept, with the same coins, as GreedyRejectionSampling decides (and rejections alike)."""
+    k, rows = 4, 20_000
+    tree, tables, log_rho, delta, coins = tree_rows((k,), [1.3], rows, seed=8)
+    walk = weigh_tree(log_rho, delta, coins, tables)
+    u = (log_rho[:, 1:] + 0.5 * 1.3**2) / 1.3
+    red = RankOne(torch.full((rows,), 1.3, dtype=torch.float64), u, None, None)
+    kept = GreedyRejectionSampling().decide(red, torch.cat([coins[:, 1:], coins[:, :1]], 1)).kept
+    assert torch.equal(torch.where(walk.corrected, -1, walk.cur - 1), kept)
+    assert walk.corrected.any() and (~walk.corrected).any()
+
+
+def test_a_chain_weighed_as_a_tree_is_block_verification():
+    """The tree walk on a chain's tables: one path, the same eta as verify_chain with the same coins."""
+    rows, length = 20_000, 5
+    tree, tables, log_rho, delta, coins = tree_rows((1,) * length, [0.9, 0.4, 1.2, 0.7, 1.6], rows, seed=9)
+    walk = weigh_tree(log_rho, delta, coins, tables)
+    d = delta[:, :length]
+    u = (log_rho[:, 1:] + 0.5 * d**2) / d
+    verdict = BlockVerification().verify_chain(d, u, None, torch.cat([coins, coins[:, :1]], 1))
+    assert torch.equal(committed(tree, walk), torch.where(verdict.eta < length, verdict.eta + 1, length))
+    assert len(walk.paths) == 1
+
+
+@pytest.mark.parametrize("k,delta", [(2, 0.7), (3, 1.5), (4, 3.0)])
+def test_the_first_step_is_lost_with_dgrs_probability(k, delta):
+    """A fan (K, 1, 1): the round commits no drafted child iff every child's path gave eta = 0,
+    with probability G_{K+1}(delta) (closed form, D-GRS's rejection): the look-ahead below each
+    child moves which child is kept, not how often one is."""
+    rows = 200_000
+    tree, tables, log_rho, delta_t, coins = tree_rows((k, 1, 1), [delta, 1.0, 0.6], rows, seed=10)
+    walk = weigh_tree(log_rho, delta_t, coins, tables)
+    lost = (walk.corrected & (walk.cur == 0)).double().mean().item()
+    expected = float(grs_levels(torch.tensor([delta], dtype=torch.float64), k)[1][0, k])
+    assert abs(lost - expected) <= 4 * math.sqrt(expected * (1 - expected) / rows) + 1e-12, (lost, expected)
+
+
+def test_the_planners_fan_law_matches_the_walk():
+    """block_fan_stop_probabilities (the block planner's law for fans (K, 1, ..., 1)), from 50,000
+    Monte Carlo roots, against the frequencies of weigh_tree on 200,000 drafted fans, for K = 1..3
+    at depth 4."""
+    deltas, rows, sims = [0.9, 0.7, 1.1, 0.6], 200_000, 50_000
+    g = torch.Generator().manual_seed(11)
+    chains = [torch.tensor(deltas, dtype=torch.float64).expand(sims, -1) for _ in range(3)]
+    fans = block_fan_stop_probabilities(torch.full((sims,), deltas[0], dtype=torch.float64), chains,
+                                        [torch.randn(sims, 4, generator=g, dtype=torch.float64) for _ in range(3)])
+    assert fans.sum(2) == pytest.approx(1.0, abs=1e-12)
+    for k in (1, 2, 3):
+        tree, tables, log_rho, delta, coins = tree_rows((k, 1, 1, 1), deltas, rows, seed=12 + k)
+        walk = weigh_tree(log_rho, delta, coins, tables)
+        eta = torch.where(walk.corrected, tree.node_depth[walk.cur], tree.depth)
+        freq = torch.bincount(eta, minlength=5).double() / rows
+        p = torch.from_numpy(fans[k - 1, 3])
+        se = (p * (1 - p) / sims).sqrt() + (p * (1 - p) / rows).sqrt()
+        assert ((freq - p).abs() <= 4 * se + 1e-9).all(), (k, freq, p)
+
+
+def test_a_fan_commits_more_than_its_chain():
+    """The point of weighing the whole tree: a fan (3, 1, 1, 1) commits more steps per round than the
+    chain of depth 4 it extends (its first child's path is that chain), on the same deltas."""
+    deltas, rows = [1.2, 0.8, 0.8, 0.8], 50_000
+    steps = {}
+    for widths in ((1, 1, 1, 1), (3, 1, 1, 1)):
+        tree, tables, log_rho, delta, coins = tree_rows(widths, deltas, rows, seed=13)
+        steps[widths] = committed(tree, weigh_tree(log_rho, delta, coins, tables)).double()
+    gain = steps[(3, 1, 1, 1)].mean() - steps[(1, 1, 1, 1)].mean()
+    se = math.sqrt(sum(s.var().item() / rows for s in steps.values()))
+    assert gain > 4 * se, (gain, se)

@@ -4,8 +4,9 @@ Two-sample Kolmogorov-Smirnov tests on fixed projections (Bonferroni-corrected) 
 plain target samples and 10,000 speculative samples (independent seeds), for chains and trees,
 the frozen draft and a draft biased by 3 scales, DDPM and Langevin, 2-D and 16-D mixtures, and the
 second-order frozen draft (x0-hat extrapolated in time; alone and in a per-step auto table) under DDPM
-and flow matching with churn. The same test rejects a sampler whose verifier always accepts, and block
-verification with the wrong residual.
+and flow matching with churn, and block verification of chains and whole trees. The same test rejects
+a sampler whose verifier always accepts, block verification with the wrong residual, and a tree walk
+that weighs siblings against the target instead of the residual.
 """
 
 import numpy as np
@@ -19,6 +20,7 @@ from specdemo.sampling import sample
 from specdemo.targets import GaussianMixture, gm2d, gm16
 from specdemo.trees import Topology
 from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
+from specdemo.verifiers import block
 from specdemo.verifiers.dgrs import sample_residual
 
 from .test_verifiers import AlwaysAccept
@@ -47,6 +49,10 @@ VARIANTS = {
     # residual shows (test_broken_verifier_is_caught)
     "chain-block-bias1.5": (Topology.chain(6), BlockVerification, FrozenDraft(), 1.5),
     "chain-block-network": (Topology.chain(6), BlockVerification, "shifted mixture", 0.0),
+    # whole trees weighed path by path: siblings against the residual R_lambda, deeper branches at the
+    # node a path stopped at, and fans (the block planner's trees)
+    "tree-block-bias1.5": (Topology((3, 2, 2)), BlockVerification, FrozenDraft(), 1.5),
+    "fan-block-frozen": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft(), 0.0),
     # second-order freezing: the affine chain (node and chain verifiers, known roots after evaluated
     # leaves), tree levels and lazy leaves, and an auto table that drafts steps with each of the three forms
     "chain-rmc-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling, FrozenDraft("x0-linear"), 0.0),
@@ -138,8 +144,18 @@ class BlockUnweightedResidual(BlockVerification):
     """Broken subtly: weighs the chain as block verification does, but draws the correction from
     the plain residual (P - Q)_+ instead of the weighted (p_eta P - Q)_+."""
 
-    def residual(self, delta, log_p, uniform):
+    def residual(self, delta, log_lam, uniform):
         return sample_residual(delta, torch.ones_like(delta), uniform)
+
+
+def test_a_tree_walk_that_weighs_siblings_against_the_target_is_caught(monkeypatch):
+    """Whole-tree block verification with a planted bug: each later sibling's ratio taken against the
+    target P, not against the residual R_lambda left by the siblings before it (tree-block-bias1.5's
+    configuration)."""
+    mid_ref, end_ref, _ = plain("gm2d-ddpm")
+    monkeypatch.setattr(block, "residual_log_ratio", lambda log_rho, log_lam, delta: log_rho)
+    mid, end, _ = run("gm2d-ddpm", Topology((3, 2, 2)), BlockVerification(), BiasedDraft(FrozenDraft(), 1.5), seed=2)
+    assert min(min_pvalue_bonferroni(end, end_ref), min_pvalue_bonferroni(mid, mid_ref)) < 1e-6
 
 
 @pytest.mark.parametrize("problem,broken,bias", [("gm2d-ddpm", AlwaysAccept, 3.0), ("gm16-langevin", AlwaysAccept, 3.0),

@@ -12,6 +12,7 @@ from scipy import stats
 
 from specdemo.verifiers import (BlockVerification, Decision, GreedyRejectionSampling, RankAwareSelection,
                                 ReflectionMaximalCoupling, Verdict)
+from specdemo.trees import Topology
 from specdemo.verifiers.base import RankOne
 from specdemo.verifiers.dgrs import grs_levels
 
@@ -51,10 +52,10 @@ def block_of_one(verifier: BlockVerification, mq, mp, s, children, rng, rows) ->
     """Block verification of a chain of one node: accept x_1 with min(1, rho_1), else the residual
     (lambda = 1 / p_0 = 1), keeping z_perp of x_1."""
     red = RankOne.reduce(mq, mp, s, children)
-    uniforms = rng.uniform(rows, verifier.uniforms_per_chain(1))
+    uniforms = rng.uniform(rows, verifier.uniforms_per_tree(Topology.chain(1)))
     chain = verifier.verify_chain(red.delta[:, None], red.u, torch.ones(len(rows), dtype=torch.long), uniforms)
     accept = chain.eta == 1
-    corrected = red.move(children[:, 0], red.u[:, 0], verifier.residual(red.delta, chain.log_p[:, 0], uniforms[:, -1]), s)
+    corrected = red.move(children[:, 0], red.u[:, 0], verifier.residual(red.delta, -chain.log_p[:, 0], uniforms[:, -1]), s)
     return Verdict(kept=torch.where(accept, 0, -1), sample=torch.where(accept[:, None], children[:, 0], corrected),
                    delta=red.delta, child_accept_prob=chain.accept_prob, accept_prob=verifier.acceptance(red.delta))
 

@@ -78,7 +78,7 @@ def check_run(kernel: Kernel, tree: Topology | TopologyPlan, draft: Draft | None
         if verifier.max_children is not None and widest > verifier.max_children:
             raise SpecdemoError(
                 f"the {verifier.name} verifier takes one child per node (chains only); tree {tree} has up to "
-                f"{widest}: use a chain such as 1x{tree.max_depth}, or the dgrs or rank verifier"
+                f"{widest}: use a chain such as 1x{tree.max_depth}, or the dgrs, rank or block verifier"
             )
     size = int(np.prod(shape))
     nodes = max(t.num_nodes for t in tree.topologies)

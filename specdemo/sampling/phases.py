@@ -8,7 +8,8 @@ Walk. A node verifier decides the path nodes of several levels at once (`Segment
 of width 1 is decided in one call, since its path below the run's first node is known before
 anything is verified, and the walk stops at its first rejection; a level of width > 1 is decided
 at the node the walk has reached. Deciding nodes past a rejection uses uniforms that nothing else
-reads, so it changes no law. A chain verifier weighs the whole chain in one call. Corrections are
+reads, so it changes no law. A tree verifier weighs a chain in one call, any other tree path by path
+(_walk_tree). Corrections are
 drawn once the driver knows which rows need one (after the round's one host synchronisation).
 
 Lazy leaves. An unevaluated last level of a tree (widths > 1 above it) is drawn only at the node the
@@ -26,8 +27,8 @@ import torch
 
 from ..drafts import LevelMeans
 from ..trees import Topology
-from ..verifiers import ChainVerifier, Decision, NodeVerifier, RankOne
-from ..verifiers.block import BlockVerdict
+from ..verifiers import DELTA_FLOOR, Decision, NodeVerifier, RankOne, TreeVerifier
+from ..verifiers.block import BlockVerdict, TreeTables, TreeWalk
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class Layout:
     def __init__(self, tree: Topology, evaluate_leaves: bool, verifier, device: torch.device):
         self.tree, self.evaluate_leaves = tree, evaluate_leaves
         depth = tree.depth
-        self.lazy = not evaluate_leaves and not tree.is_chain
+        whole = isinstance(verifier, TreeVerifier)  # weighs every drafted node: none drawn lazily
+        self.lazy = not evaluate_leaves and not tree.is_chain and not whole
         starts = tree.level_starts
         # materialised nodes (drafted before the call), evaluated nodes (rows of the call), nodes
         # whose children are drafted before the call (their draft means are kept)
@@ -77,9 +79,21 @@ class Layout:
         self.ancestors = _ancestors(tree).to(device)
         self.node_steps = tree.node_depth[:self.num_evaluated].to(device)  # each evaluated node's step offset
         self.depths = torch.arange(depth, device=device)
-        if isinstance(verifier, ChainVerifier):
+        self.tables = None
+        if whole:
             self.segments = ()
-            self.uniform_count = verifier.uniforms_per_chain(depth)
+            self.uniform_count = verifier.uniforms_per_tree(tree)
+            if not tree.is_chain:
+                self.tables = TreeTables.of(tree, device)
+                # each node with children: its children (padded with its last), and each node's column
+                # in that table's flattened (node, child) grid
+                j = torch.arange(self.max_width)
+                first = tree.first_child[:self.num_parents]
+                last = first + widths[tree.node_depth[:self.num_parents]] - 1
+                self.kid_table = torch.minimum(first[:, None] + j[None], last[:, None]).to(device)
+                parent = tree.parent.clamp_min(0)
+                self.child_column = (parent * self.max_width + torch.arange(tree.num_nodes)
+                                     - tree.first_child[parent]).clamp_min(0).to(device)
         else:
             self.segments = _segments(tree, self.lazy, verifier)
             self.uniform_count = sum(s.levels * s.per_node for s in self.segments)
@@ -197,6 +211,18 @@ class SegmentRecord:
     decision: Decision
 
 
+@dataclass
+class TreeRecord:
+    """What weighing a whole tree decided, for the corrections and the trace: the reduction at the
+    N nodes with children (A * N rows, children padded to the widest level), their children's states
+    (A, N, K, *shape) and scales (A, N), and the walk."""
+
+    red: RankOne
+    kids: torch.Tensor
+    scales: torch.Tensor
+    walk: TreeWalk
+
+
 @dataclass(slots=True)
 class RoundState:
     """A round of A trajectories sharing a layout (slots: their batch slots; step: n at the root)."""
@@ -222,7 +248,8 @@ class RoundState:
     child_scales: torch.Tensor | None = None  # (A, L): s at each depth's nodes' step
     space: Workspace | None = None  # the buffers this round uses
     whole: bool = False  # the round holds every slot of the batch, in order
-    chain_verdict: BlockVerdict | None = None  # a chain verifier's, for the correction and the record
+    chain_verdict: BlockVerdict | None = None  # a tree verifier's on a chain, for the correction and the record
+    tree_record: TreeRecord | None = None  # a tree verifier's on any other tree
     end_host: list[int] | None = None  # end_depth and corrected on the host, after the synchronisation
     corrected_host: list[bool] | None = None
 
@@ -331,10 +358,12 @@ def take_outputs(state: RoundState, out: torch.Tensor | None, run) -> None:
 
 def walk(state: RoundState, run) -> None:
     """Phase 3: decide from the root down; leaves cur, corrected, end_depth and the committed leaf."""
-    if isinstance(run.verifier, ChainVerifier):
+    if not isinstance(run.verifier, TreeVerifier):
+        _walk_nodes(state, run)
+    elif state.tree.is_chain:
         _walk_chain(state, run)
     else:
-        _walk_nodes(state, run)
+        _walk_tree(state, run)
 
 
 def _decide_segment(state: RoundState, run, segment: Segment, nodes, kid_index, kids, mp, xv, outv) -> SegmentRecord:
@@ -410,7 +439,7 @@ def _walk_nodes(state: RoundState, run) -> None:
 
 
 def _walk_chain(state: RoundState, run) -> None:
-    """A chain verifier: delta_i, u_i of every level, weighed at once."""
+    """A tree verifier on a chain: delta_i, u_i of every level, weighed at once."""
     depth, a = state.tree.depth, state.count
     segment = Segment(0, depth - 1, 1, False, 0, 0)
     nodes, kid_index = state.layout.root_segment(segment)
@@ -431,13 +460,34 @@ def _walk_chain(state: RoundState, run) -> None:
     state.y_new = state.x[state.rows, eta]  # the leaf where eta = L
 
 
+def _walk_tree(state: RoundState, run) -> None:
+    """A tree verifier on a tree: every node with children reduced against its children at once,
+    each node's log rho against its parent gathered, then the whole tree weighed."""
+    lay, a = state.layout, state.count
+    inner = lay.num_parents
+    kids = state.x[:, lay.kid_table]
+    depths = lay.node_depth[:inner]
+    mq = run.kernel.mean(state.first_outputs(inner), state.x[:, :inner], state.depth_steps[:, depths])
+    scales = state.child_scales[:, depths]
+    red = RankOne.reduce(mq.flatten(0, 1), state.mp[:, :inner].flatten(0, 1), scales.flatten(), kids.flatten(0, 1))
+    delta = red.delta.view(a, inner, 1)
+    log_rho = torch.where(delta >= DELTA_FLOOR, delta * red.u.view(a, inner, -1) - 0.5 * delta**2, 0.0)
+    log_rho = log_rho.flatten(1)[:, lay.child_column]
+    delta = torch.cat([delta[..., 0], delta.new_full((a, lay.tree.num_nodes - inner), float("nan"))], 1)
+    walk = run.verifier.weigh_tree(log_rho, delta, state.uniforms, lay.tables)
+    state.tree_record, state.records = TreeRecord(red, kids, scales, walk), []
+    state.cur, state.corrected = walk.cur, walk.corrected
+    state.end_depth = torch.where(walk.corrected, lay.node_depth[walk.cur] + 1, state.tree.depth)
+    state.y_new = state.x[state.rows, walk.cur]  # the committed leaf (corrected rows get their draw later)
+
+
 def correct(state: RoundState, run) -> None:
     """The corrected draws of the rows whose round a rejection ended (known on the host by now)."""
     ends, corrected = state.end_host, state.corrected_host
-    if isinstance(run.verifier, ChainVerifier):
+    if isinstance(run.verifier, TreeVerifier):
         rows = [i for i, c in enumerate(corrected) if c]
         if rows:
-            _correct_chain(state, run, rows)
+            (_correct_chain if state.tree_record is None else _correct_tree)(state, run, rows)
         return
     for record in state.records:
         seg = record.segment
@@ -470,8 +520,18 @@ def _correct_chain(state: RoundState, run, rows: list[int]) -> None:
     eta = [state.end_host[i] - 1 for i in rows]  # the first rejection
     flat = _pick([i * depth + e for i, e in zip(rows, eta)], device)
     red = record.red.select(flat)
-    u_new = run.verifier.residual(red.delta, verdict.log_p.flatten()[_pick([i * (depth + 1) + e for i, e in zip(rows, eta)], device)],
-                                  state.uniforms[r, -1])
+    log_p = verdict.log_p.flatten()[_pick([i * (depth + 1) + e for i, e in zip(rows, eta)], device)]
+    u_new = run.verifier.residual(red.delta, -log_p, state.uniforms[r, -1])  # lambda = 1 / p_eta
+    state.y_new[r] = red.move(record.kids.flatten(0, 1)[flat, 0], red.u[:, 0], u_new, record.scales.flatten()[flat])
+
+
+def _correct_tree(state: RoundState, run, rows: list[int]) -> None:
+    """The draw from R_lambda at the node each row stopped at, keeping z_perp of its first child."""
+    record, inner = state.tree_record, state.layout.num_parents
+    r = torch.tensor(rows, device=state.slots.device)
+    flat = r * inner + record.walk.cur[r]
+    red = record.red.select(flat)
+    u_new = run.verifier.residual(red.delta, record.walk.log_lam[r], state.uniforms[r, -1])
     state.y_new[r] = red.move(record.kids.flatten(0, 1)[flat, 0], red.u[:, 0], u_new, record.scales.flatten()[flat])
 
 

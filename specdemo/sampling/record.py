@@ -65,6 +65,25 @@ class RoundTrace:
         return out
 
 
+def _trace_tree_walk(state, delta, node_acc, child_acc, status) -> None:
+    """A whole tree weighed path by path: on each path, its committed nodes accepted and the first
+    one not committed rejected, each with P(eta >= i | the path) (at the node and at its parent),
+    and delta at their parents."""
+    record, a = state.tree_record, state.count
+    parent = state.tree.parent.numpy()
+    inner = state.layout.num_parents
+    deltas = record.red.delta.view(a, inner).cpu().numpy()
+    for path, length, eta, accept, live in record.walk.paths:
+        path, eta, accept = path.cpu().numpy(), eta.cpu().numpy(), accept.cpu().numpy()
+        seen = np.minimum(eta + 1, length.cpu().numpy())
+        rows, j = np.nonzero((np.arange(path.shape[1])[None] < seen[:, None]) & live.cpu().numpy()[:, None])
+        nodes = path[rows, j]
+        above = parent[nodes]
+        delta[rows, above] = deltas[rows, above]
+        node_acc[rows, above] = child_acc[rows, nodes] = accept[rows, j]
+        status[rows, nodes] = np.where(j < eta[rows], ACCEPTED, REJECTED)
+
+
 def round_trace(state, run) -> RoundTrace:
     """The RoundTrace of a walked, corrected and committed RoundState (specdemo.sampling.phases)."""
     tree, lay, a = state.tree, state.layout, state.count
@@ -75,6 +94,8 @@ def round_trace(state, run) -> RoundTrace:
     delta, node_acc, child_acc = nan(), nan(), nan()
     status = np.full((a, full + 1), UNVISITED, dtype=np.int8)
     status[:, 0] = ROOT
+    if state.tree_record is not None:
+        _trace_tree_walk(state, delta, node_acc, child_acc, status)
     for rec in state.records:
         s_len = rec.segment.levels
         nodes, kids = rec.nodes.cpu().numpy(), rec.kid_index.cpu().numpy()
@@ -108,8 +129,8 @@ def round_trace(state, run) -> RoundTrace:
     if run.trace_states:
         states = np.full((a, full + 1, *run.shape), np.nan, dtype=np.float32)
         states[:, :lay.num_drafted_nodes] = state.x.float().cpu().numpy()
-        last = state.records[-1]
-        if last.segment.lazy:  # leaves the walk never reached were never drawn: NaN
+        last = state.records[-1] if state.records else None
+        if last is not None and last.segment.lazy:  # leaves the walk never reached were never drawn: NaN
             reached = np.flatnonzero(ends == tree.depth)
             kids = last.kid_index.cpu().numpy()[reached, 0]
             states[reached[:, None], kids] = last.kids.float().cpu().numpy()[reached, 0]

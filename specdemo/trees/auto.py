@@ -33,9 +33,11 @@ are never better than the nearest sibling (docs/benchmarks.md), so the per-step 
 is between nearest and nearest with the leaves evaluated.
 
 Block verification (verifiers/block.py) weighs a chain as a whole: where it stops depends on every
-node's delta and u, not on one level's acceptance. Its plans are chains whose length L minimises
+node's delta and u, not on one level's acceptance. Its plans are fans (K, 1, ..., 1), K <= 4 (a chain
+at K = 1; on a whole tree each further child of the root, with its chain, is weighed where the first
+stopped at the root: block_fan_stop_probabilities), whose shape minimises
 
-    V(n, k) = price(L - k + leaves) + sum_{j < L} P(eta = j) V(n + j + 1, 0) + P(eta = L) V(n + L, leaves),
+    V(n, k) = price(1 - k + K (L - 1 + leaves)) + sum_{j < L} P(eta = j) V(n + j + 1, 0) + P(eta = L) V(n + L, leaves),
 
 with P(eta = j | L) estimated from BLOCK_PLAN_CHAINS chains drawn per step: delta_d from the pilot's
 deltas at (n + d - 1, d), u_d ~ N(0, 1) (the drafted node under its draft), the same chains for
@@ -57,8 +59,8 @@ import numpy as np
 import torch
 
 from ..errors import SpecdemoError
-from ..verifiers import ChainVerifier, Verifier
-from ..verifiers.block import block_weights
+from ..verifiers import DELTA_FLOOR, TreeVerifier, Verifier
+from ..verifiers.block import path_weights, residual_log_ratio, residual_mass
 from .cost_model import CostModel
 from .plan import TopologyPlan
 from .topology import MAX_DEPTH, Topology
@@ -66,6 +68,7 @@ from .topology import MAX_DEPTH, Topology
 DELTA_GRID = np.geomspace(1e-4, 64.0, 241)
 MIN_SAMPLES = 24
 BLOCK_PLAN_CHAINS = 512  # Monte Carlo chains per step and root state for a block-verified plan
+BLOCK_FAN_WIDTHS = 4  # a block-verified plan's widest root: fans (K, 1, ..., 1), K = 1 a chain
 
 
 @dataclass
@@ -150,10 +153,16 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
     pooled = lru_cache(maxsize=None)(stats.pooled)
 
     def block_stops(n: int, length: int, first_exact: bool) -> np.ndarray:
-        deltas = np.stack([np.zeros(BLOCK_PLAN_CHAINS) if first_exact and d == 1
-                           else chains.choice(pooled(n + d - 1, d), BLOCK_PLAN_CHAINS)
-                           for d in range(1, length + 1)], 1)
-        return block_stop_probabilities(torch.from_numpy(deltas), torch.from_numpy(chains.standard_normal(deltas.shape)))
+        """The fans' stop probabilities (block_fan_stop_probabilities) for widths 1..BLOCK_FAN_WIDTHS
+        (at most max_width; 1 where the root's level is exact: the first child is then always kept)."""
+        root = np.zeros(BLOCK_PLAN_CHAINS) if first_exact else chains.choice(pooled(n, 1), BLOCK_PLAN_CHAINS)
+        deltas, us = [], []
+        for _ in range(1 if first_exact else min(BLOCK_FAN_WIDTHS, max_width)):
+            below = np.stack([root] + [chains.choice(pooled(n + d - 1, d), BLOCK_PLAN_CHAINS)
+                                       for d in range(2, length + 1)], 1)
+            deltas.append(torch.from_numpy(below))
+            us.append(torch.from_numpy(chains.standard_normal(below.shape)))
+        return block_fan_stop_probabilities(torch.from_numpy(root), deltas, us)
 
     num_steps = stats.num_steps
     value = np.zeros((num_steps + 1, 2))  # V(n, k) in the objective's unit
@@ -174,12 +183,12 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
         for known in (0, 1):
             first_exact = known and exact_known_root
             ahead = value[n:]
-            if isinstance(verifier, ChainVerifier):
+            if isinstance(verifier, TreeVerifier):
                 longest = min(horizon, budget + known)  # a chain of L nodes has L - k rows, and a leaf row
-                stops = block_stops(n, longest, first_exact)
-                after, widths, leaves = _best_block_chain(stops, ahead, budget - 1 + known, leaf_options,
+                fans = block_stops(n, longest, first_exact)
+                after, widths, leaves = _best_block_round(fans, ahead, budget - 1 + known, leaf_options,
                                                           lambda r: price(r + 1 - known))
-                outcomes = _chain_outcomes(stops, len(widths), leaves)
+                outcomes = _chain_outcomes(fans[widths[0] - 1], len(widths), leaves)
             else:
                 level_accept = lambda d: exact if first_exact and d == 1 else accept(n + d - 1, d)
                 after, widths, leaves = _best_round(level_accept, ahead, horizon, budget - 1 + known, leaf_options,
@@ -220,7 +229,7 @@ def _tree_outcomes(accept, widths: tuple[int, ...], leaves: bool) -> list[tuple[
 
 
 def _chain_outcomes(stops: np.ndarray, length: int, leaves: bool) -> list[tuple[int, int, float]]:
-    """The same for a block-verified chain of `length` nodes: eta = j < L commits j + 1 steps."""
+    """The same for a block-verified chain (or fan) of depth `length`: eta = j < L commits j + 1 steps."""
     p = stops[length - 1]
     return [(j + 1, 0, float(p[j])) for j in range(length)] + [(length, int(leaves), float(p[length]))]
 
@@ -317,8 +326,14 @@ def _width_options(max_width: int, budget: int) -> _WidthOptions:
 def block_stop_probabilities(delta: torch.Tensor, u: torch.Tensor) -> np.ndarray:
     """P[L - 1, j] = P(eta = j | the chain truncated at L), L = 1..L_max, j = 0..L (zero past L),
     averaged over chains whose delta_d and u_d (S, L_max) are given (module docstring)."""
+    same = ~(delta >= DELTA_FLOOR)
+    return _stop_matrices(torch.where(same, 0.0, delta * u - 0.5 * delta**2), delta).mean(0).numpy()
+
+
+def _stop_matrices(log_rho: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """block_stop_probabilities per chain, from log rho_d (S, L_max): (S, L_max, L_max + 1)."""
     s, top = delta.shape
-    log_p, h = block_weights(delta, u, torch.full((s,), top))
+    log_p, h = path_weights(log_rho, delta, torch.full((s,), top))
     p = log_p.exp()
     # (1 - h_i) for i < L, 1 at and past L: tail[., L - 1, j] = prod_{j < i < L} (1 - h_i)
     below = torch.arange(top)[None, :] < torch.arange(1, top + 1)[:, None]  # [L - 1, i]: i < L
@@ -329,22 +344,53 @@ def block_stop_probabilities(delta: torch.Tensor, u: torch.Tensor) -> np.ndarray
     stop = torch.where(below[None], stop, 0.0)
     probs = torch.cat([stop, torch.zeros((s, top, 1), dtype=stop.dtype)], 2)
     probs[:, torch.arange(top), torch.arange(1, top + 1)] = p[:, 1:]
-    return probs.mean(0).numpy()
+    return probs
 
 
-def _best_block_chain(stops: np.ndarray, calls_ahead: np.ndarray, budget: int, leaf_options: tuple[bool, ...],
+def block_fan_stop_probabilities(root_delta: torch.Tensor, deltas: list[torch.Tensor],
+                                 us: list[torch.Tensor]) -> np.ndarray:
+    """F[K - 1, L - 1, j] for the fan (K, 1, ..., 1) of depth L under whole-tree block verification
+    (verifiers/block.py, weigh_tree): the probability that the round's first committed path ends
+    with eta = j (j = 0: every child of the root rejected, 1 step; 0 < j < L: j + 1 steps; L: the
+    leaf), averaged over S Monte Carlo roots with delta root_delta (S,). Child k's chain has deltas
+    deltas[k - 1] (S, L_max) (its first column ignored: the root's delta is used) and projections
+    us[k - 1]. The children are tried in order against the residual R_lambda_k, lambda_1 = 0,
+    lambda_{k+1} = lambda_k + G(lambda_k) (fixed by the root's delta), and child k is reached
+    when children 1..k - 1 all gave eta = 0, given their chains: a product of the per-chain
+    P(eta = 0 | L), so every K and L come from K chain weighings."""
+    log_lam = torch.full_like(root_delta, -math.inf)
+    reach = torch.ones(())
+    fans, steps = [], 0.0
+    for delta, u in zip(deltas, us):
+        delta = torch.cat([root_delta[:, None], delta[:, 1:]], 1)
+        same = ~(delta >= DELTA_FLOOR)
+        log_rho = torch.where(same, 0.0, delta * u - 0.5 * delta**2)
+        log_rho[:, 0] = residual_log_ratio(log_rho[:, 0], log_lam, root_delta)
+        stops = _stop_matrices(log_rho, delta)  # (S, L, L + 1)
+        steps = steps + reach[..., None] * stops
+        reach = reach * stops[:, :, 0]
+        fan = steps.clone()
+        fan[:, :, 0] = reach
+        fans.append(fan.mean(0))
+        log_lam = torch.logaddexp(log_lam, residual_mass(log_lam, root_delta).log())
+    return torch.stack(fans).numpy()
+
+
+def _best_block_round(fans: np.ndarray, calls_ahead: np.ndarray, budget: int, leaf_options: tuple[bool, ...],
                       price: Objective = lambda rows: 0.0):
-    """The chain length (and leaf evaluation) that minimises the expected value after a
-    block-verified round plus its price (of the rows below the root): stops[L - 1, j] =
-    P(eta = j | L); budget: rows left after the root. Returns (expected value after, widths, leaves)."""
+    """The fan (K, 1, ..., 1) of depth L (K = 1: a chain), and leaf evaluation, that minimises the
+    expected value after a block-verified round plus its price (of the rows below the root):
+    fans[K - 1, L - 1, j] = P(eta = j | K, L); budget: rows left after the root. Returns (expected
+    value after, widths, leaves)."""
     best = (math.inf, math.inf, (), False)
-    for length in range(1, stops.shape[0] + 1):
-        for leaves in leaf_options:
-            rows = length - 1 + leaves
-            if rows > budget or (leaves and length >= calls_ahead.shape[0] - 1):  # no leaf row at step N
-                continue
-            p = stops[length - 1]
-            after = float(p[:length] @ calls_ahead[1:length + 1, 0] + p[length] * calls_ahead[length, int(leaves)])
-            if price(rows) + after < best[0] - 1e-12:  # ties go to the shorter chain (fewer rows)
-                best = (price(rows) + after, after, (1,) * length, leaves)
+    for width in range(1, fans.shape[0] + 1):
+        for length in range(1, fans.shape[1] + 1):
+            for leaves in leaf_options:
+                rows = width * (length - 1 + leaves)
+                if rows > budget or (leaves and length >= calls_ahead.shape[0] - 1):  # no leaf row at step N
+                    continue
+                p = fans[width - 1, length - 1]
+                after = float(p[:length] @ calls_ahead[1:length + 1, 0] + p[length] * calls_ahead[length, int(leaves)])
+                if price(rows) + after < best[0] - 1e-12:  # ties go to the narrower, shorter round (fewer rows)
+                    best = (price(rows) + after, after, (width,) + (1,) * (length - 1), leaves)
     return best[1:]

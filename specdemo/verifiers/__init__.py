@@ -1,8 +1,8 @@
 """Verifiers: couplings between the draft and target kernels at one node (NodeVerifier: RMC, D-GRS,
-rank-aware; algorithms.md section 3), and block verification of a whole chain (ChainVerifier)."""
+rank-aware; algorithms.md section 3), and block verification of a whole chain or tree (TreeVerifier)."""
 
 from ..errors import SpecdemoError
-from .base import DELTA_FLOOR, ChainVerifier, Decision, NodeVerifier, RankOne, Verdict, Verifier
+from .base import DELTA_FLOOR, TreeVerifier, Decision, NodeVerifier, RankOne, Verdict, Verifier
 from .block import BlockVerification
 from .dgrs import GreedyRejectionSampling
 from .rank import RankAwareSelection
@@ -19,5 +19,5 @@ def get_verifier(name: str) -> Verifier:
         raise SpecdemoError(f"unknown verifier {name!r}; accepted: {', '.join(VERIFIERS)}") from None
 
 
-__all__ = ["Verifier", "NodeVerifier", "ChainVerifier", "Decision", "Verdict", "RankOne", "DELTA_FLOOR", "ReflectionMaximalCoupling", "GreedyRejectionSampling",
+__all__ = ["Verifier", "NodeVerifier", "TreeVerifier", "Decision", "Verdict", "RankOne", "DELTA_FLOOR", "ReflectionMaximalCoupling", "GreedyRejectionSampling",
            "RankAwareSelection", "BlockVerification", "VERIFIERS", "get_verifier"]

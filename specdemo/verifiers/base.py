@@ -18,7 +18,7 @@ corrections only where a round stops:
 Contract (checked by tests/test_verifiers.py for every subclass): the committed state, the kept child
 or mp + s (u_new e + z_perp), is an exact draw from N(mq, s^2 I); a kept child is returned bit for bit.
 
-A `ChainVerifier` weighs every node of a drafted chain at once (block verification).
+A `TreeVerifier` weighs a whole drafted tree at once, chains included (block verification).
 """
 
 from __future__ import annotations
@@ -164,13 +164,15 @@ class NodeVerifier(Verifier):
                        accept_prob=accept_prob)
 
 
-class ChainVerifier(Verifier):
-    """Weighs every node of a drafted chain at once (children of one node each: chains only)."""
+class TreeVerifier(Verifier):
+    """Weighs a whole drafted tree at once: a chain in one weighing (verify_chain), any other tree
+    path by path (weigh_tree)."""
 
-    max_children = 1
-
-    def uniforms_per_chain(self, length: int) -> int:
+    def uniforms_per_tree(self, tree) -> int:
         raise NotImplementedError
 
     def verify_chain(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor, uniforms: torch.Tensor):
+        raise NotImplementedError
+
+    def weigh_tree(self, log_rho: torch.Tensor, delta: torch.Tensor, uniforms: torch.Tensor, tables):
         raise NotImplementedError

@@ -1,6 +1,7 @@
 """Block verification of a chain (Sun et al. 2024, "Block verification accelerates speculative
 decoding", arXiv 2403.10444, Algorithm 2), for Gaussian kernels by the rank-one reduction of
-algorithms.md section 3.
+algorithms.md section 3; and of a whole tree, path by path (weigh_tree, ours: algorithms.md section 3,
+"whole trees", has the derivation).
 
 A chain X_0 -> X_1 -> ... -> X_L was drafted from Q_i = N(m^p(X_{i-1}), s_i^2 I); the target call
 gave P_i = N(m^q(X_{i-1}), s_i^2 I) at its internal nodes. With delta_i and u_i the reduction at
@@ -36,11 +37,12 @@ for the rows whose round it ends (`residual`), once the driver knows them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from .base import DELTA_FLOOR, ChainVerifier, normal_sf
+from .base import DELTA_FLOOR, TreeVerifier, normal_sf
 from .dgrs import sample_residual
 from .rmc import ReflectionMaximalCoupling
 
@@ -83,9 +85,16 @@ def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor | No
     Entries past a row's depth L_b (NaN inputs there) get h = 0, and h_{L_b} = p_{L_b}; depth None:
     every row's chain has the full length L.
     """
-    a, top = delta.shape
     same = ~(delta >= DELTA_FLOOR)  # P_i = Q_i to float64 precision (NaN past the depth too): rho_i = 1
-    log_rho = torch.where(same, 0.0, delta * u - 0.5 * delta**2)
+    return path_weights(torch.where(same, 0.0, delta * u - 0.5 * delta**2), delta, depth)
+
+
+def path_weights(log_rho: torch.Tensor, delta: torch.Tensor,
+                 depth: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """block_weights from log rho_i (A, L) instead of u_i: the first node's ratio may be taken
+    against a residual (TreeWalk); deeper ones are Gaussian, so r_i needs only delta_{i+1}."""
+    a, top = delta.shape
+    same = ~(delta >= DELTA_FLOOR)
     # log p_j = min(0, log p_{j-1} + log rho_j) = c_j - max(c_0..c_j), c the running sum of log rho (c_0 = 0)
     c = torch.cat([torch.zeros_like(log_rho[:, :1]), log_rho.cumsum(1)], 1)
     log_p = (c - c.cummax(1).values).clamp_max(0.0)
@@ -103,11 +112,126 @@ def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor | No
     return log_p, h
 
 
-class BlockVerification(ChainVerifier):
+def residual_mass(log_lam: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """G(lambda) = integral of (P - lambda Q)_+ = Phibar(tau - delta/2) - lambda Phibar(tau + delta/2),
+    tau = ln(lambda) / delta (float64; G(0) = 1; 1 - lambda where P = Q)."""
+    same = ~(delta >= DELTA_FLOOR)
+    d = torch.where(same, 1.0, delta)
+    tau = log_lam / d
+    mass = normal_sf(tau - d / 2) - log_lam.exp() * normal_sf(tau + d / 2)
+    return torch.where(same, -torch.expm1(log_lam), mass).clamp_min(0.0)
+
+
+def residual_log_ratio(log_rho: torch.Tensor, log_lam: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """log of R_lambda(x) / Q(x) = (rho - lambda)_+ / G(lambda), R_lambda = (P - lambda Q)_+ / G(lambda)
+    the residual after rejections up to level lambda; -inf where rho <= lambda (or G = 0). At
+    lambda = 0 it is log rho."""
+    excess = log_rho + torch.log(-torch.expm1((log_lam - log_rho).clamp_max(0.0)))  # log(rho - lambda)
+    out = torch.where(log_lam < log_rho, excess, -math.inf) - residual_mass(log_lam, delta).log()
+    return torch.where(torch.isneginf(log_lam), log_rho, out.nan_to_num(-math.inf))
+
+
+@dataclass(frozen=True)
+class TreeTables:
+    """A topology's indices for the tree walk (on one device): node n's leftmost descent
+    leftmost[n, j] (n itself at j = 0, the leaf repeated past it) and its length to the leaf
+    (nodes, n included), first_child, num_children, and max_attempts = 1 + sum_d (w_d - 1), the
+    most paths one walk can weigh (each path after the first takes a child other than the first
+    of a node on the committed path)."""
+
+    leftmost: torch.Tensor
+    length: torch.Tensor
+    first_child: torch.Tensor
+    num_children: torch.Tensor
+    max_attempts: int
+
+    @classmethod
+    def of(cls, tree, device: torch.device) -> "TreeTables":
+        depth, node_depth = tree.depth, tree.node_depth
+        first = tree.first_child.clamp_max(tree.num_nodes - 1)
+        leftmost = torch.arange(tree.num_nodes)[:, None].repeat(1, depth)
+        for j in range(1, depth):
+            deeper = node_depth + j <= depth
+            leftmost[:, j] = torch.where(deeper, first[leftmost[:, j - 1]], leftmost[:, j - 1])
+        widths = torch.tensor((*tree.widths, 0), dtype=torch.long)
+        return cls(leftmost.to(device), (depth - node_depth + 1).to(device), tree.first_child.to(device),
+                   widths[node_depth].to(device), 1 + sum(w - 1 for w in tree.widths))
+
+
+@dataclass
+class TreeWalk:
+    """The outcome of weighing a whole tree per row.
+
+    cur: (A,) the committed leaf, or the node whose residual the corrected draw comes from;
+    corrected: (A,) bool; log_lam: (A,) float64, that residual's level lambda (R_lambda at cur);
+    paths: for each weighed path (one per attempt), (nodes (A, L), length (A,), eta (A,),
+    P(eta >= i | the path) (A, L), live (A,): the rows that weighed it).
+    """
+
+    cur: torch.Tensor
+    corrected: torch.Tensor
+    log_lam: torch.Tensor
+    paths: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def weigh_tree(log_rho: torch.Tensor, delta: torch.Tensor, coins: torch.Tensor, tables: TreeTables) -> TreeWalk:
+    """Block verification of a whole tree (algorithms.md section 3, "whole trees"). log_rho (A, M):
+    log rho_n of each node n against its parent's kernels (column 0 unused); delta (A, M) at the
+    nodes with children (ignored elsewhere); coins (A, M) uniforms, node n's in column n.
+
+    From the root (lambda = 0: the target itself), each attempt weighs the leftmost path below the
+    next untried child c of the current node v as a chain (path_weights), c's ratio taken against
+    the residual R_lambda there. eta = 0: c is rejected, lambda <- lambda + G(lambda) (D-GRS's
+    stairs) and the next child is tried. 0 < eta < its length: the path is committed down to its
+    eta-th node w, whose residual is (p_eta P - Q)_+, i.e. lambda = 1 / p_eta, and w's next child
+    is tried. The leaf reached: committed. A node whose children are all tried ends the round with
+    a draw from R_lambda there. No host synchronisation: max_attempts masked iterations."""
+    a = log_rho.shape[0]
+    device = log_rho.device
+    ar = torch.arange(a, device=device)
+    v = torch.zeros(a, dtype=torch.long, device=device)
+    k = torch.zeros_like(v)
+    cur = torch.zeros_like(v)
+    log_lam = torch.full((a,), -math.inf, dtype=torch.float64, device=device)
+    done = torch.zeros(a, dtype=torch.bool, device=device)
+    corrected = torch.zeros_like(done)
+    paths = []
+    for _ in range(tables.max_attempts):
+        live = ~done
+        c = torch.where(live, tables.first_child[v] + k, 1)
+        path, length = tables.leftmost[c], tables.length[c]
+        top = path.shape[1]
+        inside = torch.arange(top, device=device)[None] < length[:, None]
+        above = torch.cat([v[:, None], path[:, :-1]], 1)
+        d = torch.where(inside, delta.gather(1, above), math.nan)
+        lr = log_rho.gather(1, path)
+        lr = torch.cat([residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1]), lr[:, 1:]], 1)
+        log_p, h = path_weights(torch.where(inside, lr, 0.0), d, length)
+        hits = coins.gather(1, path) < h[:, 1:]
+        eta = top - torch.cat([torch.ones_like(hits[:, :1]), hits], 1).flip(1).int().argmax(1)
+        survive = torch.flip(torch.cumprod(torch.flip(1 - h, [1]), 1), [1])
+        paths.append((path, length, eta, torch.where(inside, 1 - survive[:, 1:], math.nan), live))
+        leaf, rejected = eta == length, eta == 0
+        w = path.gather(1, (eta - 1).clamp_min(0)[:, None])[:, 0]
+        stepped = torch.logaddexp(log_lam, residual_mass(log_lam, d[:, 0]).log())
+        weighted = -log_p.gather(1, eta[:, None])[:, 0].clamp_min(-LOG_WEIGHT_FLOOR)
+        v_next = torch.where(rejected, v, w)
+        k_next = torch.where(rejected, k + 1, 1)
+        exhausted = k_next >= tables.num_children[v_next]
+        ends = live & (leaf | exhausted)
+        cur = torch.where(live & leaf, path[ar, length - 1], torch.where(ends, v_next, cur))
+        corrected |= ends & ~leaf
+        v, k = torch.where(live, v_next, v), torch.where(live, k_next, k)
+        log_lam = torch.where(live, torch.where(rejected, stepped, weighted), log_lam)
+        done |= ends
+    return TreeWalk(cur, corrected, log_lam, paths)
+
+
+class BlockVerification(TreeVerifier):
     name = "block"
 
-    def uniforms_per_chain(self, length: int) -> int:
-        return length + 2  # the coins U_0..U_L, and the residual's
+    def uniforms_per_tree(self, tree) -> int:
+        return tree.num_nodes + 1  # a coin per node (a chain's U_0..U_L), and the residual's
 
     def verify_chain(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor | None,
                      uniforms: torch.Tensor) -> BlockVerdict:
@@ -121,11 +245,16 @@ class BlockVerification(ChainVerifier):
         eta = top - coins.flip(1).int().argmax(1)  # the last i with U_i < h_i (h_0 = 1: always one)
         return BlockVerdict(eta=eta, log_p=log_p, h=h, depth=depth)
 
-    def residual(self, delta: torch.Tensor, log_p: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-        """u_new from the weighted residual (p_eta P - Q)_+ at the first node not committed: delta
-        and log_p = log p_eta (A,) of those rows, and each row's residual uniform."""
-        lam = torch.exp(-log_p.clamp_min(-LOG_WEIGHT_FLOOR))
-        return sample_residual(delta, lam, uniform)
+    def weigh_tree(self, log_rho: torch.Tensor, delta: torch.Tensor, uniforms: torch.Tensor,
+                   tables: TreeTables) -> TreeWalk:
+        """A tree that is not a chain (weigh_tree); uniforms (A, M + 1), the last the residual's."""
+        return weigh_tree(log_rho, delta, uniforms[:, :-1], tables)
+
+    def residual(self, delta: torch.Tensor, log_lam: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+        """u_new from the residual R_lambda = (P - lambda Q)_+ / G(lambda) where a round stops: delta
+        and log lambda (A,) of those rows (a chain's first node not committed: lambda = 1 / p_eta),
+        and each row's residual uniform."""
+        return sample_residual(delta, log_lam.clamp_max(LOG_WEIGHT_FLOOR).exp(), uniform)
 
     def acceptance(self, delta, k=1):
         return ReflectionMaximalCoupling().acceptance(delta, k)
