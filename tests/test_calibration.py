@@ -124,4 +124,5 @@ def test_a_cache_folder_that_cannot_be_written_is_skipped(tmp_path):
 def test_objective_and_verifier_refusals():
     with pytest.raises(SpecdemoError, match="objective"):
         build(SamplerConfig(**{**AUTO, "objective": "speed"}))
-    assert get_verifier("block").max_children == 1
+    assert get_verifier("block").max_children is None  # whole trees too; rmc takes chains only
+    assert get_verifier("rmc").max_children == 1

@@ -28,7 +28,6 @@ BAD = {  # name: (arguments, a word the one-line error must contain)
     "unknown-model": (["--model", "no-such-model"], "no-such-model"),
     "malformed-tree": (["--method", "tree", "--tree", "4x"], "4x"),
     "rmc-with-a-tree": (["--method", "tree", "--tree", "2x3", "--verifier", "rmc"], "rmc"),
-    "block-with-a-tree": (["--method", "tree", "--tree", "2x3", "--verifier", "block"], "one child per node"),
     "steps-zero": (["--steps", "0"], "--steps"),
     "steps-abc": (["--steps", "abc"], "abc"),
 }
