@@ -145,7 +145,7 @@ def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], lis
     return rows, runs
 
 
-def cli_runs(steps: int, cache: Path, repeats: int = 3) -> dict:
+def cli_runs(steps: int, cache: Path, repeats: int = 5) -> dict:
     """The README's command as a user runs it: new processes, the auto plan's first run (pilot), then
     `repeats` times the second (plan from the cache) and the same command with --method target, in
     alternation (one fresh process is noisy: the ratio is of their medians); each JSON's last line."""
@@ -306,7 +306,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
               "`python -m specdemo sample --model digits --steps N --num-samples 1 --method tree --tree auto`, each "
               "run a new process with an empty plan cache to start: the first run pilots and plans (`--replan`: the "
               "package ships plans of these settings; `pilot_s`), the second takes the plan from the cache; then the "
-              "same command with `--method target`; the second and the target run three times in alternation, and "
+              "same command with `--method target`; the second and the target run five times in alternation, and "
               "a row shows the run of median wall-clock (*runs*: how many). "
               "`wall_s` is the sampling; building the problem sets the target's kernels up for the run's call "
               "sizes first (`warmup_s`), as loading a model does, for both methods.",
@@ -316,7 +316,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     cli = {}
     with tempfile.TemporaryDirectory() as cache:
         for steps in (100,) if quick else (100, 1000):
-            out = cli_runs(steps, Path(cache), 1 if quick else 3)
+            out = cli_runs(steps, Path(cache), 1 if quick else 5)
             cli[steps] = out
             plain = median_run(out["target"])
             for run in ("first", "second", "target"):

@@ -29,8 +29,9 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     lines = ["A tree verified node by node stops at its first rejection. Weighed as a whole "
              "(docs/algorithms.md, section 3, \"whole trees\"), each path is weighed as a block-verified chain, and "
              "where it stops, the stopped node's next child and its own path are weighed against the residual "
-             "instead of drawing it. The block planner (specdemo/trees/auto.py) plans fans (K, 1, ..., 1), K <= 4: a "
-             "chain with K - 1 more children of the root, each with its own chain. Planned settings pilot afresh "
+             "instead of drawing it; a branching root's child is chosen by rank-aware selection. The block planner "
+             "(specdemo/trees/auto.py) plans fans (K, 1, ..., 1), K <= 4: a chain whose first node is the one "
+             "selected among K children of the root. Planned settings pilot afresh "
              "(their pilot's calls, not in the speedup, in the last column); *planned*: the plan's expected calls per "
              "trajectory. Fixed topologies are compared at equal target rows a round.",
              "", f"### `gm512`, {gm_count} trajectories, at most 85 rows a round, the defaults (freeze auto, prefetch "

@@ -1,6 +1,7 @@
 """Block verification of a chain and of a whole tree (specdemo/verifiers/block.py), in scalar space:
 the weights and coins, the probability that each node is committed, more committed steps than
-verifying node by node, and the tree walk against D-GRS, chains and the planner's law for fans. Its exactness end to end is tests/test_exactness.py's (chain-block-* variants), the law of a
+verifying node by node, and the tree walk against D-GRS (its stairs), chains, rank-aware selection
+(a branching root) and the planner's law for fans. Its exactness end to end is tests/test_exactness.py's (chain-block-* variants), the law of a
 block of one node tests/test_verifiers.py's."""
 
 import math
@@ -16,7 +17,8 @@ from specdemo.sampling import sample
 from specdemo.targets import GaussianMixture, gm2d
 from specdemo.trees import Topology
 from specdemo.trees.auto import block_fan_stop_probabilities, block_stop_probabilities
-from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankOne, ReflectionMaximalCoupling
+from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection, RankOne,
+                                ReflectionMaximalCoupling)
 from specdemo.verifiers.block import TreeTables, block_weights, weigh_tree
 from specdemo.verifiers.dgrs import grs_levels
 
@@ -185,15 +187,28 @@ def tree_rows(widths, deltas, rows, seed):
     """rows draws of a tree's scalars under the draft: each node's delta by depth (deltas[d] at the
     nodes of depth d, whose children are at depth d + 1), u_n ~ N(0, 1) at every node, its log rho
     against its parent, and a coin per node. Returns (tree, tables, log_rho, delta, coins)."""
+    tree, tables, log_rho, delta, coins, _ = tree_draws(widths, deltas, rows, seed)
+    return tree, tables, log_rho, delta, coins
+
+
+def tree_draws(widths, deltas, rows, seed):
+    """tree_rows, and the projections u (rows, M) and every uniform the block verifier takes."""
     tree = Topology(widths)
     g = torch.Generator().manual_seed(seed)
     depth = tree.node_depth
     delta = torch.tensor([deltas[d] if d < tree.depth else math.nan for d in depth.tolist()],
                          dtype=torch.float64).expand(rows, -1)
     above = delta[:, tree.parent.clamp_min(0)]
-    log_rho = above * torch.randn(rows, tree.num_nodes, generator=g, dtype=torch.float64) - 0.5 * above**2
-    coins = torch.rand(rows, tree.num_nodes, generator=g, dtype=torch.float64)
-    return tree, TreeTables.of(tree, torch.device("cpu")), log_rho, delta, coins
+    u = torch.randn(rows, tree.num_nodes, generator=g, dtype=torch.float64)
+    log_rho = above * u - 0.5 * above**2
+    uniforms = torch.rand(rows, BlockVerification().uniforms_per_tree(tree), generator=g, dtype=torch.float64)
+    return tree, TreeTables.of(tree, torch.device("cpu")), log_rho, delta, uniforms[:, :tree.num_nodes], (u, uniforms)
+
+
+def block_walk(widths, deltas, rows, seed):
+    """The block verifier's walk of drafted trees (rank-aware selection at a branching root)."""
+    tree, tables, log_rho, delta, _, (u, uniforms) = tree_draws(widths, deltas, rows, seed)
+    return tree, BlockVerification().weigh_tree(log_rho, delta, uniforms, tables, u[:, 1:1 + widths[0]])
 
 
 def committed(tree, walk):
@@ -213,8 +228,9 @@ def test_every_walk_ends_within_its_attempts(widths):
 
 
 def test_a_tree_of_one_level_is_greedy_rejection_sampling():
-    """Widths (K,): each path is one child, weighed against R_lambda with the stairs of D-GRS: the
-    same child kept, with the same coins, as GreedyRejectionSampling decides (and rejections alike)."""
+    """The stairs (every branching node but the root, where the verifier selects by rank), on widths
+    (K,) without a root selection: each path is one child, weighed against R_lambda: the same child
+    kept, with the same coins, as GreedyRejectionSampling decides (and rejections alike)."""
     k, rows = 4, 20_000
     tree, tables, log_rho, delta, coins = tree_rows((k,), [1.3], rows, seed=8)
     walk = weigh_tree(log_rho, delta, coins, tables)
@@ -239,7 +255,8 @@ def test_a_chain_weighed_as_a_tree_is_block_verification():
 
 @pytest.mark.parametrize("k,delta", [(2, 0.7), (3, 1.5), (4, 3.0)])
 def test_the_first_step_is_lost_with_dgrs_probability(k, delta):
-    """A fan (K, 1, 1): the round commits no drafted child iff every child's path gave eta = 0,
+    """The stairs on a fan (K, 1, 1) without a root selection: the round commits no drafted child iff
+    every child's path gave eta = 0,
     with probability G_{K+1}(delta) (closed form, D-GRS's rejection): the look-ahead below each
     child moves which child is kept, not how often one is."""
     rows = 200_000
@@ -250,19 +267,31 @@ def test_the_first_step_is_lost_with_dgrs_probability(k, delta):
     assert abs(lost - expected) <= 4 * math.sqrt(expected * (1 - expected) / rows) + 1e-12, (lost, expected)
 
 
+@pytest.mark.parametrize("k,delta", [(2, 0.7), (3, 1.5), (4, 3.0)])
+def test_a_branching_root_is_lost_with_rank_aware_probability(k, delta):
+    """The block verifier on a fan (K, 1, 1): the root's child is chosen by rank-aware selection and its
+    path weighed with the ratio phi(u - delta) / g(u), so the first step is lost (the residual of the
+    selection drawn) with 1 - rank-aware selection's acceptance, whatever lies below (fact b)."""
+    rows = 200_000
+    tree, walk = block_walk((k, 1, 1), [delta, 1.0, 0.6], rows, seed=10)
+    lost = (walk.corrected & (walk.cur == 0)).double().mean().item()
+    expected = 1 - float(RankAwareSelection().acceptance(torch.tensor([delta], dtype=torch.float64), k)[0])
+    assert abs(lost - expected) <= 4 * math.sqrt(expected * (1 - expected) / rows) + 2e-3, (lost, expected)
+
+
 def test_the_planners_fan_law_matches_the_walk():
     """block_fan_stop_probabilities (the block planner's law for fans (K, 1, ..., 1)), from 50,000
-    Monte Carlo roots, against the frequencies of weigh_tree on 200,000 drafted fans, for K = 1..3
-    at depth 4."""
+    Monte Carlo chains, against the frequencies of the block verifier's walk on 200,000 drafted fans,
+    for K = 1..3 at depth 4."""
     deltas, rows, sims = [0.9, 0.7, 1.1, 0.6], 200_000, 50_000
     g = torch.Generator().manual_seed(11)
-    chains = [torch.tensor(deltas, dtype=torch.float64).expand(sims, -1) for _ in range(3)]
-    fans = block_fan_stop_probabilities(torch.full((sims,), deltas[0], dtype=torch.float64), chains,
-                                        [torch.randn(sims, 4, generator=g, dtype=torch.float64) for _ in range(3)])
+    fans = block_fan_stop_probabilities(torch.tensor(deltas, dtype=torch.float64).expand(sims, -1),
+                                        torch.randn(sims, 4, generator=g, dtype=torch.float64),
+                                        torch.randn(sims, 3, generator=g, dtype=torch.float64),
+                                        torch.rand(sims, generator=g, dtype=torch.float64))
     assert fans.sum(2) == pytest.approx(1.0, abs=1e-12)
     for k in (1, 2, 3):
-        tree, tables, log_rho, delta, coins = tree_rows((k, 1, 1, 1), deltas, rows, seed=12 + k)
-        walk = weigh_tree(log_rho, delta, coins, tables)
+        tree, walk = block_walk((k, 1, 1, 1), deltas, rows, seed=12 + k)
         eta = torch.where(walk.corrected, tree.node_depth[walk.cur], tree.depth)
         freq = torch.bincount(eta, minlength=5).double() / rows
         p = torch.from_numpy(fans[k - 1, 3])
@@ -272,12 +301,44 @@ def test_the_planners_fan_law_matches_the_walk():
 
 def test_a_fan_commits_more_than_its_chain():
     """The point of weighing the whole tree: a fan (3, 1, 1, 1) commits more steps per round than the
-    chain of depth 4 it extends (its first child's path is that chain), on the same deltas."""
+    chain of depth 4 it extends, on the same deltas."""
     deltas, rows = [1.2, 0.8, 0.8, 0.8], 50_000
     steps = {}
     for widths in ((1, 1, 1, 1), (3, 1, 1, 1)):
-        tree, tables, log_rho, delta, coins = tree_rows(widths, deltas, rows, seed=13)
-        steps[widths] = committed(tree, weigh_tree(log_rho, delta, coins, tables)).double()
+        tree, walk = block_walk(widths, deltas, rows, seed=13)
+        steps[widths] = committed(tree, walk).double()
     gain = steps[(3, 1, 1, 1)].mean() - steps[(1, 1, 1, 1)].mean()
     se = math.sqrt(sum(s.var().item() / rows for s in steps.values()))
     assert gain > 4 * se, (gain, se)
+
+
+class _Uniforms:
+    """A stand-in for the driver's per-trajectory streams: rank-aware selection's residual asks it for
+    more proposals in the rare rows whose first ones were all rejected."""
+
+    def __init__(self, seed: int):
+        self.g = torch.Generator().manual_seed(seed)
+
+    def uniform(self, rows, count):
+        return torch.rand(len(rows), count, generator=self.g, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("k,delta", [(2, 0.8), (4, 1.5)])
+def test_a_branching_roots_first_step_has_the_target_law(k, delta):
+    """The block verifier on fans (K, 1, 1): the first committed state's projection, the selected
+    child's u where its path kept it, else the draw from the selection's residual (phi - g)_+, is
+    N(delta, 1) (a one-sample Kolmogorov-Smirnov test on 200,000 rounds), whatever lies below."""
+    from scipy import stats
+
+    rows = 200_000
+    tree, tables, log_rho, delta_t, _, (u, uniforms) = tree_draws((k, 1, 1), [delta, 1.0, 0.6], rows, seed=14)
+    walk = BlockVerification().weigh_tree(log_rho, delta_t, uniforms, tables, u[:, 1:1 + k])
+    at_root = walk.corrected & (walk.cur == 0)
+    first = u.gather(1, walk.paths[0][0][:, :1])[:, 0]
+    n = int(at_root.sum())
+    drawn = BlockVerification().root_residual(torch.full((n,), delta, dtype=torch.float64), walk.selected.log_w[at_root],
+                                              uniforms[at_root, tree.num_nodes + 1:], _Uniforms(15), torch.arange(n))
+    committed_u = first.clone()
+    committed_u[at_root] = drawn
+    assert 0.01 < at_root.double().mean() < 0.5  # both outcomes are tested
+    assert stats.kstest((committed_u - delta).numpy(), "norm").pvalue > 1e-3

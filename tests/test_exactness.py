@@ -53,6 +53,7 @@ VARIANTS = {
     # node a path stopped at, and fans (the block planner's trees)
     "tree-block-bias1.5": (Topology((3, 2, 2)), BlockVerification, FrozenDraft(), 1.5),
     "fan-block-frozen": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft(), 0.0),
+    "fan-block-bias1.5": (Topology((4, 1, 1)), BlockVerification, FrozenDraft(), 1.5),
     # second-order freezing: the affine chain (node and chain verifiers, known roots after evaluated
     # leaves), tree levels and lazy leaves, and an auto table that drafts steps with each of the three forms
     "chain-rmc-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling, FrozenDraft("x0-linear"), 0.0),

@@ -474,7 +474,7 @@ def _walk_tree(state: RoundState, run) -> None:
     log_rho = torch.where(delta >= DELTA_FLOOR, delta * red.u.view(a, inner, -1) - 0.5 * delta**2, 0.0)
     log_rho = log_rho.flatten(1)[:, lay.child_column]
     delta = torch.cat([delta[..., 0], delta.new_full((a, lay.tree.num_nodes - inner), float("nan"))], 1)
-    walk = run.verifier.weigh_tree(log_rho, delta, state.uniforms, lay.tables)
+    walk = run.verifier.weigh_tree(log_rho, delta, state.uniforms, lay.tables, red.u.view(a, inner, -1)[:, 0, :lay.tree.widths[0]])
     state.tree_record, state.records = TreeRecord(red, kids, scales, walk), []
     state.cur, state.corrected = walk.cur, walk.corrected
     state.end_depth = torch.where(walk.corrected, lay.node_depth[walk.cur] + 1, state.tree.depth)
@@ -526,13 +526,33 @@ def _correct_chain(state: RoundState, run, rows: list[int]) -> None:
 
 
 def _correct_tree(state: RoundState, run, rows: list[int]) -> None:
-    """The draw from R_lambda at the node each row stopped at, keeping z_perp of its first child."""
+    """The draw from R_lambda at the node each row stopped at, keeping z_perp of its first child; at
+    a root whose child was selected by rank, the draw from (phi - g)_+ keeping the selected child's."""
     record, inner = state.tree_record, state.layout.num_parents
+    if record.walk.selected is not None:
+        at_root = [i for i in rows if state.end_host[i] == 1]
+        if at_root:
+            _correct_root(state, run, at_root)
+        rows = [i for i in rows if state.end_host[i] != 1]
+        if not rows:
+            return
     r = torch.tensor(rows, device=state.slots.device)
     flat = r * inner + record.walk.cur[r]
     red = record.red.select(flat)
-    u_new = run.verifier.residual(red.delta, record.walk.log_lam[r], state.uniforms[r, -1])
+    u_new = run.verifier.residual(red.delta, record.walk.log_lam[r], state.uniforms[r, state.tree.num_nodes])
     state.y_new[r] = red.move(record.kids.flatten(0, 1)[flat, 0], red.u[:, 0], u_new, record.scales.flatten()[flat])
+
+
+def _correct_root(state: RoundState, run, rows: list[int]) -> None:
+    record, inner = state.tree_record, state.layout.num_parents
+    r = torch.tensor(rows, device=state.slots.device)
+    flat = r * inner
+    red, chosen = record.red.select(flat), record.walk.selected.child[r]
+    proposals = state.uniforms[r, state.tree.num_nodes + 1:]
+    u_new = run.verifier.root_residual(red.delta, record.walk.selected.log_w[r], proposals, run.rng, state.slots[r])
+    sel = torch.arange(len(rows), device=r.device)
+    state.y_new[r] = red.move(record.kids.flatten(0, 1)[flat, chosen], red.u[sel, chosen], u_new,
+                              record.scales.flatten()[flat])
 
 
 def commit(state: RoundState, run) -> None:

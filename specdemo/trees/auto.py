@@ -34,8 +34,9 @@ is between nearest and nearest with the leaves evaluated.
 
 Block verification (verifiers/block.py) weighs a chain as a whole: where it stops depends on every
 node's delta and u, not on one level's acceptance. Its plans are fans (K, 1, ..., 1), K <= 4 (a chain
-at K = 1; on a whole tree each further child of the root, with its chain, is weighed where the first
-stopped at the root: block_fan_stop_probabilities), whose shape minimises
+at K = 1; on a whole tree the root's child is chosen by rank-aware selection and its chain weighed
+with that child's ratio against the selection's density: block_fan_stop_probabilities), whose shape
+minimises
 
     V(n, k) = price(1 - k + K (L - 1 + leaves)) + sum_{j < L} P(eta = j) V(n + j + 1, 0) + P(eta = L) V(n + L, leaves),
 
@@ -60,7 +61,7 @@ import torch
 
 from ..errors import SpecdemoError
 from ..verifiers import DELTA_FLOOR, TreeVerifier, Verifier
-from ..verifiers.block import path_weights, residual_log_ratio, residual_mass
+from ..verifiers.block import path_weights, select_root_child
 from .cost_model import CostModel
 from .plan import TopologyPlan
 from .topology import MAX_DEPTH, Topology
@@ -155,14 +156,13 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
     def block_stops(n: int, length: int, first_exact: bool) -> np.ndarray:
         """The fans' stop probabilities (block_fan_stop_probabilities) for widths 1..BLOCK_FAN_WIDTHS
         (at most max_width; 1 where the root's level is exact: the first child is then always kept)."""
-        root = np.zeros(BLOCK_PLAN_CHAINS) if first_exact else chains.choice(pooled(n, 1), BLOCK_PLAN_CHAINS)
-        deltas, us = [], []
-        for _ in range(1 if first_exact else min(BLOCK_FAN_WIDTHS, max_width)):
-            below = np.stack([root] + [chains.choice(pooled(n + d - 1, d), BLOCK_PLAN_CHAINS)
-                                       for d in range(2, length + 1)], 1)
-            deltas.append(torch.from_numpy(below))
-            us.append(torch.from_numpy(chains.standard_normal(below.shape)))
-        return block_fan_stop_probabilities(torch.from_numpy(root), deltas, us)
+        deltas = np.stack([np.zeros(BLOCK_PLAN_CHAINS) if first_exact and d == 1
+                           else chains.choice(pooled(n + d - 1, d), BLOCK_PLAN_CHAINS)
+                           for d in range(1, length + 1)], 1)
+        widths = 1 if first_exact else min(BLOCK_FAN_WIDTHS, max_width)
+        return block_fan_stop_probabilities(torch.from_numpy(deltas), torch.from_numpy(chains.standard_normal(deltas.shape)),
+                                            torch.from_numpy(chains.standard_normal((BLOCK_PLAN_CHAINS, widths))),
+                                            torch.from_numpy(chains.random(BLOCK_PLAN_CHAINS)))
 
     num_steps = stats.num_steps
     value = np.zeros((num_steps + 1, 2))  # V(n, k) in the objective's unit
@@ -347,32 +347,22 @@ def _stop_matrices(log_rho: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     return probs
 
 
-def block_fan_stop_probabilities(root_delta: torch.Tensor, deltas: list[torch.Tensor],
-                                 us: list[torch.Tensor]) -> np.ndarray:
-    """F[K - 1, L - 1, j] for the fan (K, 1, ..., 1) of depth L under whole-tree block verification
-    (verifiers/block.py, weigh_tree): the probability that the round's first committed path ends
-    with eta = j (j = 0: every child of the root rejected, 1 step; 0 < j < L: j + 1 steps; L: the
-    leaf), averaged over S Monte Carlo roots with delta root_delta (S,). Child k's chain has deltas
-    deltas[k - 1] (S, L_max) (its first column ignored: the root's delta is used) and projections
-    us[k - 1]. The children are tried in order against the residual R_lambda_k, lambda_1 = 0,
-    lambda_{k+1} = lambda_k + G(lambda_k) (fixed by the root's delta), and child k is reached
-    when children 1..k - 1 all gave eta = 0, given their chains: a product of the per-chain
-    P(eta = 0 | L), so every K and L come from K chain weighings."""
-    log_lam = torch.full_like(root_delta, -math.inf)
-    reach = torch.ones(())
-    fans, steps = [], 0.0
-    for delta, u in zip(deltas, us):
-        delta = torch.cat([root_delta[:, None], delta[:, 1:]], 1)
-        same = ~(delta >= DELTA_FLOOR)
-        log_rho = torch.where(same, 0.0, delta * u - 0.5 * delta**2)
-        log_rho[:, 0] = residual_log_ratio(log_rho[:, 0], log_lam, root_delta)
-        stops = _stop_matrices(log_rho, delta)  # (S, L, L + 1)
-        steps = steps + reach[..., None] * stops
-        reach = reach * stops[:, :, 0]
-        fan = steps.clone()
-        fan[:, :, 0] = reach
-        fans.append(fan.mean(0))
-        log_lam = torch.logaddexp(log_lam, residual_mass(log_lam, root_delta).log())
+def block_fan_stop_probabilities(delta: torch.Tensor, u: torch.Tensor, kids: torch.Tensor,
+                                 rank_uniform: torch.Tensor) -> np.ndarray:
+    """F[K - 1, L - 1, j] for the fans (K, 1, ..., 1) of depth L, K = 1..K_max, under whole-tree block
+    verification (verifiers/block.py): the probability that the round ends with eta = j on the
+    weighed path (j = 0: 1 step, the root's residual; 0 < j < L: j + 1 steps; L: the leaf), averaged
+    over S Monte Carlo chains with deltas delta (S, L_max), the root's first, and projections u
+    (S, L_max) under the draft. With K > 1 the root's child is chosen by rank-aware selection among
+    K children (kids[:, :K], rank_uniform (S,)), and its ratio phi(u - delta) / g(u) replaces the
+    first node's; the rest of the chain is the same for every K, so every K and L come from K chain
+    weighings."""
+    same = ~(delta >= DELTA_FLOOR)
+    log_rho = torch.where(same, 0.0, delta * u - 0.5 * delta**2)
+    fans = [_stop_matrices(log_rho, delta).mean(0)]
+    for k in range(2, kids.shape[1] + 1):
+        log_rho[:, 0] = select_root_child(delta[:, 0], kids[:, :k], rank_uniform).log_ratio
+        fans.append(_stop_matrices(log_rho, delta).mean(0))
     return torch.stack(fans).numpy()
 
 

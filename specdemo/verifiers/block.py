@@ -42,8 +42,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import DELTA_FLOOR, TreeVerifier, normal_sf
+from .base import DELTA_FLOOR, RankOne, TreeVerifier, normal_sf, std_normal_log_pdf
 from .dgrs import sample_residual
+from .rank import PROPOSALS_PER_DRAW, RankAwareSelection, log_order_stat_mixture
 from .rmc import ReflectionMaximalCoupling
 
 # p_eta below exp(-LOG_WEIGHT_FLOOR) gives r_eta = 0 in float64, so such an eta is never chosen; the
@@ -172,14 +173,39 @@ class TreeWalk:
     corrected: torch.Tensor
     log_lam: torch.Tensor
     paths: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    selected: "RootSelection | None" = None
 
 
-def weigh_tree(log_rho: torch.Tensor, delta: torch.Tensor, coins: torch.Tensor, tables: TreeTables) -> TreeWalk:
+@dataclass
+class RootSelection:
+    """Rank-aware selection among the root's K children (verifiers/rank.py): the selected child
+    (A,) in 0..K-1, its log ratio log phi(u - delta) - log g(u) against the selection's density g,
+    and the log-weights (A, K) of g, which the residual (phi(. - delta) - g)_+ needs."""
+
+    child: torch.Tensor
+    log_ratio: torch.Tensor
+    log_w: torch.Tensor
+
+
+def select_root_child(delta: torch.Tensor, u: torch.Tensor, uniform: torch.Tensor) -> RootSelection:
+    """A rank drawn with w(delta, K) before the children are looked at (uniform (A,)), applied to
+    the root's children sorted by u (A, K); P = Q (delta below DELTA_FLOOR): child 1, ratio 1."""
+    chosen, u_sel, log_w, _ = RankAwareSelection()._select(RankOne(delta, u, None, None), uniform[:, None])
+    log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]
+    same = ~(delta >= DELTA_FLOOR)
+    return RootSelection(torch.where(same, 0, chosen), torch.where(same, 0.0, log_ratio), log_w)
+
+
+def weigh_tree(log_rho: torch.Tensor, delta: torch.Tensor, coins: torch.Tensor, tables: TreeTables,
+               selected: RootSelection | None = None) -> TreeWalk:
     """Block verification of a whole tree (algorithms.md section 3, "whole trees"). log_rho (A, M):
     log rho_n of each node n against its parent's kernels (column 0 unused); delta (A, M) at the
     nodes with children (ignored elsewhere); coins (A, M) uniforms, node n's in column n.
 
-    From the root (lambda = 0: the target itself), each attempt weighs the leftmost path below the
+    selected: rank-aware selection among a branching root's children, whose path is weighed first
+    (its ratio against the selection's density); its eta = 0 ends the round with the selection's
+    residual at the root. Without it, from the root (lambda = 0: the target itself), and after it
+    below the root, each attempt weighs the leftmost path below the
     next untried child c of the current node v as a chain (path_weights), c's ratio taken against
     the residual R_lambda there. eta = 0: c is rejected, lambda <- lambda + G(lambda) (D-GRS's
     stairs) and the next child is tried. 0 < eta < its length: the path is committed down to its
@@ -196,16 +222,18 @@ def weigh_tree(log_rho: torch.Tensor, delta: torch.Tensor, coins: torch.Tensor, 
     done = torch.zeros(a, dtype=torch.bool, device=device)
     corrected = torch.zeros_like(done)
     paths = []
-    for _ in range(tables.max_attempts):
+    for attempt in range(tables.max_attempts):
         live = ~done
-        c = torch.where(live, tables.first_child[v] + k, 1)
+        root_pick = attempt == 0 and selected is not None  # the root's one selected child
+        c = 1 + selected.child if root_pick else torch.where(live, tables.first_child[v] + k, 1)
         path, length = tables.leftmost[c], tables.length[c]
         top = path.shape[1]
         inside = torch.arange(top, device=device)[None] < length[:, None]
         above = torch.cat([v[:, None], path[:, :-1]], 1)
         d = torch.where(inside, delta.gather(1, above), math.nan)
         lr = log_rho.gather(1, path)
-        lr = torch.cat([residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1]), lr[:, 1:]], 1)
+        first = selected.log_ratio[:, None] if root_pick else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])
+        lr = torch.cat([first, lr[:, 1:]], 1)
         log_p, h = path_weights(torch.where(inside, lr, 0.0), d, length)
         hits = coins.gather(1, path) < h[:, 1:]
         eta = top - torch.cat([torch.ones_like(hits[:, :1]), hits], 1).flip(1).int().argmax(1)
@@ -217,21 +245,23 @@ def weigh_tree(log_rho: torch.Tensor, delta: torch.Tensor, coins: torch.Tensor, 
         weighted = -log_p.gather(1, eta[:, None])[:, 0].clamp_min(-LOG_WEIGHT_FLOOR)
         v_next = torch.where(rejected, v, w)
         k_next = torch.where(rejected, k + 1, 1)
-        exhausted = k_next >= tables.num_children[v_next]
+        exhausted = (k_next >= tables.num_children[v_next]) | (rejected if root_pick else False)
         ends = live & (leaf | exhausted)
         cur = torch.where(live & leaf, path[ar, length - 1], torch.where(ends, v_next, cur))
         corrected |= ends & ~leaf
         v, k = torch.where(live, v_next, v), torch.where(live, k_next, k)
         log_lam = torch.where(live, torch.where(rejected, stepped, weighted), log_lam)
         done |= ends
-    return TreeWalk(cur, corrected, log_lam, paths)
+    return TreeWalk(cur, corrected, log_lam, paths, selected)
 
 
 class BlockVerification(TreeVerifier):
     name = "block"
 
     def uniforms_per_tree(self, tree) -> int:
-        return tree.num_nodes + 1  # a coin per node (a chain's U_0..U_L), and the residual's
+        # a coin per node (a chain's U_0..U_L; the root's draws the rank of a branching root), the
+        # residual's, and the proposals of a branching root's residual
+        return tree.num_nodes + 1 + (2 * PROPOSALS_PER_DRAW if tree.widths[0] > 1 else 0)
 
     def verify_chain(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor | None,
                      uniforms: torch.Tensor) -> BlockVerdict:
@@ -246,9 +276,17 @@ class BlockVerification(TreeVerifier):
         return BlockVerdict(eta=eta, log_p=log_p, h=h, depth=depth)
 
     def weigh_tree(self, log_rho: torch.Tensor, delta: torch.Tensor, uniforms: torch.Tensor,
-                   tables: TreeTables) -> TreeWalk:
-        """A tree that is not a chain (weigh_tree); uniforms (A, M + 1), the last the residual's."""
-        return weigh_tree(log_rho, delta, uniforms[:, :-1], tables)
+                   tables: TreeTables, root_u: torch.Tensor) -> TreeWalk:
+        """A tree that is not a chain (weigh_tree); uniforms (A, uniforms_per_tree), node n's coin in
+        column n; root_u (A, K) the projections of the root's children."""
+        m = log_rho.shape[1]
+        selected = select_root_child(delta[:, 0], root_u, uniforms[:, 0]) if root_u.shape[1] > 1 else None
+        return weigh_tree(log_rho, delta, uniforms[:, :m], tables, selected)
+
+    def root_residual(self, delta, log_w, uniforms, rng, rows) -> torch.Tensor:
+        """u_new from (phi(. - delta) - g)_+ where the selected child's path gave eta = 0 (rank-aware
+        selection's residual; uniforms (A, 2 PROPOSALS_PER_DRAW))."""
+        return RankAwareSelection._residual(delta, log_w, uniforms, rng, rows)
 
     def residual(self, delta: torch.Tensor, log_lam: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
         """u_new from the residual R_lambda = (P - lambda Q)_+ / G(lambda) where a round stops: delta
