@@ -474,7 +474,8 @@ def _walk_tree(state: RoundState, run) -> None:
     log_rho = torch.where(delta >= DELTA_FLOOR, delta * red.u.view(a, inner, -1) - 0.5 * delta**2, 0.0)
     log_rho = log_rho.flatten(1)[:, lay.child_column]
     delta = torch.cat([delta[..., 0], delta.new_full((a, lay.tree.num_nodes - inner), float("nan"))], 1)
-    walk = run.verifier.weigh_tree(log_rho, delta, state.uniforms, lay.tables, red.u.view(a, inner, -1)[:, 0, :lay.tree.widths[0]])
+    root_u = red.u.view(a, inner, -1)[:, 0, :lay.tree.widths[0]]  # the root's children's projections
+    walk = run.verifier.weigh_tree(log_rho, delta, state.uniforms, lay.tables, root_u)
     state.tree_record, state.records = TreeRecord(red, kids, scales, walk), []
     state.cur, state.corrected = walk.cur, walk.corrected
     state.end_depth = torch.where(walk.corrected, lay.node_depth[walk.cur] + 1, state.tree.depth)

@@ -73,11 +73,17 @@ class BlockVerdict:
         committed, given everything drafted (NaN past a row's depth). The coins are independent
         given the chain: P(eta >= i) = 1 - prod_{j >= i} (1 - h_j)."""
         top = self.h.shape[1] - 1
-        survive = torch.flip(torch.cumprod(torch.flip(1 - self.h, [1]), 1), [1])
+        committed = commit_probabilities(self.h)
         if self.depth is None:
-            return 1 - survive[:, 1:]
+            return committed
         inside = torch.arange(1, top + 1, device=self.h.device)[None] <= self.depth[:, None]
-        return torch.where(inside, 1 - survive[:, 1:], float("nan"))
+        return torch.where(inside, committed, float("nan"))
+
+
+def commit_probabilities(h: torch.Tensor) -> torch.Tensor:
+    """(A, L) P(eta >= i | the weighed chain) for i = 1..L from the coins' thresholds h (A, L + 1):
+    the coins are independent given the chain, so P(eta >= i) = 1 - prod_{j >= i} (1 - h_j)."""
+    return 1 - torch.flip(torch.cumprod(torch.flip(1 - h, [1]), 1), [1])[:, 1:]
 
 
 def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -237,8 +243,7 @@ def weigh_tree(log_rho: torch.Tensor, delta: torch.Tensor, coins: torch.Tensor, 
         log_p, h = path_weights(torch.where(inside, lr, 0.0), d, length)
         hits = coins.gather(1, path) < h[:, 1:]
         eta = top - torch.cat([torch.ones_like(hits[:, :1]), hits], 1).flip(1).int().argmax(1)
-        survive = torch.flip(torch.cumprod(torch.flip(1 - h, [1]), 1), [1])
-        paths.append((path, length, eta, torch.where(inside, 1 - survive[:, 1:], math.nan), live))
+        paths.append((path, length, eta, torch.where(inside, commit_probabilities(h), math.nan), live))
         leaf, rejected = eta == length, eta == 0
         w = path.gather(1, (eta - 1).clamp_min(0)[:, None])[:, 0]
         stepped = torch.logaddexp(log_lam, residual_mass(log_lam, d[:, 0]).log())
