@@ -35,6 +35,14 @@ class Mutation:
 
 
 MUTATIONS = [
+    Mutation("the fitted Gaussian draft drops its gain on the state", "specdemo/drafts/frozen.py",
+             "            alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), b_x0 * c_mu\n",
+             "            alpha_g, beta_g = alpha_x0, b_x0 * c_mu\n",
+             ("tests/test_sampler.py", "-k", "gaussian")),
+    Mutation("the draft network's residual correction is dropped", "specdemo/drafts/corrected.py",
+             "            corrected = self.network(rows, n_rows, **cond_rows) + frozen.repeat_interleave(p, dim=0)\n",
+             "            corrected = self.network(rows, n_rows, **cond_rows)\n",
+             ("tests/test_sampler.py", "-k", "residual")),
     Mutation("lazy siblings share one noise draw", "specdemo/sampling/phases.py",
              "        xi = state.noise[:, lay.num_drafted_nodes - 1:].unflatten(1, (1, width))\n",
              "        xi = state.noise[:, lay.num_drafted_nodes - 1:].unflatten(1, (1, width))\n"

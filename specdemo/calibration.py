@@ -1,7 +1,7 @@
 """What a run measures before it samples, and keeps: pilot runs, the cost of a round, the plan.
 
 An auto topology (--tree auto) is planned per step from the deltas a pilot run measured
-(trees/auto.py); --freeze auto picks, per step, what the frozen draft freezes from three pilots; the
+(trees/auto.py); --freeze auto picks, per step, what the frozen draft freezes from four pilots; the
 time objective prices each round with the target's measured cost of a call by its rows and the
 driver's own cost (trees/cost_model.py). All of that is stored per setting in a plan cache (a JSON
 file per key), so that the second run of the same setting pays no pilot; plans of the app's
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .pipeline import Problem
 
 PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
-AUTO_FORMS = ("out", "x0", "x0-linear")  # --freeze auto: the forms the pilots compare, a pilot each
+AUTO_FORMS = ("out", "x0", "x0-linear", "gaussian")  # --freeze auto: the forms the pilots compare, a pilot each
 
 
 def pilot_runs(tree_auto: bool, freeze: str | None) -> int:
@@ -45,7 +45,7 @@ def pilot_runs(tree_auto: bool, freeze: str | None) -> int:
     serve --tree auto too), else one chain pilot for --tree auto."""
     return len(AUTO_FORMS) if freeze == "auto" else int(tree_auto)
 LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
-PLAN_FORMAT = "specdemo-plan/1"
+PLAN_FORMAT = "specdemo-plan/2"
 SHIPPED_PLANS = Path(__file__).with_name("plans")
 CALL_REPEATS = 5
 MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded call sizes, 2 an octave
@@ -131,8 +131,8 @@ def plan_from_dict(d: dict) -> TopologyPlan:
 
 # ---------------------------------------------------------------------------------------------- calibration
 def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
-    """What needs pilot runs: --freeze auto (a per-step choice between freezing the output, x0-hat
-    and x0-hat extrapolated in time) and --tree auto (widths planned per step, specdemo.trees.auto,
+    """What needs pilot runs: --freeze auto (a per-step choice among freezing the output, x0-hat,
+    x0-hat extrapolated in time and the fitted Gaussian) and --tree auto (widths planned per step, specdemo.trees.auto,
     priced by a measured cost model for the time objective). Returns the calibrated problem, from the plan cache when
     this setting was calibrated before; pilots are chains with their own seeds, their cost is kept
     in problem.pilot, apart from the run's. cancel stops the pilots between rounds."""
@@ -180,7 +180,7 @@ def _with_bias(problem: Problem) -> Problem:
 
 def _pilots(problem: Problem, auto_freeze: bool, cancel: Cancel | None) -> tuple[DeltaStats, Cost, Draft]:
     """The pilot's deltas, its cost and the draft: with --freeze auto, one pilot for each form the
-    frozen draft can take (freezing the output, x0-hat, x0-hat extrapolated in time), and the per-step
+    frozen draft can take (AUTO_FORMS: the output, x0-hat, its extrapolation in time, the fitted Gaussian), and the per-step
     choice of the best (a tie goes to the earlier form)."""
     if not auto_freeze:
         stats, cost = _pilot(problem, problem.draft, cancel)

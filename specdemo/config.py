@@ -24,7 +24,7 @@ from .errors import SpecdemoError
 METHODS = ("target", "chain", "tree")
 KERNEL_NAMES = ("ddpm", "ddim", "euler-ancestral", "flow-churn", "langevin")
 VERIFIER_NAMES = ("rmc", "dgrs", "rank", "block")
-FREEZE = ("out", "x0", "x0-linear", "auto")
+FREEZE = ("out", "x0", "x0-linear", "gaussian", "residual", "auto")
 PREFETCH_NAMES = ("nearest", "parent", "none", "leaves", "auto")
 OBJECTIVES = ("time", "calls")
 PREDICTIONS = ("epsilon", "v_prediction", "sample")
@@ -89,8 +89,10 @@ class SamplerConfig:
     draft: str = setting("frozen", "frozen (the training-free frozen target), or a draft network for an image "
                                    "model: digits-draft, a folder or a Hub id")
     freeze: str | None = setting(None, "freeze the network output (out), the denoised estimate x0-hat (x0), x0-hat "
-                                       "extrapolated in time from the last two target outputs (x0-linear), or choose "
-                                       "per step from pilot runs (auto) (default: out; auto with --tree auto)",
+                                       "extrapolated in time from the last two target outputs (x0-linear), x0-hat of a "
+                                       "Gaussian fitted to them (gaussian), or choose per step from pilot runs (auto); with a "
+                                       "draft network, the target's residual over it (residual) (default: out; auto "
+                                       "with --tree auto)",
                                  choices=FREEZE)
     draft_bias: float = setting(0.0, "shift the draft mean by B times the step's scale along a fixed direction; "
                                      "samples stay exact", metavar="B", slider=(0.0, 3.0))

@@ -15,7 +15,7 @@ import torch
 
 from .config import KERNEL_NAMES, METHODS, OBJECTIVES, SamplerConfig
 from .calibration import PILOT_DEPTH, call_seconds, call_sizes, calibrate, pilot_runs
-from .drafts import Draft, FrozenDraft, NetworkDraft
+from .drafts import CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .kernels import Kernel
 from .limits import Cancel, Limits
@@ -163,6 +163,10 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
         tree = None if auto else Topology.parse(c.tree or DEFAULT_TREES[c.method])
         if c.method == "chain" and tree is not None and not tree.is_chain:
             raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
+        if c.freeze == "residual" and c.draft == "frozen":
+            raise SpecdemoError("--freeze residual corrects a draft network by the target's residual: use it with "
+                                "--draft NETWORK (digits-draft, a folder or a Hub id); the frozen draft takes out, x0, "
+                                "x0-linear, gaussian or auto")
         pilots = pilot_runs(auto, c.freeze)
         # a warm-up round adds the root's row and commits no step: one more row a round at most
         limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=(c.budget if auto else tree.num_nodes) + 1,
@@ -231,7 +235,8 @@ def warm_up(problem: Problem) -> Problem:
 def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device,
                 draft_target: Target | None = None) -> Draft:
     """"frozen", or a draft model (an embedded name, a folder or a Hub id) for a diffusers target: the
-    target's conditioning (class labels, prompt embeddings and guidance) goes to the draft network too."""
+    target's conditioning (class labels, prompt embeddings and guidance) goes to the draft network too;
+    with --freeze residual the network is corrected by the target's residual (CorrectedNetworkDraft)."""
     if config.draft == "frozen":
         return FrozenDraft(config.freeze)
     if not target.takes_draft_networks:
@@ -240,7 +245,8 @@ def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: t
     mismatch = target.draft_mismatch(draft_target)
     if mismatch:
         raise SpecdemoError(f"draft {config.draft!r} cannot draft for {target.name}: {mismatch}")
-    return NetworkDraft(draft_target.network(kernel, device), name=config.draft)
+    network_type = CorrectedNetworkDraft if config.freeze == "residual" else NetworkDraft
+    return network_type(draft_target.network(kernel, device), name=config.draft)
 
 
 def generate(config: SamplerConfig, **kwargs) -> tuple[SampleResult, Problem]:

@@ -70,7 +70,7 @@ WIDGETS: dict[str, tuple[type, dict]] = {
                                          info=field_metadata("negative_prompt")["help"])),
     "draft": (gr.Dropdown, dict(choices=DRAFT_CHOICES, label="draft", allow_custom_value=True,
                                 info="or a draft network's folder or Hub id (same noise schedule)")),
-    "freeze": (gr.Radio, dict(choices=FREEZE_CHOICES, label="freeze (frozen draft)",
+    "freeze": (gr.Radio, dict(choices=FREEZE_CHOICES, label="freeze",
                               info="what the draft keeps from the last target call")),
     "draft_bias": (gr.Slider, dict(**span("draft_bias"), step=0.1, label="draft bias",
                                    info=field_metadata("draft_bias")["help"])),

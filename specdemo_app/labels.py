@@ -114,9 +114,11 @@ def headline(comp: Comparison) -> str:
 def plan_text(comp: Comparison, max_segments: int = 7) -> str:
     """One line on the topology: a fixed tree, or the planned trees along the steps."""
     chosen, c = comp.chosen, comp.config
-    freeze = {"out": "the network output", "x0": "x0-hat", "auto": "the network output or x0-hat (planned per step)"}
+    freeze = {"out": "the network output", "x0": "x0-hat", "x0-linear": "x0-hat extrapolated in time",
+              "gaussian": "x0-hat of a fitted Gaussian", "auto": "the form chosen per step by pilots"}
     draft = (f"frozen draft keeping {freeze.get(c.freeze, c.freeze)}" if c.draft == "frozen"
-             else f"draft network {c.draft}") + (f", biased by {c.draft_bias:g}" if c.draft_bias else "")
+             else f"draft network {c.draft}" + (" corrected by the target's residual" if c.freeze == "residual" else "")) \
+        + (f", biased by {c.draft_bias:g}" if c.draft_bias else "")
     if comp.plan is None:
         return (f"**Topology** `{chosen.tree}` at every step: {rows_text(chosen.rows_per_round)} target rows a round "
                 f"(cut short near the end) · {draft}.")

@@ -91,7 +91,8 @@ DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: d
                  *[(f"draft network: {c.name} (for {', '.join(m.name for m in CURATED if m.draft == c.repo)}, "
                     f"{c.size})", c.repo) for c in CURATED if any(m.draft == c.repo for m in CURATED)]]
 FREEZE_CHOICES = [("network output", "out"), ("x0-hat", "x0"), ("x0-hat extrapolated in time", "x0-linear"),
-                  ("auto (pilot per step)", "auto")]
+                  ("x0-hat of a fitted Gaussian", "gaussian"), ("auto (pilot per step)", "auto"),
+                  ("the target's residual (a draft network)", "residual")]
 
 
 def model_kernel(model: str, kernel: str | None) -> str:
@@ -205,7 +206,7 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
         raise SpecdemoError(f"unknown freeze {freeze!r}; accepted: {', '.join(v for _, v in FREEZE_CHOICES)}")
     kernel = s.get("kernel")
     if draft == "frozen" and freeze != "out" and not has_denoised(model, kernel):
-        raise SpecdemoError(f"freezing {'x0-hat' if freeze == 'x0' else 'auto'} needs a denoised estimate, which the "
+        raise SpecdemoError(f"freeze {freeze} needs a denoised estimate, which the "
                             f"{model_kernel(model, kernel)} kernel has not; set freeze to the network output")
     churn = s.pop("churn", None)
     by_name = {f.name: f for f in fields(SamplerConfig)}

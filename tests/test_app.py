@@ -366,7 +366,7 @@ def test_auto_topology_on_a_2d_target_with_freeze_auto():
     assert comp.plan is not None and comp.config.freeze == "auto" and comp.chosen.pilot is not None
     assert comp.runs[1].tree == f"1x{round(comp.plan.rows_per_round())}"
     assert comp.chosen.rows_per_round == pytest.approx(comp.plan.rows_per_round())
-    assert "the network output or x0-hat" in out[1] and "pilot" in out[0]
+    assert "the form chosen per step by pilots" in out[1] and "pilot" in out[0]
     assert all(t.rows_per_round() <= 6 for t in comp.plan.trees if t.widths)
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from scipy import stats
 
-from specdemo.drafts import BiasedDraft, FrozenDraft, NetworkDraft
+from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.sampling import sample
 from specdemo.targets import GaussianMixture, gm2d, gm16
@@ -49,6 +49,9 @@ VARIANTS = {
     # residual shows (test_broken_verifier_is_caught)
     "chain-block-bias1.5": (Topology.chain(6), BlockVerification, FrozenDraft(), 1.5),
     "chain-block-network": (Topology.chain(6), BlockVerification, "shifted mixture", 0.0),
+    # the draft network corrected by the target's residual at the frozen node: a chain with known roots, a tree
+    "chain-block-network-residual-leaves": (Topology.chain(6), BlockVerification, "shifted mixture residual", 0.0),
+    "tree-rank-network-residual": (Topology((3, 2, 2)), RankAwareSelection, "shifted mixture residual", 0.0),
     # whole trees weighed path by path: siblings against the residual R_lambda, deeper branches at the
     # node a path stopped at, and fans (the block planner's trees)
     "tree-block-bias1.5": (Topology((3, 2, 2)), BlockVerification, FrozenDraft(), 1.5),
@@ -60,8 +63,13 @@ VARIANTS = {
     "chain-block-x0-linear-leaves": (Topology.chain(6), BlockVerification, FrozenDraft("x0-linear"), 0.0),
     "tree-dgrs-x0-linear": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenDraft("x0-linear"), 0.0),
     "tree-rank-x0-auto3": (Topology((3, 2, 2)), RankAwareSelection, FrozenDraft("auto", [n % 3 for n in range(40)]), 0.0),
+    # the fitted Gaussian draft: the affine chain with known roots, tree levels, and an auto table of all four forms
+    "chain-block-gaussian-leaves": (Topology.chain(6), BlockVerification, FrozenDraft("gaussian"), 0.0),
+    "tree-dgrs-gaussian": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenDraft("gaussian"), 0.0),
+    "fan-block-auto4": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft("auto", [n % 4 for n in range(40)]), 0.0),
 }
-SECOND_ORDER = ("chain-rmc-x0-linear", "chain-block-x0-linear-leaves", "tree-dgrs-x0-linear", "tree-rank-x0-auto3")
+SECOND_ORDER = ("chain-rmc-x0-linear", "chain-block-x0-linear-leaves", "tree-dgrs-x0-linear", "tree-rank-x0-auto3",
+                "chain-block-gaussian-leaves", "tree-dgrs-gaussian", "fan-block-auto4")
 _plain_cache = {}
 
 
@@ -78,10 +86,10 @@ def min_pvalue_bonferroni(a: torch.Tensor, b: torch.Tensor) -> float:
     return min(stats.ks_2samp(pa[:, i], pb[:, i]).pvalue for i in range(dirs.shape[0])) * dirs.shape[0]
 
 
-def shifted_mixture_draft(target: GaussianMixture, kernel) -> NetworkDraft:
+def shifted_mixture_draft(target: GaussianMixture, kernel, draft_type=NetworkDraft) -> NetworkDraft:
     """An independent draft network: the target mixture with every mean moved by 0.3 per coordinate."""
     wrong = GaussianMixture.from_arrays(target.weights, np.asarray(target.means) + 0.3, target.stds)
-    return NetworkDraft(wrong.network(kernel), "shifted mixture")
+    return draft_type(wrong.network(kernel), "shifted mixture")
 
 
 def run(problem, tree=Topology(()), verifier=None, draft=None, seed=0, prefetch="nearest"):
@@ -89,6 +97,8 @@ def run(problem, tree=Topology(()), verifier=None, draft=None, seed=0, prefetch=
     target, kernel = build(), make_kernel()
     if draft == "shifted mixture":
         draft = shifted_mixture_draft(target, kernel)
+    elif draft == "shifted mixture residual":
+        draft = shifted_mixture_draft(target, kernel, CorrectedNetworkDraft)
     mid = kernel.num_steps // 2
     result = sample(target.network(kernel), kernel, target.shape, SAMPLES, tree=tree, draft=draft,
                     verifier=verifier, prefetch=prefetch, seed=seed, keep_steps=[mid])
@@ -102,7 +112,7 @@ def plain(problem):
 
 
 # freezing x0-hat needs a denoised estimate: Langevin has none (refused, see test_sampler); the
-# second-order draft runs on gm2d under DDPM and on the flow problem (where its slope is not noise)
+# second-order and fitted Gaussian drafts run on gm2d under DDPM and on the flow problem (where its slope is not noise)
 def _case(problem: str, variant: str) -> bool:
     if variant in SECOND_ORDER:
         return problem in ("gm2d-ddpm", "gm16-flow")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specdemo import figures as F
-from specdemo.drafts import BiasedDraft, FrozenDraft
+from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft
 from specdemo.errors import SpecdemoError
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.pipeline import SamplerConfig, build
@@ -206,13 +206,85 @@ def test_x0_linear_extrapolates_x0_hat_through_the_last_two_outputs(kernel):
     torch.testing.assert_close(kept, frozen)
 
 
+def gaussian_outputs(kernel, shape, lam, seed=0):
+    """A network output whose x0-hat is that of data ~ N(mu, lam I): (b^2 mu + lam a x) / (a^2 lam + b^2)."""
+    mu = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+    def out(x, n):
+        a, b = (t[n].view(*n.shape, *[1] * len(shape)) for t in (kernel.signal, kernel.noise))
+        return kernel.output_from_denoised((b * b * mu + lam * a * x) / (a * a * lam + b * b), x, n)
+    return out
+
+
+@pytest.mark.parametrize("kernel", [FlowChurnKernel(30, 0.3), DDPMKernel(default_ddpm_scheduler(), 40)])
+def test_freeze_gaussian_fits_a_gaussian_data_law(kernel):
+    """Where the data law is N(mu, lambda I), the fit to the outputs at steps n - 1 and n recovers lambda
+    and the draft is the target's mean at every later step and any state (its affine form too, where the
+    kernel does not clip), which freeze x0 is not; without a second output it is freeze x0 (lambda 0),
+    and an earlier output at the same step keeps the lambda held. lambda = 0.1 is on the fit's grid."""
+    shape, a, depth, n, lam = (5,), 3, 4, 9, 0.1
+    out = gaussian_outputs(kernel, shape, lam)
+    g = torch.Generator().manual_seed(1)
+    x1, x0s = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(2))
+    s1, s0 = torch.full((a,), n), torch.full((a,), n - 1)
+    draft = FrozenDraft("gaussian")
+    assert draft.frozen_history and draft.frozen_shape(shape) == (2, *shape)
+    frozen = draft.frozen_value(kernel, out(x1, s1), x1, s1, earlier=(out(x0s, s0), x0s, s0))
+    torch.testing.assert_close(frozen[:, 1], torch.full((a, *shape), lam, dtype=torch.float64))
+    steps = s1[:, None] + torch.arange(depth)
+    means = draft.for_round(kernel, steps, frozen, {})
+    assert (means.affine is None) == (kernel.clip_range is not None)
+    x0_means = FrozenDraft("x0").for_round(kernel, steps, kernel.denoised(out(x1, s1), x1, s1), {})
+    for d in range(depth):
+        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
+        nd = steps[:, d, None].expand(a, 2)
+        target = kernel.mean(out(x, nd), x, nd)
+        torch.testing.assert_close(means(d, x), target)
+        if means.affine is not None:
+            alpha, beta = means.affine
+            torch.testing.assert_close(alpha[:, d, None, None] * x + beta[:, d, None], target)
+        assert not torch.allclose(x0_means(d, x), target)
+    flat = draft.frozen_value(kernel, out(x1, s1), x1, s1)
+    assert not flat[:, 1].any()
+    torch.testing.assert_close(draft.for_round(kernel, steps, flat, {})(2, x), x0_means(2, x))
+    kept = draft.frozen_value(kernel, out(x1, s1), x1, s1, previous=frozen, earlier=(out(x1, s1), x1, s1))
+    torch.testing.assert_close(kept, frozen)
+
+
+def test_a_draft_network_corrected_by_the_residual_is_exact_where_the_residual_is_constant():
+    """A draft network off the target by a constant output c: the residual kept at the frozen node is c,
+    and the corrected draft is the target's mean at every level, state and step (the plain network is
+    not); freeze residual needs a draft network, and says so."""
+    kernel, shape, a, depth = DDPMKernel(default_ddpm_scheduler(), 40), (5,), 3, 4
+    g = torch.Generator().manual_seed(2)
+    offset = torch.randn(shape, generator=g, dtype=torch.float64)
+    target = lambda x, n: torch.tanh(x) * (1 + n.view(-1, *[1] * len(shape)) / 40)  # noqa: E731
+    network = lambda x, n: target(x, n) - offset  # noqa: E731
+    draft = CorrectedNetworkDraft(network, "off by a constant")
+    assert draft.uses_frozen and draft.calls_network and not draft.frozen_history
+    x1, s1 = torch.randn((a, *shape), generator=g, dtype=torch.float64), torch.full((a,), 9)
+    frozen = draft.frozen_value(kernel, target(x1, s1), x1, s1, cond={})
+    torch.testing.assert_close(frozen, offset.expand(a, *shape))
+    steps = s1[:, None] + torch.arange(depth)
+    means, plain_means = draft.for_round(kernel, steps, frozen, {}), NetworkDraft(network).for_round(kernel, steps, None, {})
+    for d in range(depth):
+        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
+        rows, nd = x.flatten(0, 1), steps[:, d].repeat_interleave(2)
+        expected = kernel.mean(target(rows, nd), rows, nd).view_as(x)
+        torch.testing.assert_close(means(d, x), expected)
+        assert not torch.allclose(plain_means(d, x), expected)
+    with pytest.raises(SpecdemoError, match="--draft NETWORK"):
+        build(SamplerConfig(model="gm2d", method="chain", freeze="residual"))
+
+
 def test_freeze_auto_drafts_each_step_with_its_form():
-    """An auto table of out (0), x0 (1) and x0-linear (2): each step drafted as that freeze drafts it.
-    A table without x0-linear keeps the two-output frozen value and no history, as before."""
+    """An auto table of out (0), x0 (1), x0-linear (2) and gaussian (3): each step drafted as that freeze
+    drafts it. A table of out and x0 only keeps the two-output frozen value and no history, as before."""
     kernel, shape, a = FlowChurnKernel(30, 0.3), (5,), 2
-    table = [n % 3 for n in range(30)]
+    table = [n % 4 for n in range(30)]
     auto = FrozenDraft("auto", table)
-    assert auto.frozen_history and auto.frozen_shape(shape) == (4, *shape)
+    assert auto.frozen_history and auto.frozen_shape(shape) == (6, *shape)
+    assert FrozenDraft("auto", [n % 3 for n in range(30)]).frozen_shape(shape) == (4, *shape)
     old = FrozenDraft("auto", [bool(n % 2) for n in range(30)])
     assert not old.frozen_history and old.frozen_shape(shape) == (2, *shape)
     assert not FrozenDraft("x0").frozen_history and not FrozenDraft().frozen_history
@@ -223,13 +295,14 @@ def test_freeze_auto_drafts_each_step_with_its_form():
     frozen = auto.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0))
     singles = {form: (FrozenDraft(form), FrozenDraft(form).frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
                for form in ("out", "x0")}
-    lin = FrozenDraft("x0-linear")
-    singles["x0-linear"] = (lin, lin.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
+    for form in ("x0-linear", "gaussian"):
+        single = FrozenDraft(form)
+        singles[form] = (single, single.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
     steps = s1[:, None] + torch.arange(6)
     means = auto.for_round(kernel, steps, frozen, {})
     for d in range(6):
         x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
-        draft, value = singles[("out", "x0", "x0-linear")[table[7 + d]]]
+        draft, value = singles[("out", "x0", "x0-linear", "gaussian")[table[7 + d]]]
         torch.testing.assert_close(means(d, x), draft.for_round(kernel, steps, value, {})(d, x))
 
 

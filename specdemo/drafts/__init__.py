@@ -2,7 +2,8 @@
 
 from .base import Draft, LevelMeans
 from .biased import BiasedDraft
+from .corrected import CorrectedNetworkDraft
 from .frozen import FREEZE, FrozenDraft
 from .network import NetworkDraft
 
-__all__ = ["Draft", "LevelMeans", "FrozenDraft", "NetworkDraft", "BiasedDraft", "FREEZE"]
+__all__ = ["Draft", "LevelMeans", "FrozenDraft", "NetworkDraft", "BiasedDraft", "CorrectedNetworkDraft", "FREEZE"]

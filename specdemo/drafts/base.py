@@ -62,12 +62,14 @@ class Draft:
 
     def frozen_value(self, kernel: Kernel, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor,
                      previous: torch.Tensor | None = None,
-                     earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                     earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                     cond: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """What a draft that uses_frozen keeps from a target evaluation (out at states x (A, *shape), steps
         n (A,)). Only a draft with frozen_history is passed, where the sampler has them, `previous`
         (A, *frozen_shape), the value the trajectory held before (zeros for a trajectory that held
         none), and `earlier` (out, x, n), the target output at the node one step above (the parent of
-        the node evaluated, from the same call; at the same step as n where that node is the root)."""
+        the node evaluated, from the same call; at the same step as n where that node is the root).
+        cond: the trajectories' conditioning (a draft that calls its network there)."""
         raise NotImplementedError
 
     def config(self) -> dict:

@@ -208,9 +208,20 @@ class _Batch:
         """The draft's means for a round of the trajectories in state.slots (Draft.for_round)."""
         if self.draft.calls_network:
             self.cost.draft_calls += state.tree.depth  # one call per level (a lazy last level's at the reached node)
-        cond = {k: v[self.slot_traj_device[state.slots]] for k, v in self.cond.items()} if self.cond else {}
         return self.draft.for_round(self.kernel, state.depth_steps,
-                                    self.rows_of(self.frozen, state) if self.uses_frozen else None, cond)
+                                    self.rows_of(self.frozen, state) if self.uses_frozen else None, self.cond_of(state))
+
+    def cond_of(self, state: RoundState) -> dict[str, torch.Tensor]:
+        """The conditioning of a round's trajectories, row by row."""
+        return {k: v[self.slot_traj_device[state.slots]] for k, v in self.cond.items()} if self.cond else {}
+
+    def frozen_value(self, state: RoundState, out: torch.Tensor, x: torch.Tensor, step: torch.Tensor,
+                     **history) -> None:
+        """Keep what the draft freezes from the target output `out` at (x, step), per trajectory of the round."""
+        if self.draft.calls_network:  # a draft network corrected at the frozen node: one more draft call
+            self.cost.draft_calls += 1
+        cond = self.cond_of(state) if self.draft.calls_network else None  # only a draft network reads it
+        self.set_rows(self.frozen, state, self.draft.frozen_value(self.kernel, out, x, step, cond=cond, **history))
 
     def rows_of(self, per_slot: torch.Tensor, state: RoundState) -> torch.Tensor:
         """A per-slot tensor's rows for a round's trajectories: itself (no copy) when the round holds
@@ -326,8 +337,8 @@ class _Batch:
                     held = torch.from_numpy(self.has_frozen[members]).to(self.device)
                     history = {"previous": torch.where(held.view(-1, *[1] * (self.frozen.dim() - 1)),
                                                        self.rows_of(self.frozen, state), 0.0)}
-                self.set_rows(self.frozen, state, self.draft.frozen_value(
-                    self.kernel, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step, **history))
+                self.frozen_value(state, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step,
+                                  **history)
             phases.draft(state, self)
             states.append(state)
         self._groups = groups

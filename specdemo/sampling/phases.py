@@ -575,7 +575,7 @@ def commit(state: RoundState, run) -> None:
             history = {"previous": run.rows_of(run.frozen, state),
                        "earlier": (state.outputs_at(above[:, None])[:, 0], state.x[state.rows, above],
                                    state.step + state.layout.node_depth[above])}
-        run.set_rows(run.frozen, state, run.draft.frozen_value(run.kernel, out, x, step, **history))
+        run.frozen_value(state, out, x, step, **history)
         run.has_frozen[state.slot_list] = True
     if state.evaluate_leaves:
         kept = [i for i, c in enumerate(state.corrected_host) if not c]
