@@ -15,7 +15,6 @@ before the round.
 
 from __future__ import annotations
 
-from .base import LevelMeans
 from .network import NetworkDraft
 
 
@@ -26,16 +25,9 @@ class CorrectedNetworkDraft(NetworkDraft):
         """r_f: the target's output at (x, n) less the draft network's."""
         return out - self.network(x, n, **(cond or {}))
 
-    def for_round(self, kernel, steps, frozen, cond):
-        def level(d, x, out=None):
-            p = x.shape[1]
-            rows = x.flatten(0, 1)
-            n_rows = steps[:, d].repeat_interleave(p)
-            cond_rows = {k: v.repeat_interleave(p, dim=0) for k, v in cond.items()}
-            corrected = self.network(rows, n_rows, **cond_rows) + frozen.repeat_interleave(p, dim=0)
-            m = kernel.mean(corrected, rows, n_rows).view_as(x)
-            return m if out is None else out.copy_(m)
-        return LevelMeans(level)
+    def level_output(self, output, frozen):
+        """out_draft + r_f at every node of a level."""
+        return output + frozen[:, None]
 
     def config(self):
         return {"draft": self.name, "freeze": "residual"}

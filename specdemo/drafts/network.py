@@ -15,13 +15,18 @@ class NetworkDraft(Draft):
 
     def for_round(self, kernel, steps, frozen, cond):
         def level(d, x, out=None):
-            a, p = x.shape[:2]
+            p = x.shape[1]
             rows = x.flatten(0, 1)
             n_rows = steps[:, d].repeat_interleave(p)
             cond_rows = {k: v.repeat_interleave(p, dim=0) for k, v in cond.items()}
-            m = kernel.mean(self.network(rows, n_rows, **cond_rows), rows, n_rows).view_as(x)
+            output = self.level_output(self.network(rows, n_rows, **cond_rows).view_as(x), frozen)
+            m = kernel.mean(output.flatten(0, 1), rows, n_rows).view_as(x)
             return m if out is None else out.copy_(m)
         return LevelMeans(level)
+
+    def level_output(self, output, frozen):
+        """The output the draft's mean is formed from, given the network's at the level's nodes (A, P, *shape)."""
+        return output
 
     def config(self):
         return {"draft": self.name}
