@@ -15,8 +15,9 @@ TITLE = "Beyond the papers: drafts that stay close deeper"
 GM512_TRAJECTORIES = 300  # the issue's count: standard errors of about 0.01x
 FORMS = ("x0", "x0-linear", "gaussian")
 CHAINS = ("1x5", "1x9", "1x16")
+NETWORK_FORMS = ("out", "residual", "auto")  # the draft network as it is, corrected throughout, per step
 # (model, steps, samples, rows budget): the issue's settings
-PLANNED = [("gm512", 30, GM512_TRAJECTORIES, 85), ("digits", 100, 32, 48), ("digits", 1000, 8, 48)]
+PLANNED = [("gm512", 30, GM512_TRAJECTORIES, 85), ("digits", 100, 32, 48), ("digits", 1000, 16, 48)]
 
 
 def config(model: str, steps: int, samples: int, **settings) -> SamplerConfig:
@@ -60,26 +61,30 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             lines.append(f"| {model} | {steps} | {samples} | {budget} | {form} | {s['speedup']:.2f} | "
                          f"{s['target_calls_per_sample']:.2f} | {s['planned_calls']:.2f} | {s['rows_per_call']:.1f} | "
                          f"{s['pilot_calls']} |")
-    lines += ["", "### The digits draft network, corrected by the target's residual (`--freeze residual`)", "",
-              "The small draft network trained for the digits model, as it is (`out`) and with the target's residual "
-              "at the frozen node added to its output at every drafted level (`residual`; docs/algorithms.md, "
-              "section 2). Block verification, nearest prefetch; planned: calls objective, the defaults otherwise.", "",
-              "| steps | samples | topology | freeze out | freeze residual | gain | pilot calls (out, residual) |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "### The digits draft network, corrected by the target's residual, per step or throughout", "",
+              "The small draft network trained for the digits model, as it is (`out`), with the target's residual "
+              "at the frozen node added to its output at every drafted level (`residual`), and per step either that "
+              "or a form of the frozen draft, whichever of five pilots (out, x0, x0-linear, gaussian, residual) "
+              "accepts most at the step (`auto`; docs/algorithms.md, section 2). Block verification; chains: nearest "
+              "prefetch; planned: calls objective, the defaults otherwise (prefetch auto: leaves evaluated where the "
+              "plan finds it pays; inert for the plain network, which keeps no target output).", "",
+              "| steps | samples | topology | " + " | ".join(f"freeze {f}" for f in NETWORK_FORMS) +
+              " | auto vs out | pilot calls (" + ", ".join(NETWORK_FORMS) + ") |",
+              "|---|---|---|" + "---|" * len(NETWORK_FORMS) + "---|---|"]
     for _, steps, samples, budget in planned[1:]:
         trees = [("auto", budget)] if steps > 100 or quick else [*((c, None) for c in CHAINS[1:]), ("auto", budget)]
         for tree, rows in trees:
             pair = []
-            for form in ("out", "residual"):
+            for form in NETWORK_FORMS:
                 s = run_cell(config("digits", steps, samples, method="chain" if rows is None else "tree", tree=tree,
-                                    budget=rows, verifier="block", freeze=form, **NETWORK,
-                                    **BY_CALLS), with_pilot=rows is not None)
+                                    budget=rows, verifier="block", freeze=form, objective="calls", **NETWORK,
+                                    **({"prefetch": "nearest"} if rows is None else {})), with_pilot=rows is not None)
                 runs.append(s)
                 pair.append(s)
             shown = tree if rows is None else f"auto, {rows} rows"
-            pilots = f"{pair[0]['pilot_calls']}, {pair[1]['pilot_calls']}" if rows is not None else ""
-            lines.append(f"| {steps} | {samples} | {shown} | {pair[0]['speedup']:.2f} | {pair[1]['speedup']:.2f} | "
-                         f"{percent_gain(pair[1]['speedup'], pair[0]['speedup'])} | {pilots} |")
+            pilots = ", ".join(str(s["pilot_calls"]) for s in pair) if rows is not None else ""
+            lines.append(f"| {steps} | {samples} | {shown} | " + " | ".join(f"{s['speedup']:.2f}" for s in pair) +
+                         f" | {percent_gain(pair[-1]['speedup'], pair[0]['speedup'])} | {pilots} |")
     results = {"runs": runs}
     lines += ["", _summary(results)]
     return "\n".join(lines), results
@@ -103,12 +108,15 @@ def readme(results: dict) -> str:
     runs = results["runs"]
     gm = find(runs, model="gm512", tree="auto", freeze="auto")
     x0 = find(runs, model="gm512", tree="auto", freeze="x0")
-    digits = {st: find(runs, model="digits", tree="auto", freeze="auto", steps=st) for st in (100, 1000)}
-    network = {st: find(runs, model="digits", tree="auto", freeze="residual", steps=st) for st in (100, 1000)}
+    digits = {st: find(runs, model="digits", tree="auto", freeze="auto", steps=st, draft="frozen") for st in (100, 1000)}
+    network = {f: {st: find(runs, model="digits", tree="auto", freeze=f, steps=st, draft=NETWORK["draft"])
+                   for st in (100, 1000)} for f in ("residual", "auto")}
     return (f"- **A draft fitted online** (freeze gaussian: x0-hat of a Gaussian fitted per trajectory to the last two "
             f"target outputs; exact like every draft): on `gm512` within 85 rows a round, `--tree auto --objective "
             f"calls` with the defaults reaches **{gm['speedup']:.2f}x** ({x0['speedup']:.2f}x freezing x0-hat; the "
             f"authors' code 2.11x side by side), with {gm['pilot_calls']} pilot calls besides. The digits model within "
             f"48 rows: {digits[100]['speedup']:.2f}x at 100 steps and {digits[1000]['speedup']:.2f}x at 1,000 with the "
             f"frozen draft; with the small draft network corrected by the target's residual (`--freeze residual`), "
-            f"{network[100]['speedup']:.2f}x and {network[1000]['speedup']:.2f}x.")
+            f"{network['residual'][100]['speedup']:.2f}x and {network['residual'][1000]['speedup']:.2f}x, and drafting "
+            f"each step with that or a frozen form, whichever its pilot found best (`--draft digits-draft --freeze "
+            f"auto`), **{network['auto'][100]['speedup']:.2f}x** and **{network['auto'][1000]['speedup']:.2f}x**.")

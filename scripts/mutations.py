@@ -43,6 +43,10 @@ MUTATIONS = [
              "        return output + frozen[:, None]\n",
              "        return output\n",
              ("tests/test_sampler.py", "-k", "residual")),
+    Mutation("the stepwise draft drafts the network's steps with the frozen draft", "specdemo/drafts/stepwise.py",
+             "                m[rows] = means(0, x[rows])\n",
+             "                means(0, x[rows])\n",
+             ("tests/test_sampler.py", "-k", "stepwise")),
     Mutation("lazy siblings share one noise draw", "specdemo/sampling/phases.py",
              "        xi = state.noise[:, lay.num_drafted_nodes - 1:].unflatten(1, (1, width))\n",
              "        xi = state.noise[:, lay.num_drafted_nodes - 1:].unflatten(1, (1, width))\n"

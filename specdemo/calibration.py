@@ -23,8 +23,9 @@ import numpy as np
 import torch
 from scipy.special import ndtr
 
-from .drafts import BiasedDraft, Draft, FrozenDraft
+from .drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft, StepwiseDraft
 from .drafts.frozen import FORMS
+from .drafts.stepwise import RESIDUAL
 from .errors import SpecdemoError
 from .limits import Cancel
 from .sampling import Cost, sample
@@ -40,12 +41,13 @@ PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
 AUTO_FORMS = ("out", "x0", "x0-linear", "gaussian")  # --freeze auto: the forms the pilots compare, a pilot each
 
 
-def pilot_runs(tree_auto: bool, freeze: str | None) -> int:
-    """The pilot runs a setting pays before sampling: one per form of AUTO_FORMS under --freeze auto (they
-    serve --tree auto too), else one chain pilot for --tree auto."""
-    return len(AUTO_FORMS) if freeze == "auto" else int(tree_auto)
+def pilot_runs(tree_auto: bool, freeze: str | None, network: bool = False) -> int:
+    """The pilot runs a setting pays before sampling: one per form of AUTO_FORMS under --freeze auto, and
+    one more for the corrected draft network with a draft network (they serve --tree auto too), else one
+    chain pilot for --tree auto."""
+    return len(AUTO_FORMS) + network if freeze == "auto" else int(tree_auto)
 LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
-PLAN_FORMAT = "specdemo-plan/2"
+PLAN_FORMAT = "specdemo-plan/3"
 SHIPPED_PLANS = Path(__file__).with_name("plans")
 CALL_REPEATS = 5
 MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded call sizes, 2 an octave
@@ -132,12 +134,14 @@ def plan_from_dict(d: dict) -> TopologyPlan:
 # ---------------------------------------------------------------------------------------------- calibration
 def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
     """What needs pilot runs: --freeze auto (a per-step choice among freezing the output, x0-hat,
-    x0-hat extrapolated in time and the fitted Gaussian) and --tree auto (widths planned per step, specdemo.trees.auto,
+    x0-hat extrapolated in time and the fitted Gaussian, and with a draft network that network corrected
+    by the target's residual) and --tree auto (widths planned per step, specdemo.trees.auto,
     priced by a measured cost model for the time objective). Returns the calibrated problem, from the plan cache when
     this setting was calibrated before; pilots are chains with their own seeds, their cost is kept
     in problem.pilot, apart from the run's. cancel stops the pilots between rounds."""
     c = problem.config
-    auto_tree, auto_freeze = problem.tree is None, isinstance(problem.draft, FrozenDraft) and c.freeze == "auto"
+    auto_tree = problem.tree is None
+    auto_freeze = isinstance(problem.draft, (FrozenDraft, NetworkDraft)) and c.freeze == "auto"
     if c.prefetch == "auto" and not auto_tree:
         raise SpecdemoError("--prefetch auto lets the planner choose leaf evaluation per step, which needs --tree auto; "
                             f"with tree {problem.tree} use nearest, parent, none or leaves")
@@ -151,7 +155,7 @@ def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
     stored = None if c.replan else load_plan(key, folder)
     if stored is not None:
         record, source = stored
-        draft = FrozenDraft("auto", tuple(record["x0_steps"])) if auto_freeze else problem.draft
+        draft = _auto_draft(problem, tuple(record["forms"])) if auto_freeze else problem.draft
         cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
         tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
         return _with_bias(replace(problem, draft=draft, tree=tree, cost_model=cost, plan_source=source))
@@ -164,7 +168,7 @@ def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
         problem = replace(problem, tree=plan(problem, c.budget))
     problem = replace(problem, calibration_s=time.perf_counter() - t0)
     store_plan(key, {"plan": plan_to_dict(problem.tree) if auto_tree else None,
-                     "x0_steps": list(problem.draft.x0_steps.tolist()) if auto_freeze else None,
+                     "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
                      "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
                      "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s}}, folder)
     return _with_bias(problem)
@@ -180,21 +184,32 @@ def _with_bias(problem: Problem) -> Problem:
 
 def _pilots(problem: Problem, auto_freeze: bool, cancel: Cancel | None) -> tuple[DeltaStats, Cost, Draft]:
     """The pilot's deltas, its cost and the draft: with --freeze auto, one pilot for each form the
-    frozen draft can take (AUTO_FORMS: the output, x0-hat, its extrapolation in time, the fitted Gaussian), and the per-step
+    frozen draft can take (AUTO_FORMS: the output, x0-hat, its extrapolation in time, the fitted Gaussian),
+    and with a draft network one for that network corrected by the target's residual, and the per-step
     choice of the best (a tie goes to the earlier form)."""
     if not auto_freeze:
         stats, cost = _pilot(problem, problem.draft, cancel)
         return stats, cost, problem.draft
     n_steps = problem.kernel.num_steps
-    pilots = [_pilot(problem, FrozenDraft(mode), cancel) for mode in AUTO_FORMS]
-    table = tuple(FORMS[AUTO_FORMS[int(np.argmax([_mean_acceptance(p[0], m) for p in pilots]))]]
-                  for m in range(n_steps))
-    stats = DeltaStats({k: v for mode, (st, _) in zip(AUTO_FORMS, pilots) for k, v in st.deltas.items()
-                        if table[k[0]] == FORMS[mode]}, n_steps)
+    candidates = [(FORMS[mode], FrozenDraft(mode)) for mode in AUTO_FORMS]
+    if isinstance(problem.draft, NetworkDraft):
+        candidates.append((RESIDUAL, CorrectedNetworkDraft(problem.draft.network, problem.draft.name)))
+    pilots = [_pilot(problem, draft, cancel) for _, draft in candidates]
+    table = tuple(candidates[int(np.argmax([_mean_acceptance(p[0], m) for p in pilots]))][0] for m in range(n_steps))
+    stats = DeltaStats({k: v for (form, _), (st, _) in zip(candidates, pilots) for k, v in st.deltas.items()
+                        if table[k[0]] == form}, n_steps)
     cost = pilots[0][1]
     for more in pilots[1:]:
         cost = _add_costs(cost, more[1])
-    return stats, cost, FrozenDraft("auto", table)
+    return stats, cost, _auto_draft(problem, table)
+
+
+def _auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
+    """--freeze auto's draft from its per-step table: the frozen draft's forms, and with a draft network
+    the stepwise draft (the network corrected by the target's residual where the table says RESIDUAL)."""
+    if isinstance(problem.draft, NetworkDraft):
+        return StepwiseDraft(CorrectedNetworkDraft(problem.draft.network, problem.draft.name), forms)
+    return FrozenDraft("auto", forms)
 
 
 def plan(problem: Problem, budget: int) -> TopologyPlan:

@@ -91,8 +91,9 @@ class SamplerConfig:
     freeze: str | None = setting(None, "freeze the network output (out), the denoised estimate x0-hat (x0), x0-hat "
                                        "extrapolated in time from the last two target outputs (x0-linear), x0-hat of a "
                                        "Gaussian fitted to them (gaussian), or choose per step from pilot runs (auto); with a "
-                                       "draft network, the target's residual over it (residual) (default: out; auto "
-                                       "with --tree auto)",
+                                       "draft network: the network as it is (out), corrected by the target's residual "
+                                       "(residual), or per step the corrected network or a frozen form, from pilot runs "
+                                       "(auto) (default: out; auto with --tree auto)",
                                  choices=FREEZE)
     draft_bias: float = setting(0.0, "shift the draft mean by B times the step's scale along a fixed direction; "
                                      "samples stay exact", metavar="B", slider=(0.0, 3.0))

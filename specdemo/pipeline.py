@@ -109,13 +109,13 @@ def resolve(config: SamplerConfig, target: Target, kernel: Kernel, device: torch
     if c.method == "target":
         return replace(c, freeze=c.freeze or "out", prefetch=c.prefetch or "nearest")
     auto = (c.tree or "").strip().lower() == "auto"
-    frozen = c.draft == "frozen"
     best = {**AUTO_DEFAULTS[device.type], **target.defaults.get("auto", {})} if auto else {}
-    freeze = c.freeze or (best.get("freeze", "out") if frozen else "out")
+    freeze = c.freeze or best.get("freeze", "out")
     if c.freeze is None and freeze != "out" and not kernel.has_denoised:
         freeze = "out"  # the kernel has no x0-hat (Langevin)
+    keeps_outputs = c.draft == "frozen" or freeze in ("residual", "auto")  # a draft that keeps target outputs
     return replace(c, tree="auto" if auto else c.tree, freeze=freeze,
-                   prefetch=c.prefetch or (best.get("prefetch", "nearest") if frozen else "nearest"),
+                   prefetch=c.prefetch or (best.get("prefetch", "nearest") if keeps_outputs else "nearest"),
                    verifier=c.verifier or best.get("verifier", DEFAULT_VERIFIERS[c.method]),
                    budget=c.budget if c.budget is not None else best.get("budget"))
 
@@ -167,7 +167,11 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
             raise SpecdemoError("--freeze residual corrects a draft network by the target's residual: use it with "
                                 "--draft NETWORK (digits-draft, a folder or a Hub id); the frozen draft takes out, x0, "
                                 "x0-linear, gaussian or auto")
-        pilots = pilot_runs(auto, c.freeze)
+        if c.draft != "frozen" and c.freeze not in ("out", "residual", "auto"):
+            raise SpecdemoError(f"--freeze {c.freeze} is a form of the frozen draft; with the draft network {c.draft!r} "
+                                "use out (the network as it is), residual (corrected by the target's residual) or auto "
+                                "(per step, the corrected network or a frozen form)")
+        pilots = pilot_runs(auto, c.freeze, network=c.draft != "frozen")
         # a warm-up round adds the root's row and commits no step: one more row a round at most
         limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=(c.budget if auto else tree.num_nodes) + 1,
                      pilot_runs=pilots, pilot_samples=c.pilot_samples, pilot_rows_per_round=PILOT_DEPTH + 1)

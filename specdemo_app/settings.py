@@ -204,6 +204,8 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
     freeze = str(s.pop("freeze", None) or "out").strip()
     if freeze not in [v for _, v in FREEZE_CHOICES]:
         raise SpecdemoError(f"unknown freeze {freeze!r}; accepted: {', '.join(v for _, v in FREEZE_CHOICES)}")
+    if draft != "frozen" and freeze not in ("residual", "auto"):
+        freeze = "out"  # the page hides what to freeze for a draft network: it drafts as it is
     kernel = s.get("kernel")
     if draft == "frozen" and freeze != "out" and not has_denoised(model, kernel):
         raise SpecdemoError(f"freeze {freeze} needs a denoised estimate, which the "
@@ -217,7 +219,7 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
     config = SamplerConfig(**{
         **values, "model": spec, "draft": draft, "tree": tree, "budget": budget, "freeze": freeze,
         "churn": read_field(by_name["churn"], churn) if model_kernel(model, kernel) == "flow-churn" else None,
-        "method": speculative_method(tree), "prefetch": "auto" if tree == "auto" and draft == "frozen" else "nearest",
+        "method": speculative_method(tree), "prefetch": "auto" if tree == "auto" and (draft == "frozen" or freeze != "out") else "nearest",
         "pilot_samples": PILOT_SAMPLES})
     config.validate()  # names, finite numbers and the seed's range, before any model loads
     target = load_for_visitors(spec)

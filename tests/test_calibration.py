@@ -11,6 +11,8 @@ import pytest
 
 from specdemo import SamplerConfig, build, generate
 from specdemo.calibration import SHIPPED_PLANS, key_name, plan, plan_key
+from specdemo.drafts import StepwiseDraft
+from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
 from specdemo.trees.auto import plan_topology
 from specdemo.trees.cost_model import CostModel
@@ -126,3 +128,23 @@ def test_objective_and_verifier_refusals():
         build(SamplerConfig(**{**AUTO, "objective": "speed"}))
     assert get_verifier("block").max_children is None  # whole trees too; rmc takes chains only
     assert get_verifier("rmc").max_children == 1
+
+
+def test_freeze_auto_with_a_draft_network_chooses_per_step_between_it_and_the_frozen_forms(tmp_path):
+    """--draft NETWORK --freeze auto: a pilot for each frozen form and one for the network corrected by the
+    target's residual; the digits model's table drafts early steps with frozen forms and late ones with the
+    corrected network (the stepwise draft), and the cache gives the second run the same table and samples."""
+    config = SamplerConfig(model="digits", steps=20, method="chain", tree="1x4", verifier="block", draft="digits-draft",
+                           freeze="auto", pilot_samples=8, num_samples=2, class_label=3, device="cpu", seed=0,
+                           cache_dir=str(tmp_path))
+    first_result, first = generate(config)
+    forms = first.draft.forms.tolist()
+    assert isinstance(first.draft, StepwiseDraft) and first.plan_source == "pilot"
+    assert RESIDUAL in forms[len(forms) // 2:] and any(f != RESIDUAL for f in forms[:len(forms) // 2])
+    assert first_result.cost.pilot_calls > 0
+    # the draft network is called only at the levels whose step it drafts (and once a commit, for r_f)
+    every_level, _ = generate(replace(config, freeze="residual"))
+    assert 0 < first_result.cost.draft_calls < every_level.cost.draft_calls
+    second_result, second = generate(config)
+    assert second.plan_source == "cache" and second.draft.forms.tolist() == forms
+    assert second_result.cost.pilot_calls == 0 and (second_result.samples == first_result.samples).all()

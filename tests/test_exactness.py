@@ -14,7 +14,8 @@ import pytest
 import torch
 from scipy import stats
 
-from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft
+from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft, StepwiseDraft
+from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.sampling import sample
 from specdemo.targets import GaussianMixture, gm2d, gm16
@@ -67,9 +68,13 @@ VARIANTS = {
     "chain-block-gaussian-leaves": (Topology.chain(6), BlockVerification, FrozenDraft("gaussian"), 0.0),
     "tree-dgrs-gaussian": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenDraft("gaussian"), 0.0),
     "fan-block-auto4": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft("auto", [n % 4 for n in range(40)]), 0.0),
+    # per step the frozen draft's four forms or the corrected draft network: rounds that cross between them
+    "chain-block-stepwise-leaves": (Topology.chain(6), BlockVerification, "shifted mixture stepwise", 0.0),
+    "tree-dgrs-stepwise": (Topology((3, 2, 2)), GreedyRejectionSampling, "shifted mixture stepwise", 0.0),
 }
 SECOND_ORDER = ("chain-rmc-x0-linear", "chain-block-x0-linear-leaves", "tree-dgrs-x0-linear", "tree-rank-x0-auto3",
-                "chain-block-gaussian-leaves", "tree-dgrs-gaussian", "fan-block-auto4")
+                "chain-block-gaussian-leaves", "tree-dgrs-gaussian", "fan-block-auto4", "chain-block-stepwise-leaves",
+                "tree-dgrs-stepwise")
 _plain_cache = {}
 
 
@@ -99,6 +104,9 @@ def run(problem, tree=Topology(()), verifier=None, draft=None, seed=0, prefetch=
         draft = shifted_mixture_draft(target, kernel)
     elif draft == "shifted mixture residual":
         draft = shifted_mixture_draft(target, kernel, CorrectedNetworkDraft)
+    elif draft == "shifted mixture stepwise":
+        draft = StepwiseDraft(shifted_mixture_draft(target, kernel, CorrectedNetworkDraft),
+                              [n % (RESIDUAL + 1) for n in range(kernel.num_steps)])
     mid = kernel.num_steps // 2
     result = sample(target.network(kernel), kernel, target.shape, SAMPLES, tree=tree, draft=draft,
                     verifier=verifier, prefetch=prefetch, seed=seed, keep_steps=[mid])

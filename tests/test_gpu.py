@@ -40,9 +40,10 @@ def test_cpu_and_cuda_draw_the_same_law():
     assert min_pvalue_bonferroni(cpu.samples, gpu.samples.cpu()) > 1e-3
 
 
-@pytest.mark.parametrize("draft", ["frozen", "digits-draft"])
-def test_digits_fp16_on_cuda(draft):
+@pytest.mark.parametrize("draft,freeze", [("frozen", None), ("digits-draft", None), ("digits-draft", "auto")])
+def test_digits_fp16_on_cuda(draft, freeze):
+    """The frozen draft, the draft network, and per step the corrected network or a frozen form."""
     result = build(SamplerConfig(model="digits", steps=100, method="tree", tree="2,2,1", verifier="rank", draft=draft,
-                                 num_samples=16, class_label=3, device="cuda")).run()
+                                 freeze=freeze, num_samples=16, class_label=3, device="cuda")).run()
     assert result.samples.shape == (16, 1, 16, 16) and torch.isfinite(result.samples).all()
     assert result.cost.speedup > 1.2

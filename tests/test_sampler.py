@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from specdemo import figures as F
-from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft
+from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft, StepwiseDraft
+from specdemo.drafts.frozen import FORMS
+from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.pipeline import SamplerConfig, build
@@ -304,6 +306,54 @@ def test_freeze_auto_drafts_each_step_with_its_form():
         x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
         draft, value = singles[("out", "x0", "x0-linear", "gaussian")[table[7 + d]]]
         torch.testing.assert_close(means(d, x), draft.for_round(kernel, steps, value, {})(d, x))
+
+
+
+def test_the_stepwise_draft_drafts_each_step_with_its_table():
+    """A per-step table of the frozen draft's four forms (0..3) and the corrected draft network (RESIDUAL):
+    in a round whose levels and trajectories cross from one to the other, each node is drafted as the
+    table's draft for its step drafts it alone; the draft network is called only for the rows of steps
+    it drafts, and the round counts those levels' calls; a table outside 0..RESIDUAL is refused."""
+    kernel, shape, depth = DDPMKernel(default_ddpm_scheduler(), 40), (5,), 6
+    table = [n % 5 for n in range(40)]
+    g = torch.Generator().manual_seed(4)
+    offset = torch.randn(shape, generator=g, dtype=torch.float64)
+    target = lambda x, n: torch.tanh(x) * (1 + n.view(-1, *[1] * len(shape)) / 40)  # noqa: E731
+    seen = []
+
+    def network(x, n):
+        seen.append(n.clone())
+        return target(x, n) - offset
+
+    corrected = CorrectedNetworkDraft(network, "off by a constant")
+    draft = StepwiseDraft(corrected, table)
+    assert draft.uses_frozen and draft.calls_network and draft.frozen_history
+    assert draft.frozen_shape(shape) == (FrozenDraft("auto", [n % 4 for n in range(40)]).frozen_shape(shape)[0] + 1, *shape)
+    s1, s0 = torch.tensor([7, 8, 10]), torch.tensor([6, 7, 9])
+    a = s1.numel()
+    x1, x0s = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(2))
+    o1, o0 = target(x1, s1), target(x0s, s0)
+    frozen = draft.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0), cond={})
+    singles = {RESIDUAL: (corrected, corrected.frozen_value(kernel, o1, x1, s1, cond={}))}
+    for form in ("out", "x0", "x0-linear", "gaussian"):
+        single = FrozenDraft(form)
+        singles[FORMS[form]] = (single, single.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
+    steps = s1[:, None] + torch.arange(depth)
+    seen.clear()
+    means = draft.for_round(kernel, steps, frozen, {})
+    assert means.network_levels == sum(any(table[int(n)] == RESIDUAL for n in steps[:, d]) for d in range(depth))
+    for d in range(depth):
+        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
+        seen.clear()
+        got = means(d, x)
+        called = sorted(torch.cat(seen).tolist()) if seen else []
+        for i in range(a):
+            single, value = singles[table[int(steps[i, d])]]
+            torch.testing.assert_close(got[i], single.for_round(kernel, steps[i:i + 1], value[i:i + 1], {})(d, x[i:i + 1])[0])
+        on = [int(n) for n in steps[:, d] if table[int(n)] == RESIDUAL]
+        assert called == sorted(on * 2)  # two nodes a trajectory
+    with pytest.raises(SpecdemoError, match="per-step draft table"):
+        StepwiseDraft(corrected, [5] * 40)
 
 
 # ---------------------------------------------------------------- cost accounting

@@ -5,5 +5,6 @@ from .biased import BiasedDraft
 from .corrected import CorrectedNetworkDraft
 from .frozen import FREEZE, FrozenDraft
 from .network import NetworkDraft
+from .stepwise import StepwiseDraft
 
-__all__ = ["Draft", "LevelMeans", "FrozenDraft", "NetworkDraft", "BiasedDraft", "CorrectedNetworkDraft", "FREEZE"]
+__all__ = ["Draft", "LevelMeans", "FrozenDraft", "NetworkDraft", "BiasedDraft", "CorrectedNetworkDraft", "StepwiseDraft", "FREEZE"]

@@ -19,11 +19,13 @@ class LevelMeans:
 
     affine: (alpha (A, L), beta (A, L, *shape)) where m^p at depth d is alpha_d x + beta_d whatever the
     state x (a frozen draft without a clamp on x), else None; a chain is then drafted with one
-    operation a level (specdemo.sampling.phases)."""
+    operation a level (specdemo.sampling.phases).
+
+    network_levels: how many of the round's levels call a draft network (one call each)."""
 
     def __init__(self, level: Callable[..., torch.Tensor],
-                 affine: tuple[torch.Tensor, torch.Tensor] | None = None):
-        self.level, self.affine = level, affine
+                 affine: tuple[torch.Tensor, torch.Tensor] | None = None, network_levels: int = 0):
+        self.level, self.affine, self.network_levels = level, affine, network_levels
 
     def __call__(self, d: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return self.level(d, x, out)

@@ -33,7 +33,7 @@ class BiasedDraft(Draft):
         def level(d, x, out=None):
             m = base(d, x, out)
             return m.add_(kernel.scale(steps[:, d], x) * (self.bias / x[0, 0].numel() ** 0.5))
-        return LevelMeans(level)
+        return LevelMeans(level, network_levels=base.network_levels)
 
     def config(self):
         return {**self.base.config(), "draft_bias": self.bias}

@@ -50,7 +50,7 @@ LAMBDA_REFINE = torch.logspace(-0.0625, 0.0625, 17, dtype=torch.float64)
 class FrozenDraft(Draft):
     uses_frozen = True
 
-    def __init__(self, freeze: str = "out", x0_steps: tuple[int | bool, ...] = ()):
+    def __init__(self, freeze: str = "out", forms: tuple[int | bool, ...] = ()):
         if freeze == "residual":
             raise SpecdemoError("--freeze residual corrects a draft network by the target's residual: use it with "
                                 "--draft NETWORK; the frozen draft takes " + ", ".join(f for f in FREEZE if f != "residual"))
@@ -59,11 +59,11 @@ class FrozenDraft(Draft):
                                 + ", ".join(f for f in FREEZE if f != "residual"))
         self.freeze = freeze
         # freeze="auto": per step n, what drafts it: OUT, X0 (True), X0_LINEAR or GAUSSIAN
-        self.x0_steps = torch.tensor([int(v) for v in x0_steps], dtype=torch.long)
-        if self.x0_steps.numel() and not bool(((self.x0_steps >= OUT) & (self.x0_steps <= GAUSSIAN)).all()):
+        self.forms = torch.tensor([int(v) for v in forms], dtype=torch.long)
+        if self.forms.numel() and not bool(((self.forms >= OUT) & (self.forms <= GAUSSIAN)).all()):
             raise SpecdemoError(f"a freeze auto table holds forms {OUT}..{GAUSSIAN} (out, x0, x0-linear, gaussian) per step")
-        self.linear = freeze == "x0-linear" or (freeze == "auto" and bool((self.x0_steps == X0_LINEAR).any()))
-        self.gaussian = freeze == "gaussian" or (freeze == "auto" and bool((self.x0_steps == GAUSSIAN).any()))
+        self.linear = freeze == "x0-linear" or (freeze == "auto" and bool((self.forms == X0_LINEAR).any()))
+        self.gaussian = freeze == "gaussian" or (freeze == "auto" and bool((self.forms == GAUSSIAN).any()))
         # where each form's frozen tensors sit in the trajectory's frozen value (its second dimension)
         self._line_at = 2 if freeze == "auto" else 0
         self._gauss_at = 2 + 2 * self.linear if freeze == "auto" else 0
@@ -76,7 +76,7 @@ class FrozenDraft(Draft):
         if self.freeze != "out" and not kernel.has_denoised:
             raise SpecdemoError(f"--freeze {self.freeze} needs a denoised estimate, which the {kernel.name} kernel "
                                 "has not; use --freeze out")
-        if self.freeze == "auto" and len(self.x0_steps) != kernel.num_steps:
+        if self.freeze == "auto" and len(self.forms) != kernel.num_steps:
             raise SpecdemoError("--freeze auto needs its per-step table (built by the pipeline from pilot runs)")
 
     def frozen_shape(self, shape):
@@ -127,7 +127,7 @@ class FrozenDraft(Draft):
         state_dims = frozen.dim() - 1 - (len(self.frozen_shape(())) == 1)  # frozen (A, *shape) or (A, C, *shape)
         per_level = (a, depth, 1, *[1] * state_dims)  # (A, L, 1, *ones): one coefficient a level
         auto = self.freeze == "auto"
-        form = self.x0_steps.to(n.device)[n].view(per_level) if auto else None
+        form = self.forms.to(n.device)[n].view(per_level) if auto else None
         r = kernel.clip_range
         alpha = beta = gain = slope = offset = None
         if self.freeze in ("out", "auto"):

@@ -22,7 +22,7 @@ class NetworkDraft(Draft):
             output = self.level_output(self.network(rows, n_rows, **cond_rows).view_as(x), frozen)
             m = kernel.mean(output.flatten(0, 1), rows, n_rows).view_as(x)
             return m if out is None else out.copy_(m)
-        return LevelMeans(level)
+        return LevelMeans(level, network_levels=steps.shape[1])
 
     def level_output(self, output, frozen):
         """The output the draft's mean is formed from, given the network's at the level's nodes (A, P, *shape)."""

@@ -206,10 +206,10 @@ class _Batch:
 
     def round_means(self, state: RoundState):
         """The draft's means for a round of the trajectories in state.slots (Draft.for_round)."""
-        if self.draft.calls_network:
-            self.cost.draft_calls += state.tree.depth  # one call per level (a lazy last level's at the reached node)
-        return self.draft.for_round(self.kernel, state.depth_steps,
-                                    self.rows_of(self.frozen, state) if self.uses_frozen else None, self.cond_of(state))
+        means = self.draft.for_round(self.kernel, state.depth_steps,
+                                     self.rows_of(self.frozen, state) if self.uses_frozen else None, self.cond_of(state))
+        self.cost.draft_calls += means.network_levels  # one call a level (a lazy last level's at the reached node)
+        return means
 
     def cond_of(self, state: RoundState) -> dict[str, torch.Tensor]:
         """The conditioning of a round's trajectories, row by row."""

@@ -1,0 +1,75 @@
+"""Per step, the frozen draft or the draft network corrected by the target's residual (ours;
+`--draft NETWORK --freeze auto`).
+
+Which draft fits best changes along the sampling path. On the digits model x0-hat frozen drafts the
+early steps best (x0-hat moves little there, less than the draft network misses by) and the corrected
+draft network the late ones. A per-step table (filled by the pipeline from a pilot run of each form,
+specdemo/calibration.py) says which one forms m^p at each step n:
+
+    m^p_n(y) = the frozen draft's m^p_n(y)                     where forms[n] is one of its forms
+                                                                (out, x0, x0-linear, gaussian: drafts/frozen.py),
+    m^p_n(y) = formula(y, n, out_draft(y, n) + r_f)            where forms[n] = RESIDUAL (drafts/corrected.py).
+
+Each target evaluation keeps what both need (the frozen draft's value and r_f), so a round whose levels
+cross from one to the other needs nothing more; a level calls the draft network only for the
+trajectories whose step it drafts. Exact like every draft: both are functions of target outputs
+computed before the round.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import SpecdemoError
+from .base import Draft, LevelMeans
+from .corrected import CorrectedNetworkDraft
+from .frozen import OUT, X0, FrozenDraft
+
+RESIDUAL = 4  # forms[n]: the corrected draft network drafts step n (0..3: the frozen draft's forms)
+
+
+class StepwiseDraft(Draft):
+    uses_frozen = True
+    calls_network = True
+
+    def __init__(self, network: CorrectedNetworkDraft, forms: tuple[int, ...]):
+        self.network, self.forms = network, torch.tensor([int(v) for v in forms], dtype=torch.long)
+        if not bool(((self.forms >= OUT) & (self.forms <= RESIDUAL)).all()):
+            raise SpecdemoError(f"a per-step draft table holds forms {OUT}..{RESIDUAL} "
+                                "(out, x0, x0-linear, gaussian, residual) per step")
+        # the frozen draft's table: any of its forms where the network drafts (never read there)
+        self.frozen = FrozenDraft("auto", tuple(torch.where(self.forms == RESIDUAL, X0, self.forms).tolist()))
+        self.frozen_history = self.frozen.frozen_history
+
+    def check(self, kernel) -> None:
+        self.frozen.check(kernel)
+
+    def frozen_shape(self, shape):
+        """The frozen draft's channels, then r_f."""
+        channels, *rest = self.frozen.frozen_shape(shape)
+        return (channels + 1, *rest)
+
+    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+        kept = self.frozen.frozen_value(kernel, out, x, n, None if previous is None else previous[:, :-1], earlier)
+        return torch.cat((kept, self.network.frozen_value(kernel, out, x, n, cond=cond)[:, None]), 1)
+
+    def for_round(self, kernel, steps, frozen, cond):
+        frozen_means = self.frozen.for_round(kernel, steps, frozen[:, :-1], cond)
+        on_network = self.forms.to(steps.device)[steps] == RESIDUAL  # (A, L)
+        network_levels = on_network.any(0).tolist()  # one host read a round: which levels call the network
+        if not any(network_levels):
+            return frozen_means
+        residual = frozen[:, -1]
+
+        def level(d, x, out=None):
+            m = frozen_means(d, x, out)
+            if network_levels[d]:
+                rows = on_network[:, d].nonzero()[:, 0]
+                means = self.network.for_round(kernel, steps[rows, d:d + 1], residual[rows],
+                                               {k: v[rows] for k, v in cond.items()})
+                m[rows] = means(0, x[rows])
+            return m
+        return LevelMeans(level, network_levels=sum(network_levels))
+
+    def config(self):
+        return {"draft": self.network.name, "freeze": "auto"}
