@@ -277,6 +277,8 @@ def test_a_draft_network_corrected_by_the_residual_is_exact_where_the_residual_i
         assert not torch.allclose(plain_means(d, x), expected)
     with pytest.raises(SpecdemoError, match="--draft NETWORK"):
         build(SamplerConfig(model="gm2d", method="chain", freeze="residual"))
+    with pytest.raises(SpecdemoError, match="a form of the frozen draft.*out .*residual .*auto"):
+        build(SamplerConfig(model="digits", draft="digits-draft", method="chain", freeze="x0"))
 
 
 def test_freeze_auto_drafts_each_step_with_its_form():
