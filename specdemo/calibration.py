@@ -206,8 +206,9 @@ def _pilots(problem: Problem, auto_freeze: bool, cancel: Cancel | None) -> tuple
 
 def _auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
     """--freeze auto's draft from its per-step table: the frozen draft's forms, and with a draft network
-    the stepwise draft (the network corrected by the target's residual where the table says RESIDUAL)."""
-    if isinstance(problem.draft, NetworkDraft):
+    the stepwise draft (the network corrected by the target's residual where the table says RESIDUAL; the
+    frozen draft alone where it never does, which spares the network's call at every commit)."""
+    if isinstance(problem.draft, NetworkDraft) and RESIDUAL in forms:
         return StepwiseDraft(CorrectedNetworkDraft(problem.draft.network, problem.draft.name), forms)
     return FrozenDraft("auto", forms)
 

@@ -204,8 +204,10 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
     freeze = str(s.pop("freeze", None) or "out").strip()
     if freeze not in [v for _, v in FREEZE_CHOICES]:
         raise SpecdemoError(f"unknown freeze {freeze!r}; accepted: {', '.join(v for _, v in FREEZE_CHOICES)}")
-    if draft != "frozen" and freeze not in ("residual", "auto"):
-        freeze = "out"  # the page hides what to freeze for a draft network: it drafts as it is
+    if draft != "frozen" and freeze != "residual":
+        # the page hides what to freeze for a draft network: it drafts as it is (the per-step choice, freeze auto,
+        # pilots five drafts, more than a click's baselines account for; the library and the CLI offer it)
+        freeze = "out"
     kernel = s.get("kernel")
     if draft == "frozen" and freeze != "out" and not has_denoised(model, kernel):
         raise SpecdemoError(f"freeze {freeze} needs a denoised estimate, which the "

@@ -142,9 +142,6 @@ def test_freeze_auto_with_a_draft_network_chooses_per_step_between_it_and_the_fr
     assert isinstance(first.draft, StepwiseDraft) and first.plan_source == "pilot"
     assert RESIDUAL in forms[len(forms) // 2:] and any(f != RESIDUAL for f in forms[:len(forms) // 2])
     assert first_result.cost.pilot_calls > 0
-    # the draft network is called only at the levels whose step it drafts (and once a commit, for r_f)
-    every_level, _ = generate(replace(config, freeze="residual"))
-    assert 0 < first_result.cost.draft_calls < every_level.cost.draft_calls
     second_result, second = generate(config)
     assert second.plan_source == "cache" and second.draft.forms.tolist() == forms
     assert second_result.cost.pilot_calls == 0 and (second_result.samples == first_result.samples).all()

@@ -14,7 +14,7 @@ from specdemo.errors import SpecdemoError
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.pipeline import SamplerConfig, build
 from specdemo.sampling import sample
-from specdemo.targets import gm2d, gm16, gm512
+from specdemo.targets import GaussianMixture, gm2d, gm16, gm512
 from specdemo.sampling import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED
 from specdemo.trees import Topology, TopologyPlan
 from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection,
@@ -313,9 +313,11 @@ def test_freeze_auto_drafts_each_step_with_its_form():
 
 def test_the_stepwise_draft_drafts_each_step_with_its_table():
     """A per-step table of the frozen draft's four forms (0..3) and the corrected draft network (RESIDUAL):
-    in a round whose levels and trajectories cross from one to the other, each node is drafted as the
-    table's draft for its step drafts it alone; the draft network is called only for the rows of steps
-    it drafts, and the round counts those levels' calls; a table outside 0..RESIDUAL is refused."""
+    in rounds whose levels and trajectories cross from one to the other (and levels the network drafts
+    for every trajectory), each node is drafted as the table's draft for its step drafts it alone, also
+    when written into a view of a larger buffer as the driver asks; the draft network is called only for
+    the rows of steps it drafts, and the round counts those levels' calls; a table outside 0..RESIDUAL is
+    refused."""
     kernel, shape, depth = DDPMKernel(default_ddpm_scheduler(), 40), (5,), 6
     table = [n % 5 for n in range(40)]
     g = torch.Generator().manual_seed(4)
@@ -331,31 +333,52 @@ def test_the_stepwise_draft_drafts_each_step_with_its_table():
     draft = StepwiseDraft(corrected, table)
     assert draft.uses_frozen and draft.calls_network and draft.frozen_history
     assert draft.frozen_shape(shape) == (FrozenDraft("auto", [n % 4 for n in range(40)]).frozen_shape(shape)[0] + 1, *shape)
-    s1, s0 = torch.tensor([7, 8, 10]), torch.tensor([6, 7, 9])
-    a = s1.numel()
-    x1, x0s = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(2))
-    o1, o0 = target(x1, s1), target(x0s, s0)
-    frozen = draft.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0), cond={})
-    singles = {RESIDUAL: (corrected, corrected.frozen_value(kernel, o1, x1, s1, cond={}))}
-    for form in ("out", "x0", "x0-linear", "gaussian"):
-        single = FrozenDraft(form)
-        singles[FORMS[form]] = (single, single.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
-    steps = s1[:, None] + torch.arange(depth)
-    seen.clear()
-    means = draft.for_round(kernel, steps, frozen, {})
-    assert means.network_levels == sum(any(table[int(n)] == RESIDUAL for n in steps[:, d]) for d in range(depth))
-    for d in range(depth):
-        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
-        seen.clear()
-        got = means(d, x)
-        called = sorted(torch.cat(seen).tolist()) if seen else []
-        for i in range(a):
-            single, value = singles[table[int(steps[i, d])]]
-            torch.testing.assert_close(got[i], single.for_round(kernel, steps[i:i + 1], value[i:i + 1], {})(d, x[i:i + 1])[0])
-        on = [int(n) for n in steps[:, d] if table[int(n)] == RESIDUAL]
-        assert called == sorted(on * 2)  # two nodes a trajectory
+    for s1 in (torch.tensor([7, 8, 10]), torch.tensor([9, 14, 19])):  # mixed levels; then levels of one draft each
+        s0, a = s1 - 1, s1.numel()
+        x1, x0s = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(2))
+        o1, o0 = target(x1, s1), target(x0s, s0)
+        frozen = draft.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0), cond={})
+        singles = {RESIDUAL: (corrected, corrected.frozen_value(kernel, o1, x1, s1, cond={}))}
+        for form in ("out", "x0", "x0-linear", "gaussian"):
+            single = FrozenDraft(form)
+            singles[FORMS[form]] = (single, single.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
+        steps = s1[:, None] + torch.arange(depth)
+        means = draft.for_round(kernel, steps, frozen, {})
+        assert means.network_levels == sum(any(table[int(n)] == RESIDUAL for n in steps[:, d]) for d in range(depth))
+        buffer = torch.full((a, 2 * depth, *shape), float("nan"), dtype=torch.float64)
+        for d in range(depth):
+            x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
+            seen.clear()
+            got = means(d, x)
+            called = sorted(torch.cat(seen).tolist()) if seen else []
+            means(d, x, out=buffer[:, 2 * d:2 * d + 2])
+            torch.testing.assert_close(buffer[:, 2 * d:2 * d + 2], got)
+            for i in range(a):
+                single, value = singles[table[int(steps[i, d])]]
+                torch.testing.assert_close(got[i], single.for_round(kernel, steps[i:i + 1], value[i:i + 1], {})(d, x[i:i + 1])[0])
+            on = [int(n) for n in steps[:, d] if table[int(n)] == RESIDUAL]
+            assert called == sorted(on * 2)  # two nodes a trajectory
     with pytest.raises(SpecdemoError, match="per-step draft table"):
         StepwiseDraft(corrected, [5] * 40)
+
+
+def test_a_runs_draft_calls_are_the_draft_networks_calls():
+    """The cost's draft calls are the calls the draft network received: a level's call where the stepwise
+    draft's table drafts by the network (none elsewhere), and one a commit for the residual r_f."""
+    target, kernel = gm2d(), DDPMKernel(default_ddpm_scheduler(), 40)
+    shifted = GaussianMixture.from_arrays(target.weights, np.asarray(target.means) + 0.3, target.stds).network(kernel)
+    calls = []
+
+    def network(x, n, **cond):
+        calls.append(1)
+        return shifted(x, n)
+
+    for forms in ([n % 5 for n in range(40)], [RESIDUAL] * 40):
+        calls.clear()
+        result = sample(target.network(kernel), kernel, target.shape, 64, tree=Topology.chain(4),
+                        verifier=BlockVerification(), draft=StepwiseDraft(CorrectedNetworkDraft(network, "shifted"), forms),
+                        seed=0)
+        assert result.cost.draft_calls == len(calls) > 0
 
 
 # ---------------------------------------------------------------- cost accounting

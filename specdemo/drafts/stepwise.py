@@ -56,20 +56,23 @@ class StepwiseDraft(Draft):
     def for_round(self, kernel, steps, frozen, cond):
         frozen_means = self.frozen.for_round(kernel, steps, frozen[:, :-1], cond)
         on_network = self.forms.to(steps.device)[steps] == RESIDUAL  # (A, L)
-        network_levels = on_network.any(0).tolist()  # one host read a round: which levels call the network
-        if not any(network_levels):
+        trajectories = on_network.sum(0).tolist()  # one host read a round: how many a level drafts by the network
+        if not any(trajectories):
             return frozen_means
-        residual = frozen[:, -1]
+        network_means = self.network.for_round(kernel, steps, frozen[:, -1], cond)
+        everyone = on_network.shape[0]
 
         def level(d, x, out=None):
+            if trajectories[d] == everyone:  # a batch of one always: a level is one draft or the other
+                return network_means(d, x, out)
             m = frozen_means(d, x, out)
-            if network_levels[d]:
+            if trajectories[d]:
                 rows = on_network[:, d].nonzero()[:, 0]
-                means = self.network.for_round(kernel, steps[rows, d:d + 1], residual[rows],
+                means = self.network.for_round(kernel, steps[rows, d:d + 1], frozen[rows, -1],
                                                {k: v[rows] for k, v in cond.items()})
                 m[rows] = means(0, x[rows])
             return m
-        return LevelMeans(level, network_levels=sum(network_levels))
+        return LevelMeans(level, network_levels=sum(map(bool, trajectories)))
 
     def config(self):
         return {"draft": self.network.name, "freeze": "auto"}
