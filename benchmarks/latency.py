@@ -262,7 +262,8 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
               "Milliseconds per round outside the target call, with a network that returns at once (the exact "
               "eps-prediction for data ~ N(0, I) in the digits shape), the digits model's kernel (100 DDPM steps, "
               "x0-hat clipped) and the frozen draft freezing x0-hat; each figure the median of 9 seeds in a fresh "
-              f"process. *Before*: the driver at commit {BEFORE_COMMIT}, before it was rewritten as phases, timed from "
+              "process (its first run allocates the round buffers that the later runs reuse, as an app's runs do). "
+              f"*Before*: the driver at commit {BEFORE_COMMIT}, before it was rewritten as phases, timed from "
               "that commit's sources side by side: the two drivers alternate five times and each cell keeps its "
               "fastest median. A 1-row call of the digits UNet takes "
               f"{call_ms:.2f} ms on this machine (the fastest median of 20, timed between them).",

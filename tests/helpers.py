@@ -240,10 +240,13 @@ def planted_euler_ancestral_bug(kernel, bug: str):
     from specdemo.kernels.vp import VPKernel
 
     buggy = copy.copy(kernel)
-    if bug == "rolled-sigma":
+    if bug == "rolled-sigma":  # both ways a mean's coefficients are gathered: per call, and a round's at once
         def mean(out, x, n):
             return kernel.mean_with(kernel.coefficients(n.flatten().roll(1).view_as(n), x), out, x)
-        buggy.mean = mean
+
+        def coefficients_into(n, out):
+            return kernel.coefficients_into(n.roll(1), out)
+        buggy.mean, buggy.coefficients_into = mean, coefficients_into
     elif bug == "sigma-up-mean":
         sigma, sigma_to = kernel.sigmas[:-1], kernel.sigmas[1:]
         k, k_to = (1 + sigma**2).sqrt(), (1 + sigma_to**2).sqrt()

@@ -2,6 +2,9 @@
 trace, intermediate states and refusals. (The laws of the samples are tests/test_exactness.py's.)
 """
 
+import concurrent.futures
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +17,8 @@ from specdemo.errors import SpecdemoError
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.pipeline import SamplerConfig, build
 from specdemo.sampling import sample
+from specdemo.sampling.driver import WorkspacePool
+from specdemo.sampling.phases import Workspace, layout_for
 from specdemo.targets import GaussianMixture, gm2d, gm16, gm512
 from specdemo.sampling import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED
 from specdemo.trees import Topology, TopologyPlan
@@ -73,6 +78,40 @@ def test_same_seed_same_samples(method):
     c = run(net, kernel, target.shape, 6, method, seed=12)
     assert not torch.isclose(a.samples, c.samples).all(dim=1).any(), "another seed must give other samples"
     assert torch.isfinite(a.samples).all()
+
+
+def test_runs_in_threads_at_once_get_their_own_buffers():
+    """Round buffers kept between runs (the process's WorkspacePool) are never shared by runs in
+    flight: four threads, each drawing with another seed while the others draw, get the samples that
+    each run gets alone (a shared buffer would mix their drafted nodes), and a later run of the
+    same settings takes the pooled buffers and still gets its own samples."""
+    target, kernel, net = gm16_ddpm()
+    alone = {seed: run(net, kernel, target.shape, 3, "tree-dgrs", seed=seed).samples for seed in range(4)}
+    barrier = threading.Barrier(4)
+
+    def in_thread(seed):
+        barrier.wait()
+        return run(net, kernel, target.shape, 3, "tree-dgrs", seed=seed).samples
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        together = dict(zip(range(4), pool.map(in_thread, range(4))))
+    for seed in range(4):
+        assert torch.equal(together[seed], alone[seed])
+    assert torch.equal(run(net, kernel, target.shape, 3, "tree-dgrs", seed=2).samples, alone[2])
+
+
+def test_the_workspace_pool_hands_a_buffer_to_one_run_and_keeps_at_most_its_limit():
+    layout = layout_for(Topology((2, 2)), 2, False, GreedyRejectionSampling, torch.device("cpu"))
+    spaces = [Workspace(layout, 4, (3,), torch.device("cpu"), torch.float32) for _ in range(3)]
+    pool = WorkspacePool(limit_bytes=2 * spaces[0].nbytes)
+    assert pool.take("k") is None
+    for space in spaces:
+        pool.put("k", space)  # the third put drops the least recently returned
+    taken = [pool.take("k"), pool.take("k")]
+    assert {id(t) for t in taken} == {id(spaces[1]), id(spaces[2])}
+    assert pool.take("k") is None  # handed out: no second run gets it
+    pool.put("other", spaces[0])
+    assert pool.take("k") is None and pool.take("other") is spaces[0]
 
 
 @pytest.mark.parametrize("method", list(methods()))

@@ -138,9 +138,10 @@ class FrozenDraft(Draft):
                 gain, slope, offset = k.C, k.D, k.E * out_f
         if self.freeze == "out":
             return _level_means(alpha, beta, gain, slope, offset, r)
-        alpha_x0, b_x0, c_x0 = kernel.denoised_coefficients(n, frozen.new_empty(()).expand(per_level))
+        # (A, 1, 1, *shape) as out_f: x0-hat, except under x0-linear and gaussian, whose branches replace it
+        x0_f = (frozen if frozen.dim() == state_dims + 1 else frozen[:, int(auto)])[:, None, None]
+        alpha_x0, b_x0, c_x0 = kernel.denoised_coefficients(n, x0_f)
         if self.freeze in ("x0", "x0-linear", "auto"):
-            x0_f = (frozen[:, 1] if auto else frozen)[:, None, None]
             if self.linear:  # x0-hat extrapolated to each level's step: a + b tau(n + d), (A, L, 1, *shape)
                 intercept, slope_t = frozen[:, self._line_at, None, None], frozen[:, self._line_at + 1, None, None]
                 tau = kernel.table("freeze-clock", clock(kernel), intercept)[n].view(per_level)
@@ -207,7 +208,8 @@ def _level_means(alpha, beta, gain, slope, offset, r) -> LevelMeans:
     """m^p = alpha x + beta + gain clip(slope x + offset) by level, from coefficients (A, L, 1, ...)
     (gain None: affine)."""
     depth = alpha.shape[1]
-    beta = beta.expand(-1, depth, *beta.shape[2:])
+    if beta.shape[1] != depth:  # a coefficient of the frozen value alone: the same at every level
+        beta = beta.expand(-1, depth, *beta.shape[2:])
     affine = None if gain is not None else (alpha.reshape(alpha.shape[0], depth), beta[:, :, 0])
     by_depth = []  # one view per depth, taken at the first level asked for
 

@@ -86,6 +86,11 @@ class Kernel:
         columns = torch.index_select(self.table("coefficients", self._columns, like), 1, n.reshape(-1))
         return StepCoefficients(*columns.view(5, *n.shape, *[1] * (like.dim() - n.dim())).unbind(0))
 
+    def coefficients_into(self, n: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """A_n..E_n of steps n (M,) written into out (M, 5) (its dtype and device): a buffer gathered
+        once, whose column views serve as coefficients() for several calls."""
+        return torch.index_select(self.table("coefficient rows", self.coefficient_table, out), 0, n, out=out)
+
     def denoised_coefficients(self, n: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(A_n - B_n D_n / E_n, B_n / E_n, C_n): the mean as a function of x and the denoised estimate,
         m_n = (A - B D / E) x + (B / E) x0-hat + C clip(x0-hat), shaped as coefficients()."""
@@ -110,8 +115,9 @@ class Kernel:
 
     def denoised(self, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         self._needs_denoised()
-        k = self.coefficients(n, x)
-        return torch.addcmul(k.D * x, k.E, out)
+        d, e = torch.index_select(self.table("denoising", self._columns[3:], x), 1, n.reshape(-1)) \
+            .view(2, *n.shape, *[1] * (x.dim() - n.dim())).unbind(0)
+        return torch.addcmul(d * x, e, out)
 
     def output_from_denoised(self, x0: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         """The network output whose denoised estimate at x is x0: out = (x0 - D x) / E."""

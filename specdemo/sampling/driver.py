@@ -23,6 +23,8 @@ choosing the next round's trees needs no device round trip.
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +48,8 @@ from .rng import TrajectoryRandom
 
 MEMORY_LIMIT_BYTES = 8 * 2**30
 WORKSPACES = 8  # round buffers a run keeps, the least recently used dropped (a plan can use many layouts)
+GROUPS = 16  # groups of slots a run keeps (their slot tensors and buffer views), the least recently used dropped
+POOL_BYTES = 64 * 2**20  # round buffers the process keeps for later runs (WorkspacePool)
 
 
 @dataclass
@@ -90,6 +94,45 @@ def check_run(kernel: Kernel, tree: Topology | TopologyPlan, draft: Draft | None
         )
 
 
+class WorkspacePool:
+    """Round buffers kept between the runs of a process, so that a run of layouts seen before allocates
+    none: a run takes workspaces out and puts them back when it ends (runs in other threads never
+    share one), the least recently returned dropped past `limit_bytes`."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes = limit_bytes
+        self._free: dict[tuple, list[Workspace]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def take(self, key: tuple) -> Workspace | None:
+        with self._lock:
+            spaces = self._free.get(key)
+            if not spaces:
+                return None
+            space = spaces.pop()
+            if not spaces:
+                del self._free[key]
+            self._bytes -= space.nbytes
+            return space
+
+    def put(self, key: tuple, space: Workspace) -> None:
+        with self._lock:
+            if space.nbytes > self.limit_bytes:
+                return
+            self._free.setdefault(key, []).append(space)
+            self._free[key] = self._free.pop(key)  # the most recently returned last
+            self._bytes += space.nbytes
+            while self._bytes > self.limit_bytes:
+                oldest = next(iter(self._free))
+                self._bytes -= self._free[oldest].pop(0).nbytes
+                if not self._free[oldest]:
+                    del self._free[oldest]
+
+
+POOL = WorkspacePool(POOL_BYTES)
+
+
 class Schedule:
     """For every step n and root state k (its output known or not): the layout a round rooted there
     uses (an index into `layouts`: its tree truncated at the stochastic horizon, whether its leaves
@@ -98,40 +141,47 @@ class Schedule:
     def __init__(self, tree: Topology | TopologyPlan, kernel: Kernel, leaf_table: np.ndarray,
                  verifier_type: type | None, device: torch.device):
         n_steps = kernel.num_steps
-        run_len = kernel.stochastic_run_lengths().tolist()
-        self.depth = np.zeros((n_steps, 2), dtype=np.int64)
-        trees = [[tree.at(n, bool(k)) for k in (0, 1)] for n in range(n_steps)]
-        for n in range(n_steps):
-            for k in (0, 1):
-                self.depth[n, k] = min(trees[n][k].depth, run_len[n])
+        steps = np.arange(n_steps)
+        # the distinct trees, and which one each (step, root state) starts
+        trees: list[Topology] = [tree] if isinstance(tree, Topology) else []
+        which = np.zeros((n_steps, 2), dtype=np.int64)
+        if isinstance(tree, TopologyPlan):
+            distinct: dict[int, int] = {}
+            for n in range(n_steps):
+                for k in (0, 1):
+                    t = tree.at(n, bool(k))
+                    if id(t) not in distinct:
+                        distinct[id(t)] = len(trees)
+                        trees.append(t)
+                    which[n, k] = distinct[id(t)]
+        self.depth = np.minimum(np.array([t.depth for t in trees], dtype=np.int64)[which],
+                                kernel.stochastic_run_lengths().numpy()[:n_steps, None])
         # a leaf at step N is the sample itself: there is no step N for the network to evaluate
-        ends = np.arange(n_steps)[:, None] + self.depth
-        self.leaves = leaf_table & (self.depth > 0) & (ends < n_steps)
+        self.leaves = leaf_table & (self.depth > 0) & (steps[:, None] + self.depth < n_steps)
         # plan trees cut short at the horizon can coincide: rounds are grouped by the layout itself
         self.layouts: list[Layout] = []
         index: dict[Layout, int] = {}
         self.layout_id = np.zeros((n_steps, 2), dtype=np.int64)
-        for n in range(n_steps):
-            for k in (0, 1):
-                depth = int(self.depth[n, k])
-                if depth:
-                    t = trees[n][k]
-                    layout = layout_for(t if depth == t.depth else Topology(t.widths[:depth]),
-                                        bool(self.leaves[n, k]), verifier_type, device)
-                    if layout not in index:
-                        index[layout] = len(self.layouts)
-                        self.layouts.append(layout)
-                    self.layout_id[n, k] = index[layout]
+        rounds = self.depth > 0
+        top = int(self.depth.max(initial=0)) + 1
+        code = (which * top + self.depth) * 2 + self.leaves  # (tree, depth, leaves) of each speculative round
+        kinds, inverse = np.unique(code[rounds], return_inverse=True)
+        ids = np.empty(kinds.size, dtype=np.int64)
+        for j, c in enumerate(kinds.tolist()):
+            t, depth, leaves = trees[c // 2 // top], c // 2 % top, bool(c % 2)
+            layout = layout_for(t, depth, leaves, verifier_type, device)
+            ids[j] = index.setdefault(layout, len(self.layouts))
+            if ids[j] == len(self.layouts):
+                self.layouts.append(layout)
+        self.layout_id[rounds] = ids[inverse.reshape(-1)]
         # whether a round's call has a row at a stochastic step: its rows are at depths k (the root,
         # unless its output is known) to the last evaluated one; a call of deterministic-step rows only
         # (leaves at the last step under flow matching) serves that step as plain sampling's own call
         # does, and is counted on neither side of the speedup
-        stochastic = np.append(kernel.scales.numpy() > 0, False)
-        self.stochastic_rows = np.zeros((n_steps, 2), dtype=bool)
-        for n in range(n_steps):
-            for k in (0, 1):
-                last = self.depth[n, k] - (not self.leaves[n, k])
-                self.stochastic_rows[n, k] = stochastic[n + k:n + last + 1].any()
+        stochastic = np.cumsum(np.append(0, kernel.scales.numpy() > 0))  # stochastic steps before each step
+        first = steps[:, None] + np.arange(2)[None]
+        last = steps[:, None] + self.depth - (~self.leaves).astype(np.int64)  # the last evaluated row's step
+        self.stochastic_rows = stochastic[np.clip(last + 1, 0, n_steps)] > stochastic[np.minimum(first, n_steps)]
 
 
 class _Batch:
@@ -165,7 +215,7 @@ class _Batch:
         leaf_table = prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
         self.schedule = Schedule(tree, kernel, leaf_table, type(verifier) if tree.max_depth else None, self.device)
         self._spaces: dict[tuple[Layout, bool], Workspace] = {}
-        self._groups: dict[tuple[int, bytes], tuple] = {}  # last round's groups (_Batch.group), by key and slots
+        self._groups: dict[tuple[int, bytes], tuple] = {}  # recent rounds' groups (_Batch.group), by key and slots
 
         b = num_samples
         slots = min(max_batch or b, b)
@@ -186,8 +236,8 @@ class _Batch:
         self.counted = np.zeros(b, dtype=np.int64)
         self.rows_used = np.zeros(b, dtype=np.int64)
         top = tree.max_depth
-        self.committed_hist = np.zeros(top + 2, dtype=np.int64)  # rounds by committed steps
-        self.accepted_hist = np.zeros(top + 2, dtype=np.int64)  # rounds by kept drafted nodes
+        self.round_ends: list[int] = []  # every speculative round's committed steps, per trajectory
+        self.round_kept: list[int] = []  # and its kept drafted nodes
         self.cost = Cost(method=method_name(tree), steps=self.num_steps,
                          stochastic_steps=int((kernel.scales > 0).sum()),
                          calls_per_trajectory=self.calls, counted_calls=self.counted, rows_per_trajectory=self.rows_used,
@@ -236,13 +286,24 @@ class _Batch:
 
     def workspace(self, layout: Layout, root_known: bool) -> Workspace:
         """The run's buffers for rounds of this layout and root state (the two root states of a
-        layout can be groups of the same round), for up to every slot."""
+        layout can be groups of the same round), for up to every slot: the run's own, or the process's
+        from an earlier run, or new."""
         key = (layout, root_known)
-        space = self._spaces.pop(key, None) or Workspace(layout, self.slot_traj.size, self.shape, self.device, self.dtype)
+        space = self._spaces.pop(key, None) or POOL.take(self.pool_key(layout)) \
+            or Workspace(layout, self.slot_traj.size, self.shape, self.device, self.dtype)
         self._spaces[key] = space  # the most recently used last
         if len(self._spaces) > WORKSPACES:
-            self._spaces.pop(next(iter(self._spaces)))
+            self._spaces.pop(next(iter(self._spaces)))  # dropped: a group of this run may still hold it
         return space
+
+    def pool_key(self, layout: Layout) -> tuple:
+        return layout, self.slot_traj.size, self.shape, self.device, self.dtype
+
+    def release(self) -> None:
+        """The run is over: its buffers go to the process's pool for the next run."""
+        for (layout, _), space in self._spaces.items():
+            POOL.put(self.pool_key(layout), space)
+        self._spaces, self._groups = {}, {}
 
     def slot_tensor(self, values) -> torch.Tensor:
         """Host integers (slots, steps) as a long tensor on the run's device (a copy: the host arrays change)."""
@@ -320,17 +381,21 @@ class _Batch:
         return True
 
     def start_rounds(self, slots: np.ndarray, layout_ids: np.ndarray, known: np.ndarray) -> list[RoundState]:
-        """Phase 1 for each group of slots that share a layout and a root state. A group as it was
-        last round (the same slots, layout and root state: every round of a lone trajectory's chain)
+        """Phase 1 for each group of slots that share a layout and a root state. A group seen in a
+        recent round (the same slots, layout and root state: every round of a lone trajectory's chain)
         keeps its slot tensor and buffers."""
-        states, groups = [], {}
+        states = []
         keys = layout_ids * 2 + known
         for key in (keys[:1] if keys.size == 1 else np.unique(keys)):
             members = slots if keys.size == 1 else slots[keys == key]
             tag = (int(key), members.tobytes())
-            group = groups[tag] = self._groups.get(tag) or self.group(int(key), members)
+            group = self._groups.pop(tag, None) or self.group(int(key), members)
+            self._groups[tag] = group  # the most recently used last
+            if len(self._groups) > GROUPS:
+                self._groups.pop(next(iter(self._groups)))
             layout, kn, slot_t, slot_list, space, whole = group
-            state = RoundState(layout, slot_t, slot_list, self.slot_tensor(self.n[members]), kn, space=space, whole=whole)
+            state = RoundState(layout, slot_t, slot_list, members, self.slot_tensor(self.n[members]), kn, space=space,
+                               whole=whole)
             if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
                 history = {}
                 if self.draft.frozen_history:  # the value held, none after a warm-up (a slot's earlier trajectory's)
@@ -341,7 +406,6 @@ class _Batch:
                                   **history)
             phases.draft(state, self)
             states.append(state)
-        self._groups = groups
         return states
 
     def group(self, key: int, members: np.ndarray) -> tuple:
@@ -378,47 +442,42 @@ class _Batch:
             if out.shape != x.shape:
                 raise SpecdemoError(f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(x.shape)}")
             self.clock.add("target", t0)
-            out = out[:rows].to(self.dtype)
-            steps = steps[:rows]
-            self.call_steps = steps
+            out = (out[:rows] if padding else out).to(self.dtype)
+            self.call_steps = steps  # padded: the error path reads the first `rows`
             self.cost.target_calls += 1
         start = 0
         for s in states:
             phases.take_outputs(s, out[start:start + s.count * s.call_rows] if s.call_rows else None, self)
             start += s.count * s.call_rows
-        # the call's bookkeeping, per trajectory, on the host
-        traj = np.concatenate([self.slot_traj[s.slot_list] for s in calling] + [self.slot_traj[roots]])
-        self.calls[traj] += 1
-        self.counted[traj] += 1
-        for s in calling:
-            self.rows_used[self.slot_traj[s.slot_list]] += s.call_rows
-            idle = ~self.schedule.stochastic_rows[self.n[s.slot_list], s.first_row]  # (Schedule)
-            self.counted[self.slot_traj[s.slot_list][idle]] -= 1
-        self.rows_used[self.slot_traj[roots]] += 1
-        # calls spent on deterministic steps are on neither side of the speedup (section 5)
-        self.counted[self.slot_traj[deterministic]] -= 1
+        if roots.size:  # the lone roots' share of the call (the groups' is counted in `account`)
+            traj = self.slot_traj[roots]
+            self.calls[traj] += 1
+            self.counted[traj] += 1
+            self.rows_used[traj] += 1
+            # calls spent on deterministic steps are on neither side of the speedup (section 5)
+            self.counted[self.slot_traj[deterministic]] -= 1
         return out
 
     def synchronise(self, states: list[RoundState], out) -> bool:
         """The round's one device-to-host copy: every group's committed depths and corrections, and
         whether the call's outputs were finite."""
         parts = [t for s in states for t in (s.end_depth, s.corrected)]
-        if out is not None:
-            parts.append(out.sum().isfinite()[None])  # one reduction (huge sums are refused too)
+        if out is not None:  # one reduction, checked on the host (huge sums are refused too)
+            parts.append(out.sum(dtype=torch.float32)[None])
         if not parts:
             return True
-        host = torch.cat(parts).tolist()  # one dtype: cat promotes the flags to the depths' integers
+        host = torch.cat(parts).tolist()  # float32: cat promotes the depths and flags, small integers, exactly
         start = 0
         for s in states:
             a = s.count
-            s.end_host, s.corrected_host = host[start:start + a], [bool(c) for c in host[start + a:start + 2 * a]]
+            s.end_host, s.corrected_host = [int(e) for e in host[start:start + a]], [c != 0 for c in host[start + a:start + 2 * a]]
             start += 2 * a
-        return out is None or bool(host[-1])
+        return out is None or math.isfinite(host[-1])
 
     def bad_steps(self, out) -> list[int]:
         """The steps of the call's rows whose outputs are not finite (the error path only)."""
         bad = ~torch.isfinite(out).flatten(1).all(1)
-        return sorted(set(self.call_steps[bad].tolist()))[:5]
+        return sorted(set(self.call_steps[:bad.numel()][bad].tolist()))[:5]
 
     def direct_step(self, direct: np.ndarray) -> None:
         """Y_{n+1} = m_n(Y_n) + s_n xi with the target: plain sampling and deterministic steps."""
@@ -435,14 +494,18 @@ class _Batch:
         self.keep_state(direct.tolist(), self.n[direct].tolist(), y_next)
 
     def account(self, state: RoundState) -> None:
-        """Steps, committed depths, kept intermediate states."""
+        """The round's call, per trajectory (a call with no row at a stochastic step is not counted:
+        Schedule.stochastic_rows), its steps and committed depths, kept intermediate states."""
+        slots = state.slot_array
+        traj, n0 = self.slot_traj[slots], self.n[slots]
+        if state.call_rows:
+            self.calls[traj] += 1
+            self.counted[traj] += self.schedule.stochastic_rows[n0, state.first_row]
+            self.rows_used[traj] += state.call_rows
         ends = np.asarray(state.end_host)
-        corrected = np.asarray(state.corrected_host)
-        n0 = self.n[state.slot_list].copy()
-        self.n[state.slot_list] = n0 + ends
-        top = self.committed_hist.size
-        self.committed_hist += np.bincount(ends, minlength=top)
-        self.accepted_hist += np.bincount(ends - corrected, minlength=top)
+        self.n[slots] = n0 + ends
+        self.round_ends.extend(state.end_host)
+        self.round_kept.extend(e - c for e, c in zip(state.end_host, state.corrected_host))
         self._keep_path(state, n0, ends)
 
     def _keep_path(self, state: RoundState, n0: np.ndarray, ends: np.ndarray) -> None:
@@ -465,8 +528,8 @@ class _Batch:
     def finish(self) -> None:
         top = len(self.cost.examined_per_depth)
         # rounds that committed more than d steps examined level d; more than d kept nodes kept it
-        examined = self.committed_hist[::-1].cumsum()[::-1]
-        accepted = self.accepted_hist[::-1].cumsum()[::-1]
+        examined, accepted = (np.bincount(np.array(v, dtype=np.int64), minlength=top + 2)[::-1].cumsum()[::-1]
+                              for v in (self.round_ends, self.round_kept))
         self.cost.examined_per_depth = examined[1:top + 1].tolist()
         self.cost.accepted_per_depth = accepted[1:top + 1].tolist()
         seconds = self.clock.totals()
@@ -524,20 +587,28 @@ def sample(
     with torch.inference_mode():
         batch = _Batch(network, kernel, shape, num_samples, tree, draft, verifier, prefetch or NearestSibling(), seed,
                        indices, cond, device, dtype, keep_steps, trace, trace_states, max_batch)
-        while True:
-            if cancel is not None:
-                cancel.check()
-            if not batch.round():
-                break
-            if callback is not None:
-                live = batch.slot_traj >= 0
-                done = batch.next_traj - int(live.sum()) + int((batch.n[live] == batch.num_steps).sum())
-                progress = (batch.next_traj - int(live.sum())) * batch.num_steps + int(batch.n[live].sum())
-                callback({"round": batch.cost.rounds, "finished": done, "num_samples": num_samples,
-                          "progress": progress / (num_samples * batch.num_steps),
-                          "target_calls": batch.cost.target_calls})
+        try:
+            _run(batch, num_samples, callback, cancel)
+        finally:
+            batch.release()
         batch.finish()
         if batch.device.type == "cuda":
             torch.cuda.synchronize(batch.device)
     batch.cost.wall_s = time.perf_counter() - t_start
     return SampleResult(samples=batch.samples, cost=batch.cost, states=batch.states, trace=batch.trace)
+
+
+def _run(batch: _Batch, num_samples: int, callback, cancel) -> None:
+    """The rounds, until every trajectory is done."""
+    while True:
+        if cancel is not None:
+            cancel.check()
+        if not batch.round():
+            return
+        if callback is not None:
+            live = batch.slot_traj >= 0
+            done = batch.next_traj - int(live.sum()) + int((batch.n[live] == batch.num_steps).sum())
+            progress = (batch.next_traj - int(live.sum())) * batch.num_steps + int(batch.n[live].sum())
+            callback({"round": batch.cost.rounds, "finished": done, "num_samples": num_samples,
+                      "progress": progress / (num_samples * batch.num_steps),
+                      "target_calls": batch.cost.target_calls})

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from ..drafts import LevelMeans
+from ..kernels.base import StepCoefficients
 from ..trees import Topology
 from ..verifiers import DELTA_FLOOR, Decision, NodeVerifier, RankOne, TreeVerifier
 from ..verifiers.block import BlockVerdict, TreeTables, TreeWalk
@@ -48,9 +51,10 @@ class Segment:
 
 
 @lru_cache(maxsize=256)
-def layout_for(tree: Topology, evaluate_leaves: bool, verifier_type: type, device: torch.device) -> "Layout":
-    """A topology's Layout, built once per process (the verifier's type sets its uniforms)."""
-    return Layout(tree, evaluate_leaves, verifier_type(), device)
+def layout_for(tree: Topology, depth: int, evaluate_leaves: bool, verifier_type: type, device: torch.device) -> "Layout":
+    """The Layout of a topology cut to its first `depth` levels, built once per process (the
+    verifier's type sets its uniforms)."""
+    return Layout(tree if depth == tree.depth else Topology(tree.widths[:depth]), evaluate_leaves, verifier_type(), device)
 
 
 class Layout:
@@ -159,8 +163,32 @@ class Workspace:
         self.noise = torch.empty((capacity, layout.noise_count, *shape), device=device, dtype=dtype)
         self.uniforms = torch.empty((capacity, layout.uniform_count), device=device, dtype=torch.float64)
         self.child_scales = torch.empty((capacity, layout.tree.depth), device=device, dtype=dtype)  # s by depth
+        self.depth_steps = torch.empty((capacity, layout.tree.depth), device=device, dtype=torch.long)  # n + d
+        # the kernel's A..E at every depth step, for the walk's target means
+        self.coefficients = torch.empty((capacity * layout.tree.depth, 5), device=device, dtype=dtype)
         self.alpha = torch.empty((capacity, layout.tree.depth), device=device, dtype=dtype)  # an affine draft's
         self._full = self._views(capacity)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (self.x, self.mp, self.noise, self.uniforms, self.child_scales, self.alpha,
+                                      self.depth_steps, self.coefficients))
+
+    def segment(self, segment: Segment) -> "SegmentViews":
+        """A segment's views of the buffers, made at the first round that asks."""
+        views = self._segment_views.get(segment)
+        if views is None:
+            a, s_len, width = self.x.shape[0], segment.levels, segment.width
+            levels, lo = slice(segment.first, segment.last + 1), segment.uniform_offset
+            root = None
+            if segment.first == 0 and not segment.lazy:
+                nodes, kid_index = self.layout.root_segment(segment)
+                root = (nodes.expand(a, -1), kid_index.expand(a, -1, -1),
+                        self.x[:, 1:1 + s_len * width].unflatten(1, (s_len, width)), self.mp[:, :s_len], self.x[:, :s_len])
+            views = self._segment_views[segment] = SegmentViews(
+                self.child_scales[:, levels], self.uniforms[:, lo:lo + s_len * segment.per_node],
+                StepCoefficients(*(c[:, levels] for c in self.depth_coefficients)), root)
+        return views
 
     def rows(self, count: int) -> "Workspace":
         """The buffers and level views of the first `count` rows (all of them: no new view)."""
@@ -172,8 +200,13 @@ class Workspace:
         tree, starts = self.layout.tree, self.layout.tree.level_starts
         depth, ones = tree.depth, [1] * len(self.shape)
         v = object.__new__(Workspace)
+        v.layout, v._segment_views = self.layout, {}
         v.x, v.mp, v.noise = self.x[:count], self.mp[:count], self.noise[:count]
         v.uniforms, v.child_scales, v.alpha = self.uniforms[:count], self.child_scales[:count], self.alpha[:count]
+        v.depth_steps = self.depth_steps[:count]
+        v.flat_depth_steps, v.flat_child_scales = v.depth_steps.view(-1), v.child_scales.view(-1)
+        v.coefficients = self.coefficients[:count * depth]
+        v.depth_coefficients = StepCoefficients(*(v.coefficients[:, j].view(count, depth, *ones) for j in range(5)))
         v.rows = torch.arange(count, device=self.x.device)
         # per drafted level: parents (A, P, *shape), their means, the means by child, the children
         # (A, P, K, *shape), their noise, and s shaped to broadcast against the children
@@ -193,6 +226,18 @@ class Workspace:
                              v.noise[:, kids.start - 1:kids.stop - 1].unflatten(1, (hi - lo, width)),
                              scales[level - 1]))
         return v
+
+
+class SegmentViews(NamedTuple):
+    """A segment's views of a workspace: the scales the decided nodes' children were drawn with
+    (A, S), their uniforms (A, S * per node), the kernel's coefficients at their steps; for a segment
+    from the root, also (nodes (A, S), kid_index (A, S, K), kids (A, S, K, *shape), mp, xv (A, S,
+    *shape)), the same nodes in every row."""
+
+    scales: torch.Tensor
+    uniforms: torch.Tensor
+    coefficients: StepCoefficients  # A..E at the nodes' steps (A, S, 1, ...), gathered by the draft phase
+    root: tuple[torch.Tensor, ...] | None
 
 
 @dataclass
@@ -230,6 +275,7 @@ class RoundState:
     layout: Layout
     slots: torch.Tensor
     slot_list: list[int]
+    slot_array: np.ndarray  # the slots again, on the host, for indexing the driver's host arrays
     step: torch.Tensor
     root_known: bool
     x: torch.Tensor | None = None  # (A, drafted nodes, *shape) breadth-first, the root first
@@ -291,6 +337,12 @@ class RoundState:
             return self.out[:, :count]
         return torch.cat([self.root_out[:, None], self.out[:, :count - 1]], 1)
 
+    def output_at(self, node: torch.Tensor) -> torch.Tensor:
+        """Target outputs (A, *shape) at one node (A,) of every row."""
+        if not self.root_known:
+            return self.out[self.rows, node]
+        return self.outputs_at(node[:, None])[:, 0]
+
     def outputs_at(self, nodes: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Target outputs (R, S, *shape) at nodes (R, S) of rows `rows` (R,) (default: every row)."""
         rows = self.rows if rows is None else rows
@@ -312,8 +364,9 @@ def draft(state: RoundState, run) -> None:
     state.uniforms = run.rng.uniform(state.slot_list, lay.uniform_count, out=space.uniforms)
     state.x, state.mp = space.x, space.mp
     space.x[:, 0] = run.rows_of(run.y, state)
-    state.depth_steps = state.step[:, None] + lay.depths
-    torch.index_select(run.scales_dtype, 0, state.depth_steps.view(-1), out=space.child_scales.view(-1))
+    state.depth_steps = torch.add(state.step[:, None], lay.depths, out=space.depth_steps)
+    torch.index_select(run.scales_dtype, 0, space.flat_depth_steps, out=space.flat_child_scales)
+    run.kernel.coefficients_into(space.flat_depth_steps, space.coefficients)
     state.child_scales = space.child_scales
     state.means = run.round_means(state)
     if lay.tree.is_chain and state.means.affine is not None:
@@ -366,18 +419,23 @@ def walk(state: RoundState, run) -> None:
         _walk_tree(state, run)
 
 
+def _reduce(mq: torch.Tensor, mp: torch.Tensor, scales: torch.Tensor, kids: torch.Tensor) -> RankOne:
+    """RankOne.reduce at A * S nodes: mq, mp (A, S, *shape), scales (A, S), kids (A, S, K, *shape),
+    flattened once each (views where the buffers allow)."""
+    rows = scales.numel()
+    return RankOne.reduce(mq.reshape(rows, -1), mp.reshape(rows, -1), scales.reshape(rows),
+                          kids.reshape(rows, kids.shape[2], -1))
+
+
 def _decide_segment(state: RoundState, run, segment: Segment, nodes, kid_index, kids, mp, xv, outv) -> SegmentRecord:
     """Reduce and decide the A * S nodes of a segment: nodes (A, S), their states xv, target outputs
     outv and draft means mp (A, S, *shape), their children kids (A, S, K, *shape)."""
-    a, s_len = nodes.shape
-    steps = state.depth_steps[:, segment.first:segment.last + 1]
-    mq = run.kernel.mean(outv, xv, steps)
-    scales = state.child_scales[:, segment.first:segment.last + 1]  # the s the children were drawn with
-    red = RankOne.reduce(mq.flatten(0, 1), mp.flatten(0, 1), scales.flatten(), kids.flatten(0, 1))
-    lo = segment.uniform_offset
-    uniforms = state.uniforms[:, lo:lo + s_len * segment.per_node].reshape(a * s_len, segment.per_node)
+    views = state.space.segment(segment)
+    mq = run.kernel.mean_with(views.coefficients, outv, xv)
+    red = _reduce(mq, mp, views.scales, kids)  # scales: the s the children were drawn with
+    uniforms = views.uniforms.reshape(red.delta.numel(), segment.per_node)  # a view unless rows are cut out
     decision = run.verifier.decide(red, uniforms)
-    return SegmentRecord(segment, nodes, kid_index, kids, scales, red, uniforms, decision)
+    return SegmentRecord(segment, nodes, kid_index, kids, views.scales, red, uniforms, decision)
 
 
 def _segment_inputs(state: RoundState, run, segment: Segment, start: torch.Tensor):
@@ -395,10 +453,7 @@ def _segment_inputs(state: RoundState, run, segment: Segment, start: torch.Tenso
         kids = torch.addcmul(mp[:, :, None], scale, xi)
         return nodes, kid_index, kids, mp, xv, state.outputs_at(nodes)
     if segment.first == 0:
-        nodes, kid_index = lay.root_segment(segment)
-        nodes, kid_index = nodes.expand(a, -1), kid_index.expand(a, -1, -1)
-        kids = state.x[:, 1:1 + s_len * width].unflatten(1, (s_len, width))
-        return nodes, kid_index, kids, state.mp[:, :s_len], state.x[:, :s_len], state.first_outputs(s_len)
+        return (*state.space.segment(segment).root, state.first_outputs(s_len))
     nodes = lay.segment_nodes(segment, start)
     kid_index = lay.first_child[nodes][..., None] + torch.arange(width, device=run.device)
     return (nodes, kid_index, state.x[ar[:, None, None], kid_index], state.mp[ar[:, None], nodes],
@@ -418,24 +473,30 @@ def _walk_nodes(state: RoundState, run) -> None:
         record = _decide_segment(state, run, segment, nodes, kid_index, kids, mp, xv, outv)
         state.records.append(record)
         kept = record.decision.kept.view(a, segment.levels)
-        rejected = kept < 0
-        first_rejection = rejected.int().argmax(1)
-        stop_depth = segment.first + first_rejection + 1
+        lead = (kept >= 0).cumprod(1).sum(1)  # levels kept before the first rejection (S: none rejected)
+        held = lead == segment.levels
+        stop_depth = lead + (segment.first + 1)
         if segment.first == 0:  # nodes 0..S-1, the last one's children 1 + (S - 1) K onwards
-            alive = ~rejected.any(1)
-            cur = torch.where(alive, kept[:, -1].clamp_min(0) + (1 + (segment.levels - 1) * segment.width),
-                              first_rejection)
+            alive = held
+            # one child a node: the walk's node is node `lead`, the last child (node S) where all were kept
+            cur = lead if segment.width == 1 else \
+                torch.where(alive, kept[:, -1] + (1 + (segment.levels - 1) * segment.width), lead)
             end_depth = torch.where(alive, state.tree.depth, stop_depth)
             continue
-        stops = alive & rejected.any(1)
-        stop_node, passed = nodes[ar, first_rejection], kid_index[ar, -1, kept[:, -1].clamp_min(0)]
+        stops = alive & ~held
+        stop_node = nodes[ar, lead.clamp_max(segment.levels - 1)]
+        passed = kid_index[ar, -1, kept[:, -1].clamp_min(0)]
         cur = torch.where(stops, stop_node, torch.where(alive, passed, cur))
         end_depth = torch.where(stops, stop_depth, end_depth)
-        alive &= ~stops
+        alive &= held
     last = state.records[-1]
     state.cur, state.corrected, state.end_depth = cur, ~alive, end_depth
-    # the committed leaf where every level kept a child (corrected rows get their draw later)
-    state.y_new = last.kids[ar, -1, last.decision.kept.view(a, -1)[:, -1].clamp_min(0)]
+    # the committed leaf where every level kept a child (corrected rows get their draw later: a copy,
+    # not a view of the drafted states, which the commit still reads)
+    if last.segment.width == 1:
+        state.y_new = last.kids[:, -1, 0].clone()
+    else:
+        state.y_new = last.kids[ar, -1, last.decision.kept.view(a, -1)[:, -1].clamp_min(0)]
 
 
 def _walk_chain(state: RoundState, run) -> None:
@@ -445,10 +506,9 @@ def _walk_chain(state: RoundState, run) -> None:
     nodes, kid_index = state.layout.root_segment(segment)
     nodes, kid_index = nodes.expand(a, -1), kid_index.expand(a, -1, -1)
     kids = state.x[:, 1:depth + 1, None]
-    steps = state.depth_steps
-    mq = run.kernel.mean(state.first_outputs(depth), state.x[:, :depth], steps)
+    mq = run.kernel.mean_with(state.space.depth_coefficients, state.first_outputs(depth), state.x[:, :depth])
     scales = state.child_scales  # the s the children were drawn with
-    red = RankOne.reduce(mq.flatten(0, 1), state.mp[:, :depth].flatten(0, 1), scales.flatten(), kids.flatten(0, 1))
+    red = _reduce(mq, state.mp[:, :depth], scales, kids)
     verdict = run.verifier.verify_chain(red.delta.view(a, depth), red.u.view(a, depth), None, state.uniforms)
     eta = verdict.eta
     kept = torch.where(nodes < eta[:, None], 0, -1)
@@ -469,7 +529,7 @@ def _walk_tree(state: RoundState, run) -> None:
     depths = lay.node_depth[:inner]
     mq = run.kernel.mean(state.first_outputs(inner), state.x[:, :inner], state.depth_steps[:, depths])
     scales = state.child_scales[:, depths]
-    red = RankOne.reduce(mq.flatten(0, 1), state.mp[:, :inner].flatten(0, 1), scales.flatten(), kids.flatten(0, 1))
+    red = _reduce(mq, state.mp[:, :inner], scales, kids)
     delta = red.delta.view(a, inner, 1)
     log_rho = torch.where(delta >= DELTA_FLOOR, delta * red.u.view(a, inner, -1) - 0.5 * delta**2, 0.0)
     log_rho = log_rho.flatten(1)[:, lay.child_column]
@@ -509,9 +569,13 @@ def _correct_segment(state: RoundState, run, record: SegmentRecord, hit: list[tu
     flat = _pick([i * record.segment.levels + j for i, j in hit], device)  # the decided node of each row
     red = record.red.select(flat)
     child, u_new = run.verifier.correct(red, record.uniforms[flat], run.rng, state.slots[rows])
-    sel = torch.arange(len(hit), device=device)
     kids = record.kids.flatten(0, 1)[flat]
-    state.y_new[rows] = red.move(kids[sel, child], red.u[sel, child], u_new, record.scales.flatten()[flat])
+    if record.segment.width == 1:  # the one child: views, no gather
+        kid, u_old = kids[:, 0], red.u[:, 0]
+    else:
+        sel = torch.arange(len(hit), device=device)
+        kid, u_old = kids[sel, child], red.u[sel, child]
+    state.y_new[rows] = red.move(kid, u_old, u_new, record.scales.flatten()[flat])
 
 
 def _correct_chain(state: RoundState, run, rows: list[int]) -> None:
@@ -564,23 +628,23 @@ def commit(state: RoundState, run) -> None:
         return
     source = run.prefetch.source(state)
     if source is None:
-        run.has_frozen[state.slot_list] = False
+        run.has_frozen[state.slot_array] = False
     else:
-        out = state.outputs_at(source[:, None])[:, 0]
+        out = state.output_at(source)
         x = state.x[state.rows, source]
         step = state.step + state.layout.node_depth[source]
         history = {}
         if run.draft.frozen_history:  # the output one node above (the root's own at the root), the value held
             above = state.layout.parent[source]
             history = {"previous": run.rows_of(run.frozen, state),
-                       "earlier": (state.outputs_at(above[:, None])[:, 0], state.x[state.rows, above],
+                       "earlier": (state.output_at(above), state.x[state.rows, above],
                                    state.step + state.layout.node_depth[above])}
         run.frozen_value(state, out, x, step, **history)
-        run.has_frozen[state.slot_list] = True
+        run.has_frozen[state.slot_array] = True
     if state.evaluate_leaves:
         kept = [i for i, c in enumerate(state.corrected_host) if not c]
         if kept:  # the committed leaf was evaluated: its output is the next root's, known
-            leaf_out = state.outputs_at(state.cur[:, None])[:, 0]
+            leaf_out = state.output_at(state.cur)
             rows = _pick(kept, state.slots.device) if len(kept) < state.count else slice(None)
             run.root_out[state.slots[rows]] = leaf_out[rows]
             run.root_known[[state.slot_list[i] for i in kept]] = True

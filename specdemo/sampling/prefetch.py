@@ -68,7 +68,7 @@ class NearestSibling(Prefetch):
         lay, cur = state.layout, state.cur
         if lay.max_width == 1:  # a chain: the one sibling is the rejected child (node cur + 1), if evaluated;
             # else the parent of the commit, node cur itself or (a kept unevaluated leaf) cur - 1
-            return torch.where(state.corrected, cur + (cur < lay.evaluated_depth), cur - int(not state.evaluate_leaves))
+            return torch.where(state.corrected, cur + (cur < lay.evaluated_depth), cur if state.evaluate_leaves else cur - 1)
         fallback = parent_of_commit(state)
         width = lay.max_width
         sib = lay.first_child[cur][:, None] + torch.arange(width, device=cur.device)

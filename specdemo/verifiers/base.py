@@ -31,6 +31,7 @@ import torch
 # below this delta, P and Q are the same to float64 precision: child 1 is accepted as is
 DELTA_FLOOR = math.sqrt(torch.finfo(torch.float64).eps)
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+TINY = torch.finfo(torch.float64).tiny
 
 
 @dataclass
@@ -62,24 +63,23 @@ class Verdict:
 
 
 class RankOne:
-    """delta (A,), u (A, K) float64 for one node per row, and e (A, d) float64, formed when a
-    corrected draw needs it."""
+    """delta (A,), u (A, K) float64 for one node per row; diff = mq - mp (A, d) float64 and its norm,
+    whose direction e = diff / ||diff|| a corrected draw moves along."""
 
     def __init__(self, delta: torch.Tensor, u: torch.Tensor, diff: torch.Tensor, norm: torch.Tensor):
         self.delta, self.u, self._diff, self._norm = delta, u, diff, norm
 
     @classmethod
     def reduce(cls, mq: torch.Tensor, mp: torch.Tensor, s: torch.Tensor, children: torch.Tensor) -> "RankOne":
-        """mq, mp (A, *shape), s (A,) float64, children (A, K, *shape)."""
-        diff = (mq - mp).flatten(1).double()
-        norm = diff.norm(dim=1)
-        z = children.flatten(2).double() - mp.flatten(1).double()[:, None]  # s xi of each child, in float64
-        u = torch.bmm(z, diff[:, :, None])[:, :, 0] / (norm * s).clamp_min(torch.finfo(torch.float64).tiny)[:, None]
+        """mq, mp (A, *shape), s (A,) float64, children (A, K, *shape); or the states already
+        flattened, mq, mp (A, d) and children (A, K, d)."""
+        if mq.dim() > 2:
+            mq, mp, children = mq.flatten(1), mp.flatten(1), children.flatten(2)
+        diff = (mq - mp).double()
+        norm = torch.linalg.vector_norm(diff, dim=1)
+        z = children.double() - mp.double()[:, None]  # s xi of each child, in float64
+        u = torch.bmm(z, diff[:, :, None])[:, :, 0] / (norm * s).clamp_min(TINY)[:, None]
         return cls(norm / s, u, diff, norm)
-
-    @property
-    def e(self) -> torch.Tensor:
-        return self._diff / self._norm.clamp_min(torch.finfo(torch.float64).tiny)[:, None]
 
     def select(self, idx: torch.Tensor) -> "RankOne":
         return RankOne(self.delta[idx], self.u[idx], self._diff[idx], self._norm[idx])
@@ -87,8 +87,8 @@ class RankOne:
     def move(self, child: torch.Tensor, u_old: torch.Tensor, u_new: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """The point with projection u_new and the orthogonal part z_perp of `child` (A, *shape):
         child + s (u_new - u_old) e."""
-        step = (s * (u_new - u_old))[:, None] * self.e
-        return child + step.view_as(child).to(child.dtype)
+        along = s * (u_new - u_old) / self._norm.clamp_min(TINY)  # the move along e, in units of diff
+        return child + (along[:, None] * self._diff).view_as(child).to(child.dtype)
 
 
 def std_normal_log_pdf(u: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,8 @@ class ReflectionMaximalCoupling(NodeVerifier):
         return self._decide(red, uniforms)
 
     def _decide(self, red: RankOne, uniforms) -> Decision:
-        p = torch.exp((red.delta * red.u[:, 0] - 0.5 * red.delta**2).clamp(max=0.0))
+        delta = red.delta
+        p = torch.exp((delta * (red.u[:, 0] - 0.5 * delta)).clamp(max=0.0))
         accept = uniforms[:, 0] < p
         return Decision(kept=torch.where(accept, 0, -1), child_accept_prob=p[:, None], accept_prob=None)
 
