@@ -101,7 +101,7 @@ def test_runs_in_threads_at_once_get_their_own_buffers():
 
 
 def test_the_workspace_pool_hands_a_buffer_to_one_run_and_keeps_at_most_its_limit():
-    layout = layout_for(Topology((2, 2)), 2, False, GreedyRejectionSampling, torch.device("cpu"))
+    layout = layout_for(Topology((2, 2)), False, GreedyRejectionSampling, torch.device("cpu"))
     spaces = [Workspace(layout, 4, (3,), torch.device("cpu"), torch.float32) for _ in range(3)]
     pool = WorkspacePool(limit_bytes=2 * spaces[0].nbytes)
     assert pool.take("k") is None

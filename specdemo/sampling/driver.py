@@ -41,7 +41,7 @@ from ..trees.cost_model import call_size
 from ..verifiers import Verifier
 from . import phases
 from .cost import Cost, PhaseClock
-from .phases import Layout, RoundState, Workspace, layout_for
+from .phases import Layout, RoundState, Workspace, cut, layout_for
 from .prefetch import PREFETCH, NearestSibling, Prefetch
 from .record import RoundTrace, round_trace
 from .rng import TrajectoryRandom
@@ -165,11 +165,12 @@ class Schedule:
         rounds = self.depth > 0
         top = int(self.depth.max(initial=0)) + 1
         code = (which * top + self.depth) * 2 + self.leaves  # (tree, depth, leaves) of each speculative round
-        kinds, inverse = np.unique(code[rounds], return_inverse=True)
+        kinds, first, inverse = np.unique(code[rounds], return_index=True, return_inverse=True)
         ids = np.empty(kinds.size, dtype=np.int64)
-        for j, c in enumerate(kinds.tolist()):
+        for j in np.argsort(first).tolist():  # layouts numbered in the order of the steps that first use them
+            c = int(kinds[j])
             t, depth, leaves = trees[c // 2 // top], c // 2 % top, bool(c % 2)
-            layout = layout_for(t, depth, leaves, verifier_type, device)
+            layout = layout_for(cut(t, depth), leaves, verifier_type, device)
             ids[j] = index.setdefault(layout, len(self.layouts))
             if ids[j] == len(self.layouts):
                 self.layouts.append(layout)
@@ -292,8 +293,9 @@ class _Batch:
         space = self._spaces.pop(key, None) or POOL.take(self.pool_key(layout)) \
             or Workspace(layout, self.slot_traj.size, self.shape, self.device, self.dtype)
         self._spaces[key] = space  # the most recently used last
-        if len(self._spaces) > WORKSPACES:
-            self._spaces.pop(next(iter(self._spaces)))  # dropped: a group of this run may still hold it
+        if len(self._spaces) > WORKSPACES:  # dropped, with the groups that hold views of any buffers
+            self._spaces.pop(next(iter(self._spaces)))
+            self._groups.clear()
         return space
 
     def pool_key(self, layout: Layout) -> tuple:
@@ -463,10 +465,10 @@ class _Batch:
         whether the call's outputs were finite."""
         parts = [t for s in states for t in (s.end_depth, s.corrected)]
         if out is not None:  # one reduction, checked on the host (huge sums are refused too)
-            parts.append(out.sum(dtype=torch.float32)[None])
+            parts.append(out.sum(dtype=torch.promote_types(out.dtype, torch.float32))[None])
         if not parts:
             return True
-        host = torch.cat(parts).tolist()  # float32: cat promotes the depths and flags, small integers, exactly
+        host = torch.cat(parts).tolist()  # with the sum, cat makes the depths and flags floats: small integers, exact
         start = 0
         for s in states:
             a = s.count
@@ -589,11 +591,11 @@ def sample(
                        indices, cond, device, dtype, keep_steps, trace, trace_states, max_batch)
         try:
             _run(batch, num_samples, callback, cancel)
+            batch.finish()
         finally:
+            if batch.device.type == "cuda":  # the last round's kernels are done with the buffers the pool gets
+                torch.cuda.synchronize(batch.device)
             batch.release()
-        batch.finish()
-        if batch.device.type == "cuda":
-            torch.cuda.synchronize(batch.device)
     batch.cost.wall_s = time.perf_counter() - t_start
     return SampleResult(samples=batch.samples, cost=batch.cost, states=batch.states, trace=batch.trace)
 

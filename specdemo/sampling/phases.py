@@ -51,10 +51,15 @@ class Segment:
 
 
 @lru_cache(maxsize=256)
-def layout_for(tree: Topology, depth: int, evaluate_leaves: bool, verifier_type: type, device: torch.device) -> "Layout":
-    """The Layout of a topology cut to its first `depth` levels, built once per process (the
-    verifier's type sets its uniforms)."""
-    return Layout(tree if depth == tree.depth else Topology(tree.widths[:depth]), evaluate_leaves, verifier_type(), device)
+def layout_for(tree: Topology, evaluate_leaves: bool, verifier_type: type, device: torch.device) -> "Layout":
+    """A topology's Layout, built once per process (the verifier's type sets its uniforms)."""
+    return Layout(tree, evaluate_leaves, verifier_type(), device)
+
+
+@lru_cache(maxsize=256)
+def cut(tree: Topology, depth: int) -> Topology:
+    """The topology of its first `depth` levels (made once: trees that cut to the same widths are equal)."""
+    return tree if depth == tree.depth else Topology(tree.widths[:depth])
 
 
 class Layout:
@@ -236,7 +241,7 @@ class SegmentViews(NamedTuple):
 
     scales: torch.Tensor
     uniforms: torch.Tensor
-    coefficients: StepCoefficients  # A..E at the nodes' steps (A, S, 1, ...), gathered by the draft phase
+    coefficients: StepCoefficients  # A..E at the nodes' steps (A, S, *ones), gathered by the draft phase
     root: tuple[torch.Tensor, ...] | None
 
 
@@ -433,7 +438,7 @@ def _decide_segment(state: RoundState, run, segment: Segment, nodes, kid_index, 
     views = state.space.segment(segment)
     mq = run.kernel.mean_with(views.coefficients, outv, xv)
     red = _reduce(mq, mp, views.scales, kids)  # scales: the s the children were drawn with
-    uniforms = views.uniforms.reshape(red.delta.numel(), segment.per_node)  # a view unless rows are cut out
+    uniforms = views.uniforms.reshape(red.delta.numel(), segment.per_node)  # a copy where other segments' columns sit between rows
     decision = run.verifier.decide(red, uniforms)
     return SegmentRecord(segment, nodes, kid_index, kids, views.scales, red, uniforms, decision)
 
