@@ -344,18 +344,25 @@ class _Batch:
             return False
         sched = self.schedule
         n, known = self.n[live], self.root_known[live]
-        k = known.astype(np.int64)
-        depth = sched.depth[n, k]
+        cell = (n, known.view(np.uint8))  # (step, root known) of each live slot
+        depth = sched.depth[cell]
         speculate = depth > 0
-        warm = speculate & ~self.has_frozen[live] & ~known if self.uses_frozen else np.zeros_like(speculate)
-        speculate &= ~warm
+        warm = speculate & ~(self.has_frozen[live] | known) if self.uses_frozen else None
+        spec, layout_ids, spec_known = live, sched.layout_id[cell], known
+        direct = deterministic = warming = roots = live[:0]  # the usual round: every live slot speculates
+        if not speculate.all() or (warm is not None and warm.any()):
+            if warm is not None:
+                speculate &= ~warm
+                warming = live[warm]
+            spec, layout_ids, spec_known = live[speculate], layout_ids[speculate], known[speculate]
+            direct = live[depth == 0]
+            # roots evaluated alone: direct steps whose output is not known, and warm-ups
+            roots = np.concatenate([direct[~self.root_known[direct]], warming])
+            deterministic = direct[(self.scales_host[self.n[direct]] == 0) & ~self.root_known[direct]]
         t0 = self.clock.mark()
-        states = self.start_rounds(live[speculate], sched.layout_id[n, k][speculate], known[speculate])
+        states = self.start_rounds(spec, layout_ids, spec_known)
         self.clock.add("draft", t0)
-        direct = live[depth == 0]
-        # roots evaluated alone: direct steps whose output is not known, and warm-ups
-        roots = np.concatenate([direct[~self.root_known[direct]], live[warm]])
-        out = self.call_target(states, roots, direct[(self.scales_host[self.n[direct]] == 0) & ~self.root_known[direct]])
+        out = self.call_target(states, roots, deterministic)
         if roots.size:
             self.root_out[self.slot_tensor(roots)] = out[out.shape[0] - roots.size:]
         t0 = self.clock.mark()
@@ -366,7 +373,8 @@ class _Batch:
             raise SpecdemoError(f"the network returned NaN or inf at step(s) {self.bad_steps(out)}; "
                                 "check the model and its inputs")
         self.root_known[live] = False
-        self.root_known[live[warm]] = True
+        if warming.size:
+            self.root_known[warming] = True
         if direct.size:
             self.direct_step(direct)
         for state in states:

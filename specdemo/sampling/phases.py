@@ -82,6 +82,7 @@ class Layout:
         self.first_child = tree.first_child.to(device)
         self.parent = tree.parent.clamp_min(0).to(device)
         self.node_depth = tree.node_depth.to(device)
+        self.node_depth_host = tree.node_depth.tolist()
         widths = torch.tensor((*tree.widths, 0), dtype=torch.long)
         self.num_children = widths[tree.node_depth].to(device)
         self.max_width = max(tree.widths)
@@ -347,6 +348,17 @@ class RoundState:
         if not self.root_known:
             return self.out[self.rows, node]
         return self.outputs_at(node[:, None])[:, 0]
+
+    def at_nodes(self, nodes: torch.Tensor | list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Target outputs and states (A, *shape) and steps (A,) at one node of every row, the nodes
+        (A,) on the device or a host list (a lone row's are views: no gather)."""
+        if isinstance(nodes, list):
+            if self.count == 1:
+                (v,) = nodes
+                out = self.root_out if v == 0 and self.root_known else self.out[:, v - self.first_row]
+                return out, self.x[:, v], self.step + self.layout.node_depth_host[v]
+            nodes = torch.tensor(nodes, device=self.slots.device)
+        return self.output_at(nodes), self.x[self.rows, nodes], self.step + self.layout.node_depth[nodes]
 
     def outputs_at(self, nodes: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Target outputs (R, S, *shape) at nodes (R, S) of rows `rows` (R,) (default: every row)."""
@@ -635,16 +647,11 @@ def commit(state: RoundState, run) -> None:
     if source is None:
         run.has_frozen[state.slot_array] = False
     else:
-        out = state.output_at(source)
-        x = state.x[state.rows, source]
-        step = state.step + state.layout.node_depth[source]
         history = {}
         if run.draft.frozen_history:  # the output one node above (the root's own at the root), the value held
-            above = state.layout.parent[source]
-            history = {"previous": run.rows_of(run.frozen, state),
-                       "earlier": (state.output_at(above), state.x[state.rows, above],
-                                   state.step + state.layout.node_depth[above])}
-        run.frozen_value(state, out, x, step, **history)
+            above = state.layout.parent[torch.as_tensor(source, device=state.slots.device)]
+            history = {"previous": run.rows_of(run.frozen, state), "earlier": state.at_nodes(above)}
+        run.frozen_value(state, *state.at_nodes(source), **history)
         run.has_frozen[state.slot_array] = True
     if state.evaluate_leaves:
         kept = [i for i, c in enumerate(state.corrected_host) if not c]

@@ -28,18 +28,21 @@ class Prefetch:
         evaluates its leaves."""
         return np.zeros((num_steps, 2), dtype=bool)
 
-    def source(self, state) -> torch.Tensor | None:
-        """The node (A,) of each row of a walked round whose output is frozen next; None: keep none."""
+    def source(self, state) -> torch.Tensor | list[int] | None:
+        """The node of each row of a walked round whose output is frozen next: (A,) on the device, or
+        a host list for a chain (known from the host's committed depths, no gather); None: keep none."""
         raise NotImplementedError
 
     def __str__(self) -> str:
         return self.name
 
 
-def parent_of_commit(state) -> torch.Tensor:
+def parent_of_commit(state) -> torch.Tensor | list[int]:
     """The evaluated node closest above the committed state: the node whose verification ended the
     round, or the committed leaf itself when the leaves were evaluated."""
     lay = state.layout
+    if lay.max_width == 1:  # a chain's node at depth e - 1 ended a corrected round, else its leaf (node e)
+        return [e - 1 if c or not state.evaluate_leaves else e for e, c in zip(state.end_host, state.corrected_host)]
     if state.evaluate_leaves:
         return state.cur
     return torch.where(state.corrected, state.cur, lay.parent[state.cur])
@@ -66,9 +69,11 @@ class NearestSibling(Prefetch):
         """Where a corrected draw ended the round, the evaluated child of its parent (a rejected
         sibling, at the same step) nearest to it, if the level was evaluated."""
         lay, cur = state.layout, state.cur
-        if lay.max_width == 1:  # a chain: the one sibling is the rejected child (node cur + 1), if evaluated;
-            # else the parent of the commit, node cur itself or (a kept unevaluated leaf) cur - 1
-            return torch.where(state.corrected, cur + (cur < lay.evaluated_depth), cur if state.evaluate_leaves else cur - 1)
+        if lay.max_width == 1:  # a chain: the one sibling is the rejected child (node e, at the corrected
+            # draw's step), if evaluated; else the parent of the commit
+            evaluated = lay.evaluated_depth
+            return [e if c and e <= evaluated else p
+                    for e, c, p in zip(state.end_host, state.corrected_host, parent_of_commit(state))]
         fallback = parent_of_commit(state)
         width = lay.max_width
         sib = lay.first_child[cur][:, None] + torch.arange(width, device=cur.device)
