@@ -351,13 +351,14 @@ class RoundState:
 
     def at_nodes(self, nodes: torch.Tensor | list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Target outputs and states (A, *shape) and steps (A,) at one node of every row, the nodes
-        (A,) on the device or a host list (a lone row's are views: no gather)."""
+        (A,) on the device or a host list. A lone row's are views of the round's buffers, no gather:
+        read them before the next round drafts."""
         if isinstance(nodes, list):
             if self.count == 1:
                 (v,) = nodes
                 out = self.root_out if v == 0 and self.root_known else self.out[:, v - self.first_row]
                 return out, self.x[:, v], self.step + self.layout.node_depth_host[v]
-            nodes = torch.tensor(nodes, device=self.slots.device)
+            nodes = torch.tensor(nodes).to(self.slots.device, non_blocking=True)
         return self.output_at(nodes), self.x[self.rows, nodes], self.step + self.layout.node_depth[nodes]
 
     def outputs_at(self, nodes: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -649,7 +650,8 @@ def commit(state: RoundState, run) -> None:
     else:
         history = {}
         if run.draft.frozen_history:  # the output one node above (the root's own at the root), the value held
-            above = state.layout.parent[torch.as_tensor(source, device=state.slots.device)]
+            above = state.layout.parent[source if isinstance(source, torch.Tensor) else
+                                        torch.tensor(source).to(state.slots.device, non_blocking=True)]
             history = {"previous": run.rows_of(run.frozen, state), "earlier": state.at_nodes(above)}
         run.frozen_value(state, *state.at_nodes(source), **history)
         run.has_frozen[state.slot_array] = True

@@ -41,7 +41,8 @@ def parent_of_commit(state) -> torch.Tensor | list[int]:
     """The evaluated node closest above the committed state: the node whose verification ended the
     round, or the committed leaf itself when the leaves were evaluated."""
     lay = state.layout
-    if lay.max_width == 1:  # a chain's node at depth e - 1 ended a corrected round, else its leaf (node e)
+    if lay.max_width == 1:  # a chain: node e - 1 (depth e - 1) ended a corrected round; a kept round's
+        # leaf (node e) if it was evaluated, else its parent, node e - 1
         return [e - 1 if c or not state.evaluate_leaves else e for e, c in zip(state.end_host, state.corrected_host)]
     if state.evaluate_leaves:
         return state.cur
