@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.special import ndtr
-
-from specdemo.pipeline import SamplerConfig, build
+from specdemo.pipeline import build
+from specdemo.verifiers import get_verifier
 
 from .common import NETWORK
+from .drafts import config
 
 TITLE = "Picard-style re-drafting, measured before it is built"
 CHAIN = "1x12"  # the pilots' chain (specdemo/calibration.py, PILOT_DEPTH)
@@ -70,7 +70,8 @@ def _redrafted_deltas(problem, steps_m, trajectories, states, earlier_states) ->
 
 
 def _acceptance(delta: np.ndarray) -> float:
-    return float(np.mean(2 * ndtr(-delta / 2)))  # a lone child's acceptance (section 3)
+    """Mean acceptance of a lone child, RMC's closed form (section 3)."""
+    return float(get_verifier("rmc").acceptance(torch.as_tensor(delta, dtype=torch.float64), 1).mean())
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
@@ -137,16 +138,17 @@ def render(results: dict) -> str:
     if useful:
         lines.append("- Re-drafting accepts more than the draft it would replace in: "
                      + ", ".join(f"{r['model']} {r['steps']} steps ({r['draft']})" for r in useful) + "; worth building there.")
+    elif worse < len(digits):
+        lines.append(f"- Not built: re-drafting accepts less on the digits model in {worse} of {len(digits)} rows.")
     else:
-        lines.append(f"- Not built: re-drafting accepts more only {'on ' + ', '.join(sorted({r['model'] for r in gains})) + ' with x0-hat frozen, where the fitted Gaussian, which it plans with, accepts more still' if gains else 'nowhere here'}; "
-                     f"on the digits model it accepts less in {worse} of {len(digits)} rows (every region, both drafts, "
-                     "the whole schedule): the previous round's path, which left this one at the rejection, is a worse "
-                     "place to read the target than the round's own frozen node." if worse == len(digits) else
-                     f"- Not built: re-drafting accepts less on the digits model in {worse} of {len(digits)} rows.")
+        where = (f"on {', '.join(sorted({r['model'] for r in gains}))} with x0-hat frozen, where the fitted Gaussian, "
+                 "which it plans with, accepts more still") if gains else "nowhere here"
+        lines.append(f"- Not built: re-drafting accepts more only {where}; on the digits model it accepts less in {worse} "
+                     f"of {len(digits)} rows (every region, both drafts, the whole schedule): the previous round's path, "
+                     "which left this one at the rejection, is a worse place to read the target than the round's own "
+                     "frozen node.")
     return "\n".join(lines)
 
 
 def _chain(model: str, steps: int, count: int, extra: dict):
-    label = {"class_label": 3} if model == "digits" else {}
-    return build(SamplerConfig(model=model, steps=steps, num_samples=count, device="cpu", seed=0, method="chain",
-                               tree=CHAIN, verifier="rmc", prefetch="nearest", **label, **extra))
+    return build(config(model, steps, count, method="chain", tree=CHAIN, verifier="rmc", prefetch="nearest", **extra))
