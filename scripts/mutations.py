@@ -99,6 +99,12 @@ MUTATIONS = [
     Mutation("the work limit ignores the pilot", "specdemo/limits.py",
              "        pilot = pilot_runs * pilot_samples * steps * pilot_rows_per_round\n", "        pilot = 0\n",
              ("tests/test_limits.py",)),
+    Mutation("the time planner prices a draft network's levels nowhere", "specdemo/trees/auto.py",
+             "    def round_time(n: int, rows: int, depth: int) -> float:\n"
+             "        return cost.round_time(rows, int(network[n + depth] - network[n])) if cost else 0.0\n",
+             "    def round_time(n: int, rows: int, depth: int) -> float:\n"
+             "        return cost.round_time(rows) if cost else 0.0\n",
+             ("tests/test_calibration.py", "-k", "network")),
 ]
 
 

@@ -47,7 +47,7 @@ def pilot_runs(tree_auto: bool, freeze: str | None, network: bool = False) -> in
     chain pilot for --tree auto."""
     return len(AUTO_FORMS) + network if freeze == "auto" else int(tree_auto)
 LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
-PLAN_FORMAT = "specdemo-plan/3"
+PLAN_FORMAT = "specdemo-plan/4"
 SHIPPED_PLANS = Path(__file__).with_name("plans")
 CALL_REPEATS = 5
 MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded call sizes, 2 an octave
@@ -160,12 +160,13 @@ def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
         tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
         return _with_bias(replace(problem, draft=draft, tree=tree, cost_model=cost, plan_source=source))
     t0 = time.perf_counter()
-    stats, pilot, draft = _pilots(problem, auto_freeze, cancel)
+    pilot, options = draft_options(problem, auto_freeze, cancel)
+    stats, draft = options[0]
     problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
     if auto_tree:
-        cost = measure_cost(problem) if c.objective == "time" else None
-        problem = replace(problem, cost_model=cost)
-        problem = replace(problem, tree=plan(problem, c.budget))
+        planned = planned_options(problem, options)
+        # the time objective keeps the option of fewest expected seconds (the first of equals); calls plan one
+        problem = min(planned, key=lambda p: p.tree.expected_s) if c.objective == "time" else planned[0]
     problem = replace(problem, calibration_s=time.perf_counter() - t0)
     store_plan(key, {"plan": plan_to_dict(problem.tree) if auto_tree else None,
                      "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
@@ -182,26 +183,53 @@ def _with_bias(problem: Problem) -> Problem:
     return replace(problem, draft=draft)
 
 
-def _pilots(problem: Problem, auto_freeze: bool, cancel: Cancel | None) -> tuple[DeltaStats, Cost, Draft]:
-    """The pilot's deltas, its cost and the draft: with --freeze auto, one pilot for each form the
-    frozen draft can take (AUTO_FORMS: the output, x0-hat, its extrapolation in time, the fitted Gaussian),
-    and with a draft network one for that network corrected by the target's residual, and the per-step
-    choice of the best (a tie goes to the earlier form)."""
+def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = None
+                  ) -> tuple[Cost, list[tuple[DeltaStats, Draft]]]:
+    """The pilots' cost and the drafts they leave to choose from, each with its deltas. With --freeze
+    auto, one pilot for each form the frozen draft can take (AUTO_FORMS: the output, x0-hat, its
+    extrapolation in time, the fitted Gaussian), and with a draft network one for that network corrected
+    by the target's residual; the first option drafts each step with the form of highest mean
+    acceptance (a tie goes to the earlier form). Where that gives some steps to the network, the second
+    drafts with the frozen forms alone: a network level costs a draft call, which the time objective
+    weighs (planned_options)."""
     if not auto_freeze:
         stats, cost = _pilot(problem, problem.draft, cancel)
-        return stats, cost, problem.draft
+        return cost, [(stats, problem.draft)]
     n_steps = problem.kernel.num_steps
     candidates = [(FORMS[mode], FrozenDraft(mode)) for mode in AUTO_FORMS]
     if isinstance(problem.draft, NetworkDraft):
         candidates.append((RESIDUAL, CorrectedNetworkDraft(problem.draft.network, problem.draft.name)))
     pilots = [_pilot(problem, draft, cancel) for _, draft in candidates]
-    table = tuple(candidates[int(np.argmax([_mean_acceptance(p[0], m) for p in pilots]))][0] for m in range(n_steps))
-    stats = DeltaStats({k: v for (form, _), (st, _) in zip(candidates, pilots) for k, v in st.deltas.items()
-                        if table[k[0]] == form}, n_steps)
+    acceptance = np.array([[_mean_acceptance(stats, m) for m in range(n_steps)] for stats, _ in pilots])
+    options = []
+    for kinds in (len(candidates), len(AUTO_FORMS)):  # every form, then the frozen forms alone
+        table = tuple(candidates[i][0] for i in acceptance[:kinds].argmax(0).tolist())
+        stats = DeltaStats({k: v for (form, _), (st, _) in zip(candidates, pilots) for k, v in st.deltas.items()
+                            if table[k[0]] == form}, n_steps)
+        options.append((stats, _auto_draft(problem, table)))
+        if RESIDUAL not in table:
+            break
     cost = pilots[0][1]
     for more in pilots[1:]:
         cost = _add_costs(cost, more[1])
-    return stats, cost, _auto_draft(problem, table)
+    return cost, options
+
+
+def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]]) -> list[Problem]:
+    """The problem planned (--tree auto) with each draft option: under the time objective each with the
+    cost model of its own draft (the target's calls measured once), under the calls objective the first
+    option alone (it accepts at least as much at every step)."""
+    if problem.config.objective != "time":
+        stats, draft = options[0]
+        planned = replace(problem, draft=draft, stats=stats, cost_model=None)
+        return [replace(planned, tree=plan(planned, problem.config.budget))]
+    calls = _call_costs(problem)
+    planned = []
+    for stats, draft in options:
+        priced = replace(problem, draft=draft, stats=stats)
+        priced = replace(priced, cost_model=CostModel(*calls, **_driver_costs(priced), batch=problem.slots))
+        planned.append(replace(priced, tree=plan(priced, problem.config.budget)))
+    return planned
 
 
 def _auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
@@ -227,7 +255,8 @@ def plan(problem: Problem, budget: int) -> TopologyPlan:
                          max_width=1 if c.method == "chain" else 8,
                          leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
                          exact_known_root=frozen and not c.draft_bias, warm_up=frozen,
-                         cost=problem.cost_model if c.objective == "time" else None)
+                         cost=problem.cost_model if c.objective == "time" else None,
+                         network_steps=(draft.forms == RESIDUAL).numpy() if isinstance(draft, StepwiseDraft) else None)
 
 
 def _pilot(problem: Problem, draft: Draft, cancel: Cancel | None) -> tuple[DeltaStats, Cost]:
@@ -260,21 +289,33 @@ def _add_costs(a: Cost, b: Cost) -> Cost:
 
 
 # ---------------------------------------------------------------------------------------------- cost model
-def measure_cost(problem: Problem) -> CostModel:
-    """The cost of a round on the run's device, dtype and batch: the target's call at a few row
-    counts up to the batch times the budget (median of CALL_REPEATS after a warm-up call each),
-    and the driver's own cost per round and per level, from chains of two depths sampled with an
-    instant network (0.5 x) in place of the target."""
-    c = problem.config
-    batch = problem.slots
-    top = call_size(batch * (c.budget + 1))
+def _call_costs(problem: Problem) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The target's call at a few row counts up to the batch times the budget: (rows, seconds), the
+    median of CALL_REPEATS after a warm-up call each."""
+    top = call_size(problem.slots * (problem.config.budget + 1))
     rows = tuple(r for r in MEASURED_SIZES if r < top) + (top,)
-    call_s = [statistics.median(call_seconds(problem, r, CALL_REPEATS)) for r in rows]
-    shallow, deep = 1, max(2, min(8, c.budget, int(problem.kernel.stochastic_run_lengths().max())))
-    per_round = [_driver_seconds(problem, depth) for depth in (shallow, deep)]
+    return rows, tuple(statistics.median(call_seconds(problem, r, CALL_REPEATS)) for r in rows)
+
+
+def _driver_costs(problem: Problem) -> dict[str, float]:
+    """The driver's own cost per round and per level with the problem's draft (round_s, level_s,
+    network_level_s), from chains of two depths sampled with an instant network (0.5 x) in place of
+    the target. For the stepwise draft, whose levels call its network at some steps only, the levels
+    are priced as the frozen draft's, and a level that calls the network by what a chain that calls it
+    at every level costs more."""
+    shallow, deep = 1, max(2, min(8, problem.config.budget, int(problem.kernel.stochastic_run_lengths().max())))
+    draft = problem.draft
+    stepwise = isinstance(draft, StepwiseDraft)
+    # the stepwise draft as it drafts where its levels take a frozen form (it still keeps r_f at every commit)
+    levels_draft = StepwiseDraft(draft.network, draft.frozen.forms.tolist()) if stepwise else draft
+    per_round = [_driver_seconds(problem, levels_draft, depth) for depth in (shallow, deep)]
     level_s = max(0.0, (per_round[1] - per_round[0]) / (deep - shallow))
-    return CostModel(rows=rows, call_s=tuple(call_s), round_s=max(0.0, per_round[0] - level_s * shallow),
-                     level_s=level_s, batch=batch)
+    network_level_s = 0.0
+    if stepwise:
+        everywhere = StepwiseDraft(draft.network, (RESIDUAL,) * problem.kernel.num_steps)
+        network_level_s = max(0.0, (_driver_seconds(problem, everywhere, deep) - per_round[1]) / deep)
+    return {"round_s": max(0.0, per_round[0] - level_s * shallow), "level_s": level_s,
+            "network_level_s": network_level_s}
 
 
 def call_seconds(problem: Problem, rows: int, repeats: int) -> list[float]:
@@ -309,11 +350,12 @@ def call_sizes(problem: Problem) -> set[int]:
     return sizes
 
 
-def _driver_seconds(problem: Problem, depth: int) -> float:
-    """Seconds per round outside the target call: a chain of `depth` with an instant network."""
+def _driver_seconds(problem: Problem, draft: Draft, depth: int) -> float:
+    """Seconds per round outside the target call: a chain of `depth` drafted by `draft`, with an
+    instant network in place of the target."""
     slots = problem.slots
     result = sample(lambda x, n, **cond: 0.5 * x, problem.kernel, problem.target.shape, slots,
-                    tree=Topology.chain(depth), draft=problem.draft, verifier=problem.verifier, prefetch="nearest",
+                    tree=Topology.chain(depth), draft=draft, verifier=problem.verifier, prefetch="nearest",
                     seed=problem.config.seed, cond={k: v[:slots] for k, v in problem.cond.items()},
                     device=problem.device, dtype=problem.dtype)
     cost = result.cost

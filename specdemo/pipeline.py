@@ -210,6 +210,13 @@ def build(config: SamplerConfig, target: Target | None = None, *, draft_target: 
     """Check a configuration (check_config), then calibrate it (pilots and plans, or the plan cache);
     cancel stops the pilots between rounds. target, draft_target: the models config.model and
     config.draft name, already loaded (by default they are loaded here)."""
+    problem = prepare(config, target, draft_target=draft_target, limits=limits)
+    return warm_up(problem if problem.config.method == "target" else calibrate(problem, cancel))
+
+
+def prepare(config: SamplerConfig, target: Target | None = None, *, draft_target: Target | None = None,
+            limits: Limits | None = None) -> Problem:
+    """The checked problem before calibration: its draft as configured, an auto tree not yet planned."""
     c, target, kernel, device, tree, cond = check_config(config, target, limits=limits)
     draft = verifier = None
     if c.method != "target":
@@ -218,8 +225,7 @@ def build(config: SamplerConfig, target: Target | None = None, *, draft_target: 
     if target.text_conditioned:  # the prompts encoded once for the run, every trajectory's rows a view of it
         cond = {**cond, **target.prompt_conditioning(c.prompt, c.negative_prompt, c.guidance_scale, c.num_samples,
                                                      device)}
-    problem = Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
-    return warm_up(problem if c.method == "target" else calibrate(problem, cancel))
+    return Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
 
 
 def warm_up(problem: Problem) -> Problem:

@@ -63,6 +63,32 @@ def test_dynamic_programme_matches_brute_force(budget, seed, leaf_options):
     assert calls_after(widths, leaves, accept, calls_ahead) == pytest.approx(value, abs=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_priced_rows_and_network_levels_match_brute_force(seed):
+    """The time objective: a round pays for its rows and for each level a draft network drafts (whatever
+    the verdict, by every shape that reaches it); the programme's round minimises both plus the expected
+    value after it over every shape of at most the budget's rows, equal rows and other depths included."""
+    rng = np.random.default_rng(seed)
+    table = {d: np.sort(rng.uniform(0.3, 0.97, size=4)) for d in range(1, 6)}
+    accept = lambda d: tuple(table[d])
+    unknown = np.sort(rng.uniform(5, 20, size=6))[::-1]
+    calls_ahead = np.stack([unknown, unknown - rng.uniform(0, 1.5, size=6)], 1)
+    network = rng.random(5) < 0.5  # the levels whose step the draft network drafts
+    row_price, level_price = (lambda rows: 0.2 * rows), (lambda d: 1.5 * float(network[d - 1]))
+
+    def total(widths, leaves):
+        rows = Topology(widths).rows_per_round(leaves) - 1
+        return (row_price(rows) + sum(level_price(d) for d in range(1, len(widths) + 1))
+                + calls_after(widths, leaves, accept, calls_ahead))
+
+    shapes = [(widths, leaves) for depth in range(1, 6) for widths in itertools.product(range(1, 5), repeat=depth)
+              for leaves in (False, True) if not (leaves and depth >= 5)
+              and Topology(widths).rows_per_round(leaves) - 1 <= 12]
+    after, widths, leaves = _best_round(accept, calls_ahead, 5, 12, (False, True), row_price, level_price)
+    assert total(widths, leaves) == pytest.approx(min(total(*shape) for shape in shapes), abs=1e-12)
+    assert after == pytest.approx(calls_after(widths, leaves, accept, calls_ahead), abs=1e-12)  # level prices left out
+
+
 @pytest.mark.parametrize("leaf_options", [(False,), (True,), (False, True)])
 def test_ties_go_to_the_narrower_tree(leaf_options):
     accept = lambda d: (0.5,) * 4  # a wider level keeps no more: width only costs rows

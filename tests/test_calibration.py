@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from specdemo import SamplerConfig, build, generate
+from specdemo import calibration
 from specdemo.calibration import SHIPPED_PLANS, key_name, plan, plan_key
-from specdemo.drafts import StepwiseDraft
+from specdemo.drafts import FrozenDraft, StepwiseDraft
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
 from specdemo.trees.auto import plan_topology
@@ -23,14 +24,16 @@ AUTO = dict(model="gm2d", steps=40, method="tree", tree="auto", budget=10, verif
 
 
 def test_cost_model_interpolates_and_extrapolates():
-    cost = CostModel(rows=(1, 2, 4, 8), call_s=(1.0, 1.2, 2.0, 4.0), round_s=0.1, level_s=0.01, batch=2)
+    cost = CostModel(rows=(1, 2, 4, 8), call_s=(1.0, 1.2, 2.0, 4.0), round_s=0.1, level_s=0.01, network_level_s=0.5,
+                     batch=2)
     assert cost.call(1) == 1.0 and cost.call(3) == pytest.approx(1.6) and cost.call(8) == 4.0
     assert cost.call(12) == pytest.approx(6.0)  # beyond the last point: the last slope (0.5 s a row)
     assert cost.round_time(3) == pytest.approx(cost.call(6) + 0.1 + 0.03)  # 2 trajectories of 3 rows
     assert cost.round_time(0) == pytest.approx(0.11)  # no call: the driver's own cost
+    assert cost.round_time(3, 2) == pytest.approx(cost.round_time(3) + 1.0)  # two levels call a draft network
     assert CostModel.from_dict(json.loads(json.dumps(cost.to_dict()))) == cost
     with pytest.raises(ValueError):
-        CostModel(rows=(2, 1), call_s=(1.0, 1.0), round_s=0, level_s=0, batch=1)
+        CostModel(rows=(2, 1), call_s=(1.0, 1.0), round_s=0, level_s=0, network_level_s=0, batch=1)
 
 
 @pytest.fixture(scope="module")
@@ -39,15 +42,15 @@ def piloted():
     return build(SamplerConfig(**AUTO, objective="calls", cache_dir="off"))
 
 
-def replan(problem, cost):
+def replan(problem, cost, network_steps=None):
     c = problem.config
     return plan_topology(problem.stats, problem.verifier, c.budget, problem.kernel.stochastic_run_lengths(),
-                         leaf_options=(False, True), cost=cost)
+                         leaf_options=(False, True), cost=cost, network_steps=network_steps)
 
 
 def test_a_call_that_costs_the_same_whatever_its_rows_gives_the_calls_plan(piloted):
     """Priced at one second a call and nothing else, the time objective is the calls objective."""
-    flat = CostModel(rows=(1, 1000), call_s=(1.0, 1.0), round_s=0.0, level_s=0.0, batch=1)
+    flat = CostModel(rows=(1, 1000), call_s=(1.0, 1.0), round_s=0.0, level_s=0.0, network_level_s=0.0, batch=1)
     by_time, by_calls = replan(piloted, flat), replan(piloted, None)
     assert by_time.objective == "time" and by_calls.objective == "calls"
     assert by_time.expected_calls == pytest.approx(by_calls.expected_calls, rel=1e-9)
@@ -58,7 +61,7 @@ def test_rows_that_cost_time_give_smaller_rounds_and_less_expected_time(piloted)
     """Every row as dear as a whole call (a call of R rows takes R seconds): a round's seconds are
     its rows, so the time plan minimises rows. Run side by side on 400 trajectories, it spends fewer
     rows and more calls than the calls plan, and its expected seconds are its rows per trajectory."""
-    steep = CostModel(rows=(1, 2), call_s=(1.0, 2.0), round_s=0.0, level_s=0.0, batch=1)
+    steep = CostModel(rows=(1, 2), call_s=(1.0, 2.0), round_s=0.0, level_s=0.0, network_level_s=0.0, batch=1)
     by_time, by_calls = replan(piloted, steep), replan(piloted, None)
     assert by_time.rows_per_round() < by_calls.rows_per_round()
     runs = [replace(piloted, tree=p, config=replace(piloted.config, num_samples=400)).run().cost
@@ -67,6 +70,24 @@ def test_rows_that_cost_time_give_smaller_rounds_and_less_expected_time(piloted)
     calls = [c.calls_per_trajectory.mean() for c in runs]
     assert rows[0] < 0.9 * rows[1] and calls[0] > calls[1]
     assert by_time.expected_s == pytest.approx(rows[0], rel=0.1)
+
+
+def test_levels_drafted_by_a_network_are_priced_at_their_steps(piloted):
+    """A level that drafts a step the draft network drafts (the stepwise draft's table) costs
+    network_level_s more. Priced at ten calls a level from step 20 on, no round drafts a step past 19:
+    rounds rooted before 20 stop at it, rounds rooted at 20 or later whose root's output is unknown
+    are plain steps, and those whose root's output is known draft at most the one exact level."""
+    dear = CostModel(rows=(1, 1000), call_s=(1.0, 1.0), round_s=0.0, level_s=0.0, network_level_s=10.0, batch=1)
+    steps = piloted.kernel.num_steps
+    plan = replan(piloted, dear, network_steps=np.arange(steps) >= 20)
+    for trees in (plan.trees, plan.known_trees):
+        assert all(n + t.depth <= 20 for n, t in enumerate(trees[:20]))
+    assert any(n + t.depth == 20 for n, t in enumerate(plan.trees[:20]))  # a level of step 19 is not priced
+    assert any(t.depth > 1 for t in plan.trees[:20])
+    assert all(t.depth == 0 for t in plan.trees[20:]) and all(t.depth <= 1 for t in plan.known_trees[20:])
+    unpriced = replan(piloted, dear)  # no network: the flat call price alone, deep rounds after step 20 too
+    assert any(t.depth > 1 for t in unpriced.trees[20:])
+    assert plan.expected_s > unpriced.expected_s
 
 
 def test_the_plan_cache_spares_the_second_run_its_pilot(tmp_path):
@@ -145,3 +166,32 @@ def test_freeze_auto_with_a_draft_network_chooses_per_step_between_it_and_the_fr
     second_result, second = generate(config)
     assert second.plan_source == "cache" and second.draft.forms.tolist() == forms
     assert second_result.cost.pilot_calls == 0 and (second_result.samples == first_result.samples).all()
+
+
+def test_the_time_objective_weighs_the_draft_network_against_the_frozen_forms_alone(tmp_path, monkeypatch):
+    """--draft NETWORK --freeze auto --objective time: the table of highest acceptance gives some steps to
+    the draft network, whose levels cost a draft call each (network_level_s, priced at those steps only);
+    the table of the frozen forms alone is planned too, with its own driver costs, the run keeps the plan
+    of fewer expected seconds, and the plan cache gives the second run the same draft."""
+    weighed = []
+    monkeypatch.setattr(calibration, "planned_options",
+                        lambda *args, planned=calibration.planned_options: weighed.append(planned(*args)) or weighed[-1])
+    config = SamplerConfig(model="digits", steps=20, method="tree", tree="auto", budget=4, verifier="block",
+                           draft="digits-draft", freeze="auto", objective="time", pilot_samples=8, num_samples=1,
+                           class_label=3, device="cpu", seed=0, cache_dir=str(tmp_path))
+    built = build(config)
+    network, frozen = weighed[0]
+    table = network.draft.forms.numpy()
+    assert isinstance(network.draft, StepwiseDraft) and (table == RESIDUAL).any() and (table != RESIDUAL).any()
+    assert isinstance(frozen.draft, FrozenDraft) and RESIDUAL not in frozen.draft.forms.tolist()
+    assert network.cost_model.network_level_s > 3 * network.cost_model.level_s and frozen.cost_model.network_level_s == 0
+    assert network.cost_model.call_s == frozen.cost_model.call_s  # the target's calls measured once
+    ignoring = plan_topology(network.stats, network.verifier, 4, network.kernel.stochastic_run_lengths(),
+                             leaf_options=(False, True), cost=network.cost_model)
+    assert network.tree.expected_s > ignoring.expected_s  # the network's levels are priced
+    kept = min((network, frozen), key=lambda p: p.tree.expected_s)
+    assert built.draft is kept.draft and built.tree is kept.tree and built.cost_model is kept.cost_model
+    again = build(config)
+    assert again.plan_source == "cache" and len(weighed) == 1
+    assert type(again.draft) is type(kept.draft) and again.draft.forms.tolist() == kept.draft.forms.tolist()
+    assert again.tree == kept.tree and again.cost_model == kept.cost_model

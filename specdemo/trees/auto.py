@@ -2,14 +2,16 @@
 
 The objective is the expected cost from a state to the end of the schedule, V(n, k), where k says
 whether the target output at Y_n is already known (after a warm-up, or a round that committed an
-evaluated leaf). A round of R target rows costs price(R): one call ([R > 0], the calls objective),
-or its seconds t(R) on the run's device (the time objective, trees/cost_model.py), so that a wider
-or deeper round is chosen only where the steps it is expected to commit pay for its rows. A round rooted at step n verifies level d (the children
+evaluated leaf). A round of R target rows and L levels costs price(R, L): one call ([R > 0], the
+calls objective), or its seconds t(R, L_net) on the run's device (the time objective,
+trees/cost_model.py; L_net of its L levels draft their step with a draft network, as the stepwise
+draft's table says), so that a wider or deeper round is chosen only where the steps it is expected
+to commit pay for it. A round rooted at step n verifies level d (the children
 of the node kept at depth d - 1) only if levels 1..d-1 kept a drafted child. Level d rejected:
 d steps committed (the corrected draw), the next root's output unknown. Every level kept: L
 steps committed, the next root's output known iff the leaves were evaluated. So
 
-    V(n, k) = price(rows) + sum_d P(stop at d) V(n + d, 0) + P(all kept) V(n + L, leaves),
+    V(n, k) = price(rows, L) + sum_d P(stop at d) V(n + d, 0) + P(all kept) V(n + L, leaves),
 
 for 1 - k + w_1 + w_1 w_2 + ... + w_1...w_{L-1} (+ w_1...w_L with leaves) target rows, at most
 the budget. P comes from a_d(w), the probability that a node at depth d - 1 with w children keeps
@@ -25,7 +27,10 @@ left,
 
 and V is filled backwards from V(N, .) = 0. C(1, 1, B) comes out for every rows budget B at once:
 the calls objective takes the full budget, the time objective the B that minimises
-price(rows of its shape) + C(1, 1, B) (the cheapest shape of at most B rows is among those).
+price(rows of its shape, 0) + C(1, 1, B) (the cheapest shape of at most B rows is among those). Under
+the time objective a shape that goes on below level d also pays, whatever the verdict at d, for
+drafting level d + 1 with a draft network (network_level_s where the table gives step n + d to it):
+inside C, so that shapes of equal rows and other depths are weighed by it too.
 Without leaf evaluation the last level's width does
 not matter (both outcomes leave the next root unknown), so such plans end in a single leaf; with
 it, a wider last level keeps a leaf, hence a known next root, more often. Parent and no prefetch
@@ -38,7 +43,7 @@ at K = 1; on a whole tree the root's child is chosen by rank-aware selection and
 with that child's ratio against the selection's density: block_fan_stop_probabilities), whose shape
 minimises
 
-    V(n, k) = price(1 - k + K (L - 1 + leaves)) + sum_{j < L} P(eta = j) V(n + j + 1, 0) + P(eta = L) V(n + L, leaves),
+    V(n, k) = price(1 - k + K (L - 1 + leaves), L) + sum_{j < L} P(eta = j) V(n + j + 1, 0) + P(eta = L) V(n + L, leaves),
 
 with P(eta = j | L) estimated from BLOCK_PLAN_CHAINS chains drawn per step: delta_d from the pilot's
 deltas at (n + d - 1, d), u_d ~ N(0, 1) (the drafted node under its draft), the same chains for
@@ -119,30 +124,42 @@ def acceptance_curves(verifier: Verifier, max_width: int) -> np.ndarray:
     return _acceptance_curves(type(verifier), max_width)
 
 
-Objective = Callable[[int], float]
+Objective = Callable[[int, int], float]  # price(rows, depth) of a round: its target rows and drafted levels
 
 
-def calls_price(rows: int) -> float:
+def calls_price(rows: int, depth: int) -> float:
     """The calls objective: a round costs one target call if it evaluates any row."""
     return 1.0 if rows else 0.0
 
 
 def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_lengths, max_width: int = 8,
                   max_depth: int = MAX_DEPTH, leaf_options: tuple[bool, ...] = (False,),
-                  exact_known_root: bool = True, warm_up: bool = True, cost: CostModel | None = None) -> TopologyPlan:
+                  exact_known_root: bool = True, warm_up: bool = True, cost: CostModel | None = None,
+                  network_steps: np.ndarray | None = None) -> TopologyPlan:
     """The tree (and whether its leaves are evaluated, among leaf_options) for every step and both
     root states that minimises the expected target calls to the end (cost None), or the expected
     wall-clock to the end priced by `cost`, with at most `budget` target rows a round (the root
     included when its output is not known). exact_known_root: the draft is exact at a root whose
     output is known (the frozen draft, unbiased); warm_up: trajectories start with a call that
     makes the first root's output known (the frozen draft), which the plan's expectations count.
-    The plan states its expected calls, and its expected seconds when priced by a cost model."""
+    network_steps (num_steps,) bool: the steps whose level the draft drafts with its network (the
+    stepwise draft's table), each such level of a round priced cost.network_level_s more. The plan
+    states its expected calls, and its expected seconds when priced by a cost model."""
     if budget < 1:
         raise SpecdemoError(f"the rows budget must be >= 1, got {budget}")
     curves = acceptance_curves(verifier, max_width)
     log_grid = np.log(DELTA_GRID)
     exact = (1.0,) * len(curves)
-    price = calls_price if cost is None else cost.round_time
+    num_steps = stats.num_steps
+    # network levels below a root n of depth L: levels draft steps n..n+L-1 (a level's step is its parent's)
+    network = np.concatenate([[0], np.cumsum(np.asarray(network_steps, dtype=np.int64))]) \
+        if network_steps is not None else np.zeros(num_steps + 1, dtype=np.int64)
+
+    def round_time(n: int, rows: int, depth: int) -> float:
+        return cost.round_time(rows, int(network[n + depth] - network[n])) if cost else 0.0
+
+    def price_at(n: int) -> Objective:
+        return calls_price if cost is None else lambda rows, depth: round_time(n, rows, depth)
 
     @lru_cache(maxsize=None)
     def accept(step: int, depth: int) -> tuple[float, ...]:
@@ -164,19 +181,19 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
                                             torch.from_numpy(chains.standard_normal((BLOCK_PLAN_CHAINS, widths))),
                                             torch.from_numpy(chains.random(BLOCK_PLAN_CHAINS)))
 
-    num_steps = stats.num_steps
     value = np.zeros((num_steps + 1, 2))  # V(n, k) in the objective's unit
     calls = np.zeros((num_steps + 1, 2))  # expected target calls to the end under the plan
     seconds = np.zeros((num_steps + 1, 2))  # expected seconds to the end under the plan (with a cost model)
     rounds: list[tuple[tuple[Topology, bool], ...]] = [()] * num_steps
     for n in reversed(range(num_steps)):
         horizon = min(int(run_lengths[n]), max_depth, MAX_DEPTH)
+        price = price_at(n)
         if not horizon:  # a deterministic step: one target call, none when the output at Y_n is known
             for known in (0, 1):
                 rows = 1 - known
-                value[n, known] = price(rows) + value[n + 1, 0]
+                value[n, known] = price(rows, 0) + value[n + 1, 0]
                 calls[n, known] = rows + calls[n + 1, 0]
-                seconds[n, known] = (cost.round_time(rows) if cost else 0.0) + seconds[n + 1, 0]
+                seconds[n, known] = round_time(n, rows, 0) + seconds[n + 1, 0]
             rounds[n] = ((Topology(()), False),) * 2
             continue
         plans = []
@@ -187,25 +204,27 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
                 longest = min(horizon, budget + known)  # a chain of L nodes has L - k rows, and a leaf row
                 fans = block_stops(n, longest, first_exact)
                 after, widths, leaves = _best_block_round(fans, ahead, budget - 1 + known, leaf_options,
-                                                          lambda r: price(r + 1 - known))
+                                                          lambda r, depth: price(r + 1 - known, depth))
                 outcomes = _chain_outcomes(fans[widths[0] - 1], len(widths), leaves)
             else:
                 level_accept = lambda d: exact if first_exact and d == 1 else accept(n + d - 1, d)
-                after, widths, leaves = _best_round(level_accept, ahead, horizon, budget - 1 + known, leaf_options,
-                                                    None if cost is None else lambda r: price(r + 1 - known))
+                after, widths, leaves = _best_round(
+                    level_accept, ahead, horizon, budget - 1 + known, leaf_options,
+                    None if cost is None else lambda r: price(r + 1 - known, 0),
+                    None if cost is None else lambda d: cost.network_level_s * int(network[n + d] - network[n + d - 1]))
                 outcomes = _tree_outcomes(level_accept, widths, leaves)
             rows = Topology(widths).rows_per_round(leaves) - known if widths else 0
-            options = [(price(rows) + after, widths, leaves, rows, outcomes)]
+            options = [(price(rows, len(widths)) + after, widths, leaves, rows, outcomes)]
             if first_exact and False in leaf_options:
                 # one exact level, leaves not evaluated: no target row, a free step that also
                 # refreshes the frozen output
-                options.append((price(0) + value[n + 1, 0], (1,), False, 0, [(1, 0, 1.0)]))
+                options.append((price(0, 1) + value[n + 1, 0], (1,), False, 0, [(1, 0, 1.0)]))
             if not known:  # a plain step, when no tree fits
-                options.append((price(1) + value[n + 1, 0], (), False, 1, [(1, 0, 1.0)]))
+                options.append((price(1, 0) + value[n + 1, 0], (), False, 1, [(1, 0, 1.0)]))
             best, widths, leaves, rows, outcomes = min(options, key=lambda o: o[0])  # the first of equals
             value[n, known] = best
             calls[n, known] = (rows > 0) + sum(p * calls[n + j, k] for j, k, p in outcomes)
-            seconds[n, known] = (cost.round_time(rows) if cost else 0.0) + sum(p * seconds[n + j, k] for j, k, p in outcomes)
+            seconds[n, known] = round_time(n, rows, len(widths)) + sum(p * seconds[n + j, k] for j, k, p in outcomes)
             plans.append((Topology(widths), leaves))
         rounds[n] = tuple(plans)
     start = 1 if warm_up else 0  # the warm-up call makes the first root's output known
@@ -235,12 +254,15 @@ def _chain_outcomes(stops: np.ndarray, length: int, leaves: bool) -> list[tuple[
 
 
 def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf_options: tuple[bool, ...],
-                price: Objective | None = None):
+                price: Callable[[int], float] | None = None, level_price: Callable[[int], float] | None = None):
     """min over widths (and leaf evaluation) of sum_d P(stop at d) V(n + d, .) for a round rooted
     at n: C(1, 1, budget) of the module docstring. accept(d)[w - 1] = a_d(w); calls_ahead[j] =
     V(n + j, .). With `price` (of the rows below the root), the round minimising price + that sum
-    over every rows count up to the budget instead. Returns (expected value after the round,
-    widths, leaves evaluated).
+    over every rows count up to the budget instead; with `level_price` (of drafting level d: a draft
+    network's call at its step, paid whatever the verdict by every shape that reaches depth d), that
+    too, inside C so that shapes of equal rows and other depths are weighed by it (level 1's, which
+    every shape pays, is left to the caller). Returns (expected value after the round, level prices
+    left out; widths; leaves evaluated).
 
     C(d, m, B) is computed level by level from the deepest, for every node count m (a product of
     widths) and every rows-left B at once; options are, in this order, a single leaf left
@@ -255,12 +277,15 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
         rejected, a = calls_ahead[d, 0], np.asarray(accept(d))[:, None, None]
         # a leaf at step N is the sample itself: the driver never evaluates it, nor may the plan
         leaf_after = calls_ahead[d, 1] if d < calls_ahead.shape[0] - 1 else math.inf
-        afters = ([np.full(fits.shape, leaf_after)] if True in leaf_options else []) + [
-            below[index[:, :, None], grid.left] if d < horizon else np.full(fits.shape, math.inf)]
+        # (value after the level, what the round pays for it whatever the verdict): stopping here with
+        # evaluated leaves, or going on, which drafts level d + 1 (its network price, if any)
+        afters = ([(np.full(fits.shape, leaf_after), 0.0)] if True in leaf_options else []) + [
+            (below[index[:, :, None], grid.left], level_price(d + 1) if level_price else 0.0) if d < horizon
+            else (np.full(fits.shape, math.inf), 0.0)]
         by_width = []
-        for after in afters:  # (w, m, B)
+        for after, paid in afters:  # (w, m, B)
             ok = fits & (after < math.inf)
-            by_width.append(np.where(ok, a * np.where(ok, after, 0.0) + (1 - a) * rejected, math.inf))
+            by_width.append(np.where(ok, a * np.where(ok, after, 0.0) + (1 - a) * rejected + paid, math.inf))
         first = np.full((1, *below.shape), rejected if False in leaf_options else math.inf)
         options = np.concatenate([first, np.stack(by_width, 1).reshape(-1, *below.shape)])
         best = options.min(0)
@@ -294,7 +319,8 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
     if values[rows] == math.inf:
         return math.inf, (), False
     widths, leaves, _ = shape(rows)
-    return float(values[rows]), widths, leaves
+    levels = sum(level_price(d) for d in range(2, len(widths) + 1)) if level_price else 0.0  # level 1: every shape's
+    return float(values[rows]) - levels, widths, leaves
 
 
 @dataclass(frozen=True)
@@ -367,9 +393,9 @@ def block_fan_stop_probabilities(delta: torch.Tensor, u: torch.Tensor, kids: tor
 
 
 def _best_block_round(fans: np.ndarray, calls_ahead: np.ndarray, budget: int, leaf_options: tuple[bool, ...],
-                      price: Objective = lambda rows: 0.0):
+                      price: Objective = lambda rows, depth: 0.0):
     """The fan (K, 1, ..., 1) of depth L (K = 1: a chain), and leaf evaluation, that minimises the
-    expected value after a block-verified round plus its price (of the rows below the root):
+    expected value after a block-verified round plus its price (of the rows below the root and the depth):
     fans[K - 1, L - 1, j] = P(eta = j | K, L); budget: rows left after the root. Returns (expected
     value after, widths, leaves)."""
     best = (math.inf, math.inf, (), False)
@@ -381,6 +407,6 @@ def _best_block_round(fans: np.ndarray, calls_ahead: np.ndarray, budget: int, le
                     continue
                 p = fans[width - 1, length - 1]
                 after = float(p[:length] @ calls_ahead[1:length + 1, 0] + p[length] * calls_ahead[length, int(leaves)])
-                if price(rows) + after < best[0] - 1e-12:  # ties go to the narrower, shorter round (fewer rows)
-                    best = (price(rows) + after, after, (width,) + (1,) * (length - 1), leaves)
+                if price(rows, length) + after < best[0] - 1e-12:  # ties go to the narrower, shorter round (fewer rows)
+                    best = (price(rows, length) + after, after, (width,) + (1,) * (length - 1), leaves)
     return best[1:]
