@@ -10,10 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from specdemo.calibration import draft_options, planned_options
+from specdemo.calibration import draft_options, plan, planned_options
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.pipeline import prepare
-from specdemo.trees.auto import plan_topology
 
 from .common import NETWORK
 from .drafts import config
@@ -38,10 +37,9 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         stepwise, frozen = planned
         cost = stepwise.cost_model
         share = float((stepwise.draft.forms.numpy() == RESIDUAL).mean())
-        spread = replace(cost, level_s=cost.level_s + share * cost.network_level_s, network_level_s=0.0)
-        spread_plan = plan_topology(stepwise.stats, stepwise.verifier, BUDGET, stepwise.kernel.stochastic_run_lengths(),
-                                    leaf_options=(False, True), cost=spread)
-        plans = {AT_STEPS: stepwise, SPREAD: replace(stepwise, tree=spread_plan, cost_model=spread), FROZEN: frozen}
+        spread = replace(stepwise, cost_model=replace(cost, level_s=cost.level_s + share * cost.network_level_s,
+                                                      network_level_s=0.0))
+        plans = {AT_STEPS: stepwise, SPREAD: replace(spread, tree=plan(spread, BUDGET)), FROZEN: frozen}
         kept = min((stepwise, frozen), key=lambda p: p.tree.expected_s)
         walls = {name: [] for name in plans}
         runs = {}
