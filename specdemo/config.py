@@ -30,7 +30,7 @@ OBJECTIVES = ("time", "calls")
 PREDICTIONS = ("epsilon", "v_prediction", "sample")
 DEVICES = ("auto", "cpu", "cuda")
 PRESET_NAMES = ("gm2d", "gm16", "gm512", "banana", "ring")
-EMBEDDED_NAMES = ("digits", "digits-draft")
+EMBEDDED_NAMES = ("digits", "digits-draft", "digits-draft-distilled")
 TOPOLOGY_HELP = (
     'widths per depth such as "3,2,1", "KxL" for a uniform tree (K children per node, depth L; '
     '"1xL" is a chain of length L), or "chain:L"'
@@ -87,7 +87,7 @@ class SamplerConfig:
                                          "rank (default: rmc for a chain, dgrs for a tree, block for --tree auto)",
                                    choices=VERIFIER_NAMES)
     draft: str = setting("frozen", "frozen (the training-free frozen target), or a draft network for an image "
-                                   "model: digits-draft, a folder or a Hub id")
+                                   "model: digits-draft, digits-draft-distilled, a folder or a Hub id")
     freeze: str | None = setting(None, "freeze the network output (out), the denoised estimate x0-hat (x0), x0-hat "
                                        "extrapolated in time from the last two target outputs (x0-linear), x0-hat of a "
                                        "Gaussian fitted to them (gaussian), or choose per step from pilot runs (auto); with a "

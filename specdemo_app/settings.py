@@ -88,6 +88,7 @@ VERIFIER_CHOICES = [("default: block for auto, D-GRS for trees, RMC for chains",
 OBJECTIVE_CHOICES = [("wall-clock (measured here)", "time"), ("target calls", "calls")]
 DEFAULT_KERNEL = ("the model's default", DEFAULT)  # the kernel choice before the model's own kernels
 DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: digits-draft", "digits-draft"),
+                 ("draft network: digits-draft-distilled (learns the target's outputs)", "digits-draft-distilled"),
                  *[(f"draft network: {c.name} (for {', '.join(m.name for m in CURATED if m.draft == c.repo)}, "
                     f"{c.size})", c.repo) for c in CURATED if any(m.draft == c.repo for m in CURATED)]]
 FREEZE_CHOICES = [("network output", "out"), ("x0-hat", "x0"), ("x0-hat extrapolated in time", "x0-linear"),
