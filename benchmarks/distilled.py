@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
+from diffusers import UNet2DModel
 
 from specdemo.digits import load_digits_images
 from specdemo.models.diffusers_unet import EMBEDDED
@@ -43,8 +44,6 @@ def _planned(cfg: SamplerConfig) -> dict:
 def misses(images: int) -> list[dict]:
     """Mean squared difference between each draft's output and the target's, (1/d) E||out_draft - out_target||^2,
     at x_t = sqrt(abar_t) x_0 + sqrt(1 - abar_t) eps over digits x_0 and timesteps t uniform in each band."""
-    from diffusers import UNet2DModel
-
     generator = torch.Generator().manual_seed(0)
     data, labels = load_digits_images(IMAGE_SIZE)
     chosen = torch.randperm(len(data), generator=generator)[:images]
@@ -57,8 +56,8 @@ def misses(images: int) -> list[dict]:
         x_t = scheduler.add_noise(x0, torch.randn(x0.shape, generator=generator), t)
         with torch.no_grad():
             wanted = target(x_t, t, class_labels=labels).sample
-            rows.append({"band": [low, high], **{name: float(((d(x_t, t, class_labels=labels).sample - wanted) ** 2)
-                                                             .mean()) for name, d in drafts.items()}})
+            rows.append({"band": [low, high], **{name: float(((draft(x_t, t, class_labels=labels).sample - wanted) ** 2)
+                                                             .mean()) for name, draft in drafts.items()}})
     return rows
 
 
@@ -117,8 +116,9 @@ def readme(results: dict) -> str:
     parts = []
     for steps in sorted({r["config"]["steps"] for r in runs}):
         (trained, _), (distilled, each) = (mean_speedup(name, steps) for name in DRAFTS)
+        samples = {r["config"]["num_samples"] for r in runs if r["config"]["steps"] == steps}
         parts.append(f"at {steps:,} steps **{distilled:.2f}x** ({', '.join(f'{s:.2f}x' for s in each)} on "
-                     f"{len(each)} seeds) against {trained:.2f}x")
+                     f"{len(each)} seeds of {', '.join(map(str, sorted(samples)))} samples) against {trained:.2f}x")
     return ("- **A draft network distilled from the target** (`--draft digits-draft-distilled --freeze auto`: the "
-            "digits draft's architecture trained on the target's outputs instead of the noise), within 48 rows, "
-            "64 samples: " + "; ".join(parts) + " with `digits-draft`.")
+            f"digits draft's architecture trained on the target's outputs instead of the noise), within {BUDGET} rows: "
+            + "; ".join(parts) + " with `digits-draft`.")

@@ -165,7 +165,7 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
             raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
         if c.freeze == "residual" and c.draft == "frozen":
             raise SpecdemoError("--freeze residual corrects a draft network by the target's residual: use it with "
-                                "--draft NETWORK (digits-draft, a folder or a Hub id); the frozen draft takes out, x0, "
+                                "--draft NETWORK (digits-draft, digits-draft-distilled, a folder or a Hub id); the frozen draft takes out, x0, "
                                 "x0-linear, gaussian or auto")
         if c.draft != "frozen" and c.freeze not in ("out", "residual", "auto"):
             raise SpecdemoError(f"--freeze {c.freeze} is a form of the frozen draft; with the draft network {c.draft!r} "

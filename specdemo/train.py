@@ -8,8 +8,8 @@
 A network learns the DDPM noise-prediction loss: its output regresses on the noise that made x_t. With
 --teacher it regresses on the teacher's output at the same (x_t, t) instead (distillation): a speculative
 sampler's draft is only ever asked what the target would output, so it learns that, and its regression
-target carries none of the noise's variance, which dominates at low noise (small t), where x_t shows
-almost nothing of the noise and a draft trained on the noise misses the target most.
+target carries none of the variance of the noise given x_t, which a small network fitted to noisy
+targets learns through.
 
 Training runs on the CPU. The defaults reproduce the shipped models bit for bit (same torch version and CPU
 type): the seed fixes the weights and the data stream, and --num-threads is pinned because CPU kernels' results
@@ -152,8 +152,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--which", choices=sorted(ARCHITECTURES), required=True, help="which UNet architecture")
     parser.add_argument("--out", type=Path, required=True, help="output folder for the DDPMPipeline")
     parser.add_argument("--teacher", type=Path, default=None,
-                        help="a diffusers pipeline folder whose UNet's outputs the network learns (distillation); "
-                             "default: the noise that made x_t")
+                        help="a diffusers pipeline folder whose UNet's outputs the network learns (distillation) "
+                             "(default: none; the network learns the noise that made x_t)")
     parser.add_argument(
         "--seed", type=int, default=0, help="seed for weights, batches, noise and timesteps (default: %(default)s)"
     )
