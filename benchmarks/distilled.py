@@ -94,7 +94,10 @@ def _text(results: dict) -> str:
     lines += ["", "### Planned runs (the drafts section's network cells)", "",
               f"`--draft NAME --freeze auto --tree auto --budget {BUDGET} --objective calls`, block verification, the "
               "defaults otherwise, class 3: each step drafted with the draft network corrected by the target's residual "
-              "or a frozen form, whichever the pilots found best. Pilot calls are not in the speedup (last columns).", "",
+              "or a frozen form, whichever the pilots found best. A trajectory's first round is drafted from the network "
+              "alone (r_f = 0, and the frozen forms freeze the network's own output at the root), with no warm-up call "
+              f"({sum(r['warm_ups'] for r in results['runs'])} warm-up calls in these runs; docs/algorithms.md, section 2). "
+              "Pilot calls are not in the speedup (last columns).", "",
               "| steps | samples | seed | " + " | ".join(DRAFTS) + " | distilled vs trained on the noise | calls / sample "
               "| planned calls | pilot calls |", "|---|---|---|---|---|---|---|---|---|"]
     runs = results["runs"]
@@ -124,5 +127,7 @@ def readme(results: dict) -> str:
         parts.append(f"at {steps:,} steps **{distilled:.2f}x** ({', '.join(f'{s:.2f}x' for s in each)} on "
                      f"{len(each)} seeds of {', '.join(map(str, sorted(samples)))} samples) against {trained:.2f}x")
     return ("- **A draft network distilled from the target** (`--draft digits-draft-distilled --freeze auto`: the "
-            f"digits draft's architecture trained on the target's outputs instead of the noise), within {BUDGET} rows: "
+            f"digits draft's architecture trained on the target's outputs instead of the noise), within {BUDGET} rows"
+            + (", the network drafting each trajectory's first round itself (no warm-up call)"
+               if all(r.get("warm_ups") == 0 for r in runs) else "") + ": "
             + "; ".join(parts) + " with `digits-draft`.")

@@ -119,4 +119,7 @@ def readme(results: dict) -> str:
             f"frozen draft; with the small draft network corrected by the target's residual (`--freeze residual`), "
             f"{network['residual'][100]['speedup']:.2f}x and {network['residual'][1000]['speedup']:.2f}x, and drafting "
             f"each step with that or a frozen form, whichever its pilot found best (`--draft digits-draft --freeze "
-            f"auto`), **{network['auto'][100]['speedup']:.2f}x** and **{network['auto'][1000]['speedup']:.2f}x**.")
+            f"auto`), **{network['auto'][100]['speedup']:.2f}x** and **{network['auto'][1000]['speedup']:.2f}x**"
+            + (" (measured when the draft network still spent a warm-up call per trajectory: the next bullet has it "
+               "without)" if any(run.get("warm_ups") != 0 for by_steps in network.values() for run in by_steps.values())
+               else "") + ".")

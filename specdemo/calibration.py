@@ -254,7 +254,7 @@ def plan(problem: Problem, budget: int) -> TopologyPlan:
     return plan_topology(problem.stats, problem.verifier, budget, problem.kernel.stochastic_run_lengths(),
                          max_width=1 if c.method == "chain" else 8,
                          leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
-                         exact_known_root=frozen and not c.draft_bias, warm_up=frozen,
+                         exact_known_root=frozen and not c.draft_bias, warm_up=frozen and not draft.cold_start,
                          cost=problem.cost_model if c.objective == "time" else None,
                          network_steps=(draft.forms == RESIDUAL).numpy() if isinstance(draft, StepwiseDraft) else None)
 

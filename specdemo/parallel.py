@@ -67,6 +67,7 @@ def merge_costs(costs: list[Cost], order: np.ndarray) -> Cost:
         rows_per_trajectory=per("rows_per_trajectory"),
         target_calls=max(c.target_calls for c in costs), processes_calls=sum(c.total_target_calls for c in costs),
         draft_calls=max(c.draft_calls for c in costs), rounds=max(c.rounds for c in costs),
+        warm_ups=sum(c.warm_ups for c in costs),
         wall_s=max(c.wall_s for c in costs), target_s=max(c.target_s for c in costs),
         examined_per_depth=list(np.sum([c.examined_per_depth for c in costs], axis=0)),
         accepted_per_depth=list(np.sum([c.accepted_per_depth for c in costs], axis=0)),

@@ -420,6 +420,91 @@ def test_a_runs_draft_calls_are_the_draft_networks_calls():
         assert result.cost.draft_calls == len(calls) > 0
 
 
+def test_a_corrected_draft_network_starts_without_a_warm_up_call():
+    """A trajectory's first round, before any target output of it exists: the corrected draft network
+    drafts it with r_f = 0, the network as it is, so the round is the plain network's own, state for
+    state (same seed); no warm-up call is spent (counted calls = rounds, the deterministic endpoint
+    aside), and the rounds after it draft with r_f and differ. The stepwise draft's cold value freezes
+    the network's own output at the root for its frozen forms, and r_f = 0 for the network's steps."""
+    target, kernel = gm2d(), DDPMKernel(default_ddpm_scheduler(), 40)
+    shifted = GaussianMixture.from_arrays(target.weights, np.asarray(target.means) + 0.3, target.stds).network(kernel)
+    network = lambda x, n, **cond: shifted(x, n)  # noqa: E731
+    runs = {name: sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4),
+                         verifier=BlockVerification(), draft=draft, seed=3, trace=True)
+            for name, draft in (("plain", NetworkDraft(network)), ("corrected", CorrectedNetworkDraft(network, "shifted")))}
+    plain0, corrected0 = ([rt for rt in runs[name].trace if rt.round == 0] for name in ("plain", "corrected"))
+    assert len(plain0) == len(corrected0) == 1 and not corrected0[0].root_known.any()
+    for field in ("trajectories", "step", "status", "committed_steps", "states"):
+        np.testing.assert_array_equal(getattr(plain0[0], field), getattr(corrected0[0], field))
+    assert not np.array_equal(runs["plain"].samples.numpy(), runs["corrected"].samples.numpy())
+    cost = runs["corrected"].cost
+    assert cost.warm_ups == 0
+    frozen = sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4), verifier=BlockVerification(),
+                    draft=FrozenDraft(), seed=3)
+    assert frozen.cost.warm_ups == 16  # the frozen draft cannot start cold: a warm-up call each
+    for i in range(16):
+        speculative = sum(1 for rt in runs["corrected"].trace if i in rt.trajectories)
+        assert cost.counted_calls[i] == speculative  # every counted call a speculative round: no warm-up
+        assert cost.calls_per_trajectory[i] == speculative + (kernel.scales == 0).sum().item()
+
+    corrected = CorrectedNetworkDraft(network, "shifted")
+    table = [RESIDUAL if n % 2 else FORMS["x0"] for n in range(40)]
+    stepwise = StepwiseDraft(corrected, table)
+    assert stepwise.cold_start and corrected.cold_start and not FrozenDraft("x0").cold_start
+    g = torch.Generator().manual_seed(5)
+    x, n = torch.randn((3, *target.shape), generator=g, dtype=torch.float64), torch.tensor([4, 9, 20])
+    value, calls = stepwise.cold_value(kernel, x, n, {})
+    assert calls == 1 and corrected.cold_value(kernel, x, n, {})[1] == 0
+    steps = n[:, None] + torch.arange(4)
+    means = stepwise.for_round(kernel, steps, value, {})
+    x0_means = FrozenDraft("x0").for_round(kernel, steps, kernel.denoised(shifted(x, n), x, n), {})
+    plain = NetworkDraft(network).for_round(kernel, steps, None, {})
+    for d in range(4):
+        nodes = torch.randn((3, 2, *target.shape), generator=g, dtype=torch.float64)
+        for i in range(3):
+            expected = plain if table[int(steps[i, d])] == RESIDUAL else x0_means
+            torch.testing.assert_close(means(d, nodes)[i], expected(d, nodes)[i])
+
+
+class _ColdByLabel(CorrectedNetworkDraft):
+    """A corrected draft whose cold value is the residual itself where the network is off the target by
+    a constant per class label: its every round, the first included, drafts the target's own mean."""
+
+    def __init__(self, network, offsets):
+        super().__init__(network, "off by a constant per label")
+        self.offsets = offsets
+
+    def cold_value(self, kernel, x, n, cond):
+        return self.offsets[cond["class_labels"]], 0
+
+
+@pytest.mark.parametrize("kernel", [DDPMKernel(default_ddpm_scheduler(), 24), FlowChurnKernel(24, 0.3)],
+                         ids=["ddpm", "flow, first step deterministic"])
+@pytest.mark.parametrize("prefetch", ["nearest", "none"])
+def test_the_cold_value_drafts_each_trajectorys_first_speculative_round(kernel, prefetch):
+    """A network off the target by a constant per class label, and a cold value that is that constant:
+    the draft is the target at every node, so every round commits its whole chain; a cold value lost,
+    stale from a slot's earlier trajectory, or taken from another trajectory's label would not (9
+    trajectories through 3 slots). Only the first speculative round starts cold, also after a deterministic
+    first step: under prefetch none every later round spends a warm-up call."""
+    target = gm2d()
+    base = target.network(kernel)
+    offsets = torch.randn((9, *target.shape), generator=torch.Generator().manual_seed(6))
+    net = lambda x, n, class_labels: base(x, n)  # noqa: E731
+    network = lambda x, n, class_labels: base(x, n) - offsets[class_labels]  # noqa: E731
+    result = sample(net, kernel, target.shape, 9, tree=Topology.chain(4), verifier=BlockVerification(),
+                    draft=_ColdByLabel(network, offsets), prefetch=prefetch, seed=2, max_batch=3,
+                    cond={"class_labels": torch.arange(9)}, trace=True)
+    speculative = 0
+    for rt in result.trace:
+        assert (rt.committed_steps == rt.depth).all()
+        speculative += len(rt.trajectories)
+    first = int(kernel.scales[0] == 0)  # the first speculative step
+    starts = [t for rt in result.trace for t, n in zip(rt.trajectories, rt.step) if n == first]
+    assert sorted(starts) == list(range(9))
+    assert result.cost.warm_ups == (0 if prefetch == "nearest" else speculative - 9)
+
+
 # ---------------------------------------------------------------- cost accounting
 
 def test_plain_sampling_costs_one_call_per_step():

@@ -35,12 +35,15 @@ class Draft:
     """uses_frozen: the mean needs a frozen target output from an earlier target call (the
     sampler keeps one per trajectory). calls_network: each level of a round is one draft-network call.
     frozen_history: frozen_value also reads the trajectory's previous frozen value and the target
-    output one node above the frozen one (a draft that extrapolates in time).
+    output one node above the frozen one (a draft that extrapolates in time). cold_start: a draft that
+    uses_frozen can draft a trajectory's first round before any target output of it exists
+    (cold_value); one that cannot spends a warm-up call on the trajectory's root.
     """
 
     uses_frozen = False
     calls_network = False
     frozen_history = False
+    cold_start = False
 
     def for_round(self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None,
                   cond: dict[str, torch.Tensor]) -> LevelMeans:
@@ -72,6 +75,13 @@ class Draft:
         none), and `earlier` (out, x, n), the target output at the node one step above (the parent of
         the node evaluated, from the same call; at the same step as n where that node is the root).
         cond: the trajectories' conditioning (a draft that calls its network there)."""
+        raise NotImplementedError
+
+    def cold_value(self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor,
+                   cond: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """A cold_start draft's frozen value (A, *frozen_shape) for trajectories' first round, before any
+        target output of them exists (states x (A, *shape) at steps n (A,)), and the draft-network calls
+        it took."""
         raise NotImplementedError
 
     def config(self) -> dict:

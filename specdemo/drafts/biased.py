@@ -16,7 +16,7 @@ class BiasedDraft(Draft):
     def __init__(self, base: Draft, bias: float):
         self.base, self.bias = base, float(bias)
         self.uses_frozen, self.calls_network = base.uses_frozen, base.calls_network
-        self.frozen_history = base.frozen_history
+        self.frozen_history, self.cold_start = base.frozen_history, base.cold_start
 
     def check(self, kernel):
         self.base.check(kernel)
@@ -26,6 +26,9 @@ class BiasedDraft(Draft):
 
     def frozen_value(self, kernel, out, x, n, **history):
         return self.base.frozen_value(kernel, out, x, n, **history)
+
+    def cold_value(self, kernel, x, n, cond):
+        return self.base.cold_value(kernel, x, n, cond)
 
     def for_round(self, kernel, steps, frozen, cond):
         base = self.base.for_round(kernel, steps, frozen, cond)

@@ -9,21 +9,29 @@ is kept, and every drafted level adds it to the draft network's output:
 The residual of a small network trained on the same data varies slowly in the state and the step, so
 it carries the target's correction down the drafted path. At a root whose output is known (y_f the
 root itself) the first level is the target's own kernel, exact, as for the frozen draft. One more
-draft call a round (at y_f). Exact like every draft: r_f is a function of target outputs computed
-before the round.
+draft call a round (at y_f). A trajectory's first round, before any target output of it exists, drafts
+with r_f = 0 (the network as it is) instead of spending a warm-up call. Exact like every draft: r_f is a
+function of target outputs computed before the round.
 """
 
 from __future__ import annotations
+
+import torch
 
 from .network import NetworkDraft
 
 
 class CorrectedNetworkDraft(NetworkDraft):
     uses_frozen = True
+    cold_start = True
 
     def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
         """r_f: the target's output at (x, n) less the draft network's."""
         return out - self.network(x, n, **(cond or {}))
+
+    def cold_value(self, kernel, x, n, cond):
+        """r_f = 0: the draft network as it is, for a trajectory's first round (no warm-up call)."""
+        return torch.zeros_like(x), 0
 
     def level_output(self, output, frozen):
         """out_draft + r_f at every node of a level."""

@@ -30,6 +30,7 @@ RESIDUAL = 4  # forms[n]: the corrected draft network drafts step n (0..3: the f
 
 class StepwiseDraft(Draft):
     uses_frozen = True
+    cold_start = True
     calls_network = True
 
     def __init__(self, network: CorrectedNetworkDraft, forms: tuple[int, ...]):
@@ -52,6 +53,12 @@ class StepwiseDraft(Draft):
     def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
         kept = self.frozen.frozen_value(kernel, out, x, n, None if previous is None else previous[:, :-1], earlier)
         return torch.cat((kept, self.network.frozen_value(kernel, out, x, n, cond=cond)[:, None]), 1)
+
+    def cold_value(self, kernel, x, n, cond):
+        """A trajectory's first round, before any target output of it exists: the frozen forms freeze the
+        draft network's own output at the root, and r_f = 0 (one draft call instead of a warm-up call)."""
+        kept = self.frozen.frozen_value(kernel, self.network.network(x, n, **cond), x, n)
+        return torch.cat((kept, torch.zeros_like(x)[:, None]), 1), 1
 
     def for_round(self, kernel, steps, frozen, cond):
         frozen_means = self.frozen.for_round(kernel, steps, frozen[:, :-1], cond)

@@ -51,6 +51,7 @@ class Cost:
     examined_per_depth: list[int] = field(default_factory=list)
     accepted_per_depth: list[int] = field(default_factory=list)
     padded_rows: int = 0  # rows the calls were padded with to a few shapes (trees/cost_model.py), in no trajectory's rows
+    warm_ups: int = 0  # warm-up rows: roots evaluated alone because their trajectory held no frozen output
     pilot_calls: int = 0  # sequential target calls of the pilot this run paid for (0: none, or a cached plan)
     pilot_s: float = 0.0  # its wall-clock, planning included
     processes_calls: int | None = None  # every process's target calls together (None: one process)
@@ -130,6 +131,7 @@ class Cost:
             "draft_s": self.draft_s,
             "verify_s": self.verify_s,
             "padded_rows": self.padded_rows,
+            "warm_ups": self.warm_ups,
             "pilot_calls": self.pilot_calls,
             "pilot_s": self.pilot_s,
         }

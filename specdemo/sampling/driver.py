@@ -13,7 +13,9 @@ A trajectory without a frozen output (before its first speculative round, or eve
 prefetch "none") spends a round on a warm-up: its root alone is evaluated, in the round's batched
 call, and it speculates from that exact output the round after. This is the draft-tree authors'
 warm-up call (a deterministic step's output is not reused as a frozen output either), placed so
-that trajectories starting at different times (continuous batching) add no sequential call. Every
+that trajectories starting at different times (continuous batching) add no sequential call. A draft
+that can draft without a target output (Draft.cold_start: a draft network corrected by the residual)
+drafts a trajectory's first round from its cold value instead, and saves the call. Every
 random draw of trajectory i comes from its own generator (specdemo.sampling.rng), so a
 trajectory's samples do not depend on the batch it runs in.
 
@@ -230,6 +232,7 @@ class _Batch:
         self.slot_traj = np.full(slots, -1, dtype=np.int64)  # -1: empty
         self.n = np.full(slots, self.num_steps, dtype=np.int64)
         self.has_frozen = np.zeros(slots, dtype=bool)
+        self.fresh = np.zeros(slots, dtype=bool)  # a trajectory that has had no speculative round yet
         self.root_known = np.zeros(slots, dtype=bool)
         self.slot_traj_device = torch.full((slots,), -1, dtype=torch.long, device=self.device)
         self.next_traj = 0
@@ -326,7 +329,7 @@ class _Batch:
             self.y[slot] = self.kernel.prior(self.shape, g, self.device, self.dtype)
             self.slot_traj[slot] = self.next_traj
             self.next_traj += 1
-            self.n[slot], self.has_frozen[slot], self.root_known[slot] = 0, False, False
+            self.n[slot], self.has_frozen[slot], self.root_known[slot], self.fresh[slot] = 0, False, False, True
             self.keep_state([slot], [0], self.y[slot:slot + 1])
         self.slot_traj_device.copy_(torch.from_numpy(self.slot_traj))
 
@@ -348,6 +351,8 @@ class _Batch:
         depth = sched.depth[cell]
         speculate = depth > 0
         warm = speculate & ~(self.has_frozen[live] | known) if self.uses_frozen else None
+        if warm is not None and self.draft.cold_start and warm.any():
+            warm &= ~self.start_cold(live[warm & self.fresh[live]], live)
         spec, layout_ids, spec_known = live, sched.layout_id[cell], known
         direct = deterministic = warming = roots = live[:0]  # the usual round: every live slot speculates
         if not speculate.all() or (warm is not None and warm.any()):
@@ -375,6 +380,7 @@ class _Batch:
         self.root_known[live] = False
         if warming.size:
             self.root_known[warming] = True
+            self.cost.warm_ups += warming.size
         if direct.size:
             self.direct_step(direct)
         for state in states:
@@ -389,6 +395,19 @@ class _Batch:
         if finished.size:
             self.refill(finished.tolist())
         return True
+
+    def start_cold(self, slots: np.ndarray, live: np.ndarray) -> np.ndarray:
+        """Trajectories in their first speculative round take the draft's cold value (Draft.cold_value)
+        instead of a warm-up call; which of `live` they are."""
+        if not slots.size:
+            return np.zeros(live.size, dtype=bool)
+        rows = self.slot_tensor(slots)
+        cond = {k: v[self.slot_traj_device[rows]] for k, v in self.cond.items()}
+        value, calls = self.draft.cold_value(self.kernel, self.y[rows], self.slot_tensor(self.n[slots]), cond)
+        self.frozen[rows] = value
+        self.cost.draft_calls += calls
+        self.has_frozen[slots], self.fresh[slots] = True, False
+        return np.isin(live, slots)
 
     def start_rounds(self, slots: np.ndarray, layout_ids: np.ndarray, known: np.ndarray) -> list[RoundState]:
         """Phase 1 for each group of slots that share a layout and a root state. A group seen in a
