@@ -261,20 +261,20 @@ class _Batch:
     def round_means(self, state: RoundState):
         """The draft's means for a round of the trajectories in state.slots (Draft.for_round)."""
         means = self.draft.for_round(self.kernel, state.depth_steps,
-                                     self.rows_of(self.frozen, state) if self.uses_frozen else None, self.cond_of(state))
+                                     self.rows_of(self.frozen, state) if self.uses_frozen else None, self.cond_of(state.slots))
         self.cost.draft_calls += means.network_levels  # one call a level (a lazy last level's at the reached node)
         return means
 
-    def cond_of(self, state: RoundState) -> dict[str, torch.Tensor]:
+    def cond_of(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
         """The conditioning of a round's trajectories, row by row."""
-        return {k: v[self.slot_traj_device[state.slots]] for k, v in self.cond.items()} if self.cond else {}
+        return {k: v[self.slot_traj_device[slots]] for k, v in self.cond.items()} if self.cond else {}
 
     def frozen_value(self, state: RoundState, out: torch.Tensor, x: torch.Tensor, step: torch.Tensor,
                      **history) -> None:
         """Keep what the draft freezes from the target output `out` at (x, step), per trajectory of the round."""
         if self.draft.calls_network:  # a draft network corrected at the frozen node: one more draft call
             self.cost.draft_calls += 1
-        cond = self.cond_of(state) if self.draft.calls_network else None  # only a draft network reads it
+        cond = self.cond_of(state.slots) if self.draft.calls_network else None  # only a draft network reads it
         self.set_rows(self.frozen, state, self.draft.frozen_value(self.kernel, out, x, step, cond=cond, **history))
 
     def rows_of(self, per_slot: torch.Tensor, state: RoundState) -> torch.Tensor:
@@ -351,8 +351,11 @@ class _Batch:
         depth = sched.depth[cell]
         speculate = depth > 0
         warm = speculate & ~(self.has_frozen[live] | known) if self.uses_frozen else None
-        if warm is not None and self.draft.cold_start and warm.any():
-            warm &= ~self.start_cold(live[warm & self.fresh[live]], live)
+        if warm is not None and self.draft.cold_start:
+            cold = warm & self.fresh[live]
+            if cold.any():
+                self.start_cold(live[cold])
+                warm &= ~cold
         spec, layout_ids, spec_known = live, sched.layout_id[cell], known
         direct = deterministic = warming = roots = live[:0]  # the usual round: every live slot speculates
         if not speculate.all() or (warm is not None and warm.any()):
@@ -396,18 +399,14 @@ class _Batch:
             self.refill(finished.tolist())
         return True
 
-    def start_cold(self, slots: np.ndarray, live: np.ndarray) -> np.ndarray:
+    def start_cold(self, slots: np.ndarray) -> None:
         """Trajectories in their first speculative round take the draft's cold value (Draft.cold_value)
-        instead of a warm-up call; which of `live` they are."""
-        if not slots.size:
-            return np.zeros(live.size, dtype=bool)
+        instead of a warm-up call."""
         rows = self.slot_tensor(slots)
-        cond = {k: v[self.slot_traj_device[rows]] for k, v in self.cond.items()}
-        value, calls = self.draft.cold_value(self.kernel, self.y[rows], self.slot_tensor(self.n[slots]), cond)
+        value, calls = self.draft.cold_value(self.kernel, self.y[rows], self.slot_tensor(self.n[slots]), self.cond_of(rows))
         self.frozen[rows] = value
         self.cost.draft_calls += calls
         self.has_frozen[slots], self.fresh[slots] = True, False
-        return np.isin(live, slots)
 
     def start_rounds(self, slots: np.ndarray, layout_ids: np.ndarray, known: np.ndarray) -> list[RoundState]:
         """Phase 1 for each group of slots that share a layout and a root state. A group seen in a
