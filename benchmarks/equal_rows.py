@@ -42,7 +42,8 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
              "block-verified tree (a fan (K, 1, ..., 1), K <= 4) that use at most R target rows a round, from one "
              "pilot's deltas (32 trajectories); the margin is the chain's expected target calls per "
              "trajectory over the tree's, minus one. At the largest budget both plans are also run (same pilot, "
-             "same seed; " + ", ".join(f"{n} trajectories at {st:,} steps" for st, n in samples.items()) + "): measured margin in calls per trajectory, with its standard error from the per-trajectory "
+             "same seed; " + ", ".join(f"{n} trajectories at {st:,} steps" for st, n in samples.items())
+             + "): measured margin in calls per trajectory, with its standard error from the per-trajectory "
              "calls (as for independent runs; the two share their seeds, so it is if anything too large).", "",
              "| steps | draft | " + " | ".join(f"{b} rows" for b in budgets) + f" | measured at {top} rows |",
              "|---|---|" + "---|" * (len(budgets) + 1)]
