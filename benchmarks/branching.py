@@ -29,6 +29,9 @@ FRESH_REPEATS = 4  # independent fresh evaluations: their spread is the figure's
 # a family and which shapes (K, j) it plans with; j = 0 branches at the root
 FAMILIES = (("chains", lambda k, j: k == 1), ("fans", lambda k, j: j == 0),
             ("branching below the root", lambda k, j: k == 1 or j > 0), ("all of them", lambda k, j: True))
+# (steps, families): at 1,000 steps chains and fans only, for the expected margin section equal_rows measures
+# with few trajectories there (walks of every branching shape would take about ten minutes a draft)
+SETTINGS = ((100, FAMILIES), (1000, FAMILIES[:2]))
 
 
 def shapes(budget: int, horizon: int) -> list[tuple[int, int, int]]:
@@ -99,25 +102,29 @@ def plan_family(laws: dict[int, dict], keep, num_steps: int) -> tuple[dict[int, 
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
-    steps, budget = (10, 16) if quick else (100, 96)
+    budget = 16 if quick else 96
     walks, fresh_walks = (64, 64) if quick else (BLOCK_PLAN_CHAINS, FRESH_WALKS)
     rows = []
-    for name, extra in DRAFTS:
-        cfg = SamplerConfig(model="digits", steps=steps, num_samples=4 if quick else 32, device="cpu", seed=0,
-                            class_label=3, method="tree", tree="auto", budget=budget, verifier="block", **BY_CALLS,
-                            **extra)
-        problem = build(cfg)
-        run_lengths = problem.kernel.stochastic_run_lengths().tolist()
-        rng = np.random.default_rng(0)
-        laws = {n: {shape: steps_law(problem.stats, n, shape, walks, rng) for shape in shapes(budget, run_lengths[n])}
-                for n in range(steps) if run_lengths[n]}
-        for family, keep in FAMILIES:
-            picks, in_sample = plan_family(laws, keep, steps)
-            fresh = [expected_calls({n: steps_law(problem.stats, n, shape, fresh_walks, np.random.default_rng(seed))
-                                     for n, shape in picks.items()}, steps) for seed in range(1, FRESH_REPEATS + 1)]
-            rows.append({"steps": steps, "rows": budget, "draft": name, "family": family, "in_sample": in_sample,
-                         "fresh": float(np.mean(fresh)), "fresh_error": float(np.std(fresh, ddof=1) / len(fresh) ** 0.5),
-                         "branching_steps": sum(shape[1] > 0 for shape in picks.values())})
+    for steps, families in (((10, FAMILIES), (12, FAMILIES[:2])) if quick else SETTINGS):
+        for name, extra in DRAFTS:
+            cfg = SamplerConfig(model="digits", steps=steps, num_samples=4 if quick else 32, device="cpu", seed=0,
+                                class_label=3, method="tree", tree="auto", budget=budget, verifier="block",
+                                **BY_CALLS, **extra)
+            problem = build(cfg)
+            run_lengths = problem.kernel.stochastic_run_lengths().tolist()
+            rng = np.random.default_rng(0)
+            wanted = lambda shape: any(keep(shape[0], shape[1]) for _, keep in families)
+            laws = {n: {shape: steps_law(problem.stats, n, shape, walks, rng)
+                        for shape in shapes(budget, run_lengths[n]) if wanted(shape)}
+                    for n in range(steps) if run_lengths[n]}
+            for family, keep in families:
+                picks, in_sample = plan_family(laws, keep, steps)
+                fresh = [expected_calls({n: steps_law(problem.stats, n, shape, fresh_walks, np.random.default_rng(seed))
+                                         for n, shape in picks.items()}, steps) for seed in range(1, FRESH_REPEATS + 1)]
+                rows.append({"steps": steps, "rows": budget, "draft": name, "family": family, "in_sample": in_sample,
+                             "fresh": float(np.mean(fresh)),
+                             "fresh_error": float(np.std(fresh, ddof=1) / len(fresh) ** 0.5),
+                             "branching_steps": sum(shape[1] > 0 for shape in picks.values())})
     results = {"rows": rows, "walks": walks, "fresh_walks": fresh_walks}
     return render(results), results
 
@@ -128,7 +135,7 @@ def render(results: dict) -> str:
     lines = ["The embedded digits UNet, class 3, block verification, one pilot's deltas (32 trajectories, seed 0, "
              "as in section equal_rows). For each step n and each shape that fits the rows budget, as deep as the "
              "rows allow: chains, fans (K, 1, ..., 1) and trees that branch once, at depth j = 1.."
-             f"{BRANCH_DEPTHS}, into K <= {BLOCK_FAN_WIDTHS} chains. The law of the steps a round commits comes "
+             f"{BRANCH_DEPTHS}, into K <= {BLOCK_FAN_WIDTHS} chains (at 1,000 steps chains and fans only). The law of the steps a round commits comes "
              f"from {results['walks']} walks of the whole-tree verifier (weigh_tree) on deltas drawn as the planner "
              "draws them (DeltaStats.pooled; siblings share their parent's delta), the root's output not known. A "
              "family's plan minimises the expected target calls V(n) = 1 + sum_s P(s) V(n + s) by dynamic "
@@ -145,16 +152,22 @@ def render(results: dict) -> str:
         lines.append(f"| {r['steps']} | {r['rows']} | {r['draft']} | {r['family']} | {r['in_sample']:.3f} | "
                      f"{r['fresh']:.3f} ± {r['fresh_error']:.3f} | {100 * gain:+.1f}% | {r['branching_steps']} |")
     by = {(r["steps"], r["draft"], r["family"]): r for r in rows}
-    notes, worth = [], []
+    margins, notes, worth = [], [], []
     for steps, draft in dict.fromkeys((r["steps"], r["draft"]) for r in rows):
-        fans, best = by[(steps, draft, FAMILIES[1][0])], by[(steps, draft, FAMILIES[3][0])]
+        chain, fans = by[(steps, draft, FAMILIES[0][0])], by[(steps, draft, FAMILIES[1][0])]
+        margins.append(f"{steps} steps, {draft}: {_gain(chain, fans)}")
+        best = by.get((steps, draft, FAMILIES[3][0]))
+        if best is None:
+            continue
         gain = fans["fresh"] / best["fresh"] - 1
         error = float(np.hypot(fans["fresh_error"], best["fresh_error"]) / best["fresh"])
-        notes.append(f"{draft}: {100 * gain:+.1f}% ± {100 * error:.1f}% (in-sample "
+        notes.append(f"{steps} steps, {draft}: {_gain(fans, best)} (in-sample "
                      f"{100 * (fans['in_sample'] / best['in_sample'] - 1):+.1f}%)")
         if gain - 2 * error > WORTH:
             worth.append(f"{steps} steps, {draft}")
-    lines += ["", "- Every shape against fans alone, on fresh walks: " + "; ".join(notes) + "."]
+    lines += ["", "- Fans against chains, on fresh walks (the margin section equal_rows measures at the same rows): "
+              + "; ".join(margins) + ".",
+              "- Every shape against fans alone, on fresh walks: " + "; ".join(notes) + "."]
     if worth:
         lines.append(f"- A branch below the root adds more than {100 * WORTH:.0f}% (two standard errors clear) with: "
                      + "; ".join(worth) + ". Worth planning there.")
@@ -162,3 +175,9 @@ def render(results: dict) -> str:
         lines.append(f"- Nowhere does a branch below the root add {100 * WORTH:.0f}% (two standard errors clear): the "
                      "planner keeps fans.")
     return "\n".join(lines)
+
+
+def _gain(worse: dict, better: dict) -> str:
+    """better's margin over worse on fresh walks, worse's calls over better's minus one, with its standard error."""
+    error = float(np.hypot(worse["fresh_error"], better["fresh_error"]) / better["fresh"])
+    return f"{100 * (worse['fresh'] / better['fresh'] - 1):+.1f}% ± {100 * error:.1f}%"

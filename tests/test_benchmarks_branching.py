@@ -73,12 +73,17 @@ def test_shapes_fit_the_rows_and_the_programme_adds_calls_up():
 
 
 def test_the_report_says_what_the_rows_show():
-    def rows(best):
-        return [{"steps": 100, "rows": 96, "draft": "d", "family": family, "in_sample": calls, "fresh": calls,
+    def rows(best, steps=100, families=branching.FAMILIES):
+        return [{"steps": steps, "rows": 96, "draft": "d", "family": family, "in_sample": calls, "fresh": calls,
                  "fresh_error": 0.01, "branching_steps": 0}
-                for (family, _), calls in zip(branching.FAMILIES, (10.0, 9.5, 9.6, best))]
-    kept = branching.render({"rows": rows(9.45), "walks": 512, "fresh_walks": 1024})
+                for (family, _), calls in zip(families, (10.0, 9.5, 9.6, best))]
+    fans_only = rows(None, 1000, branching.FAMILIES[:2])  # 1,000 steps: chains and fans only
+    kept = branching.render({"rows": rows(9.45) + fans_only, "walks": 512, "fresh_walks": 1024})
     worth = branching.render({"rows": rows(9.0), "walks": 512, "fresh_walks": 1024})
     assert "the planner keeps fans" in kept and "Worth planning" not in kept
     assert "Worth planning there" in worth and "100 steps, d" in worth
     assert "| 100 | 96 | d | fans | 9.500 | 9.500 ± 0.010 | +5.3% | 0 |" in kept
+    assert "| 1000 | 96 | d | fans | 9.500 | 9.500 ± 0.010 | +5.3% | 0 |" in kept
+    assert "100 steps, d: +5.3% ± 0.1%; 1000 steps, d: +5.3% ± 0.1%." in kept  # fans over chains, both settings
+    assert "against fans alone, on fresh walks: 100 steps, d: +0.5% ± 0.1%" in kept
+    assert "1000 steps, d: +" not in kept.split("against fans alone")[1]  # no branch rows there
