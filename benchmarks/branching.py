@@ -6,6 +6,7 @@ Monte Carlo walks of the verifier on the pilot's deltas, as the planner's own la
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,7 @@ def steps_law(stats: DeltaStats, n: int, shape: tuple[int, int, int], walks: int
     (DeltaStats.pooled, as the planner reads them), shared by siblings (one parent, one P and one Q);
     each child's u ~ N(0, 1) under its draft."""
     k, j, depth = shape
-    tree = Topology((1,) * j + (k,) + (1,) * (depth - j - 1))
+    tree, tables = _tree(shape)
     node_depth, parent = tree.node_depth.numpy(), tree.parent.numpy()
     internal = node_depth < depth
     delta = np.ones((walks, tree.num_nodes))  # leaves': never read
@@ -71,20 +72,23 @@ def steps_law(stats: DeltaStats, n: int, shape: tuple[int, int, int], walks: int
         selected = select_root_child(delta_t[:, 0], torch.from_numpy(u[:, 1:1 + k].copy()),
                                      torch.from_numpy(rng.random(walks)))
     walk = weigh_tree(torch.from_numpy(log_rho), delta_t, torch.from_numpy(coins),
-                      TreeTables.of(tree, torch.device("cpu")), selected)
+                      tables, selected)
     steps = torch.from_numpy(node_depth)[walk.cur] + walk.corrected.long()
     return np.bincount(steps.numpy(), minlength=depth + 2) / walks
 
 
+@lru_cache(maxsize=None)
+def _tree(shape: tuple[int, int, int]) -> tuple[Topology, TreeTables]:
+    """The shape's topology and its walk tables, built once for every step that walks it."""
+    k, j, depth = shape
+    tree = Topology((1,) * j + (k,) + (1,) * (depth - j - 1))
+    return tree, TreeTables.of(tree, torch.device("cpu"))
+
+
 def expected_calls(laws: dict[int, np.ndarray], num_steps: int) -> float:
     """V(0) of V(n) = 1 + sum_s P(s) V(n + s), V(N) = 0, one law per step (a step without one, where the
-    kernel is deterministic, takes one call)."""
-    value = np.zeros(num_steps + 1)
-    for n in reversed(range(num_steps)):
-        law = laws.get(n)
-        value[n] = 1 + (value[n + 1] if law is None else
-                        sum(p * value[min(n + s, num_steps)] for s, p in enumerate(law) if s))
-    return float(value[0])
+    kernel is deterministic, takes one call): plan_family with one shape a step."""
+    return plan_family({n: {(1, 0, 0): law} for n, law in laws.items()}, lambda k, j: True, num_steps)[1]
 
 
 def plan_family(laws: dict[int, dict], keep, num_steps: int) -> tuple[dict[int, tuple], float]:
