@@ -34,7 +34,7 @@ def measured_margin(row: dict) -> tuple[float, float]:
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     import plotly.graph_objects as go
 
-    samples = {100: 8} if quick else {100: 128, 1000: 16}
+    samples = {100: 8} if quick else {100: 128, 1000: 64}
     budgets = (8, 16) if quick else (8, 16, 32, 48, 64, 96)
     top = budgets[-1]
     lines = ["The embedded digits UNet, class 3, block verification (docs/algorithms.md, section 3: whole trees). For "
