@@ -31,8 +31,9 @@ DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
 DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
 MAX_PROMPT = 2000  # characters: the text encoders read 77 (CLIP) or 256 (T5) tokens
 _WARM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {(device, call size)} set up
-# What --tree auto alone uses, by device (a model may override it in Target.defaults["auto"]): the
-# settings the latency benchmark found fastest (docs/benchmarks.md, section "latency").
+# What --tree auto alone uses, by device (a model may override it in Target.defaults["auto"]): on a CPU
+# the settings the latency benchmark found fastest (docs/benchmarks.md, section "latency"); on CUDA the
+# same with a larger budget, not yet tuned: section "GPU" measures them slower than a 1x5 RMC chain there.
 AUTO_DEFAULTS = {
     "cpu": {"freeze": "auto", "prefetch": "auto", "verifier": "block", "budget": 16},
     "cuda": {"freeze": "auto", "prefetch": "auto", "verifier": "block", "budget": 64},
