@@ -43,9 +43,8 @@ def section(name: str):
 
 
 def rendered_readme(readme: str, report: Path) -> tuple[str, list[str]]:
-    """The README with every block `<!-- readme:NAME -->` written by section NAME from its saved results
-    (or, for a section that says so, from what the report holds); and the blocks left as they were,
-    whose section has saved no results yet."""
+    """The README with every block `<!-- readme:NAME -->` written by section NAME from its saved results;
+    and the blocks left as they were, whose section has saved no results yet."""
     from .common import load_results, readme_blocks, with_readme_block
 
     left = []
@@ -53,8 +52,6 @@ def rendered_readme(readme: str, report: Path) -> tuple[str, list[str]]:
         module, results = section(name), load_results(report, name)
         if results is not None:
             readme = with_readme_block(readme, name, module.readme(results))
-        elif hasattr(module, "readme_without_results"):
-            readme = with_readme_block(readme, name, module.readme_without_results(report))
         else:
             left.append(name)
     return readme, left

@@ -35,15 +35,14 @@ def test_every_bullet_of_the_results_sits_in_a_block_a_section_writes():
 
 def test_every_block_is_rendered_from_saved_results():
     """A README block whose section saved no results would hold text that no committed run wrote."""
-    without = {name for name in readme_blocks(README.read_text()) if load_results(REPORT, name) is None
-               and not hasattr(section(name), "readme_without_results")}
+    without = {name for name in readme_blocks(README.read_text()) if load_results(REPORT, name) is None}
     assert not without, f"no saved results for {sorted(without)}: run python -m benchmarks.run --sections NAME"
 
 
 @pytest.mark.parametrize("name", sorted(readme_blocks(README.read_text())))
 def test_a_block_is_what_its_section_renders_from_the_committed_results(name):
     module, results = section(name), load_results(REPORT, name)
-    expected = module.readme(results) if results is not None else module.readme_without_results(REPORT)
+    expected = module.readme(results)
     written = dict(BLOCK.findall(README.read_text()))[name]
     assert written == expected.rstrip() + "\n", f"README block {name} is not what `python -m benchmarks.run --readme` writes"
 
