@@ -23,7 +23,7 @@ CONFIGS = [("plain target", PLAIN),
            ("chain 1x5 rmc", CHAIN),
            ("chain 1x9 block", {"method": "chain", "tree": "1x9", "verifier": "block"}),
            ("tree 2,2,1 rank", {"method": "tree", "tree": "2,2,1", "verifier": "rank"}),
-           ("auto, the defaults (time)", {"method": "tree", "tree": "auto"}),
+           ("auto, the defaults (time)", {"method": "tree", **AUTO}),
            ("auto, the defaults, by calls", {"method": "tree", "tree": "auto", "objective": "calls"})]
 
 
@@ -64,14 +64,15 @@ def readme(results: dict) -> str:
     outside = [a["non_target_fraction"] for a, _ in auto]
     per_cell = ", ".join(f"{'digits' if model == 'digits' else 'CIFAR-sized'} batch {batch} {x:.2f}x"
                          for (model, batch), x in zip(in_cell, vs_chain))
-    verdict = (f"slower than that chain in {f'all {slower}' if slower == len(auto) else f'{slower} of the {len(auto)}'} cells"
-               if slower else f"at least as fast as that chain in all {len(auto)} cells")
+    share = lambda k: f"all {k}" if k == len(auto) else f"{k} of the {len(auto)}"  # of the cells
+    verdict = f"slower than that chain in {share(slower)} cells" if slower else \
+        f"at least as fast as that chain in {share(len(auto))} cells"
     return (f"- **GPU** ({results['device']}, fp16, the GPU table of {results['date']}): a CIFAR-10-sized UNet at "
             f"batch 1 samples in {chain['vs_plain']:.2f}x less wall-clock with a 1x5 chain ({chain['speedup']:.2f}x fewer calls); "
             "the small digits UNet " + (f"is too cheap per call to gain wall-clock there (at most {digits:.2f}x)"
                                         if digits < NO_GAIN else f"gains up to {digits:.2f}x in wall-clock there")
             + f". `tree=\"auto\"` with the GPU's defaults (AUTO_DEFAULTS in specdemo/pipeline.py) makes fewer calls "
-            f"than the 1x5 chain in {f'all {fewer}' if fewer == len(auto) else f'{fewer} of the {len(auto)}'} cells and is {verdict} "
+            f"than the 1x5 chain in {share(fewer)} cells and is {verdict} "
             f"(its speed against the chain's: {per_cell}); "
             f"{min(outside):.0%} to {max(outside):.0%} of its time is spent outside the target call"
             + (", so on this GPU the 1x5 chain is the faster choice for now." if slower == len(auto) else "."))
