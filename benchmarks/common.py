@@ -38,6 +38,7 @@ def run_cell(config: SamplerConfig, repeats: int = 1, target=None, with_pilot: b
     summary["non_target_fraction"] = statistics.median(1 - c.target_s / c.wall_s for c in runs)
     summary["rows_per_round"] = problem.tree.rows_per_round(problem.config.prefetch == "leaves") if problem.tree.widths else 1
     summary["planned_calls"] = problem.tree.expected_calls if isinstance(problem.tree, TopologyPlan) else None
+    summary["verifier"] = problem.verifier.name if problem.verifier else None  # the planner's, under verifier auto
     summary["config"] = config.to_dict()
     return summary
 

@@ -33,7 +33,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
              "extrapolated in time through the last two target outputs (`x0-linear`), and x0-hat of the Gaussian "
              "N(mu, lambda I) fitted to those two outputs (`gaussian`, fitted online per trajectory: one scalar lambda "
              "and mu). Every form is exact; only the calls change. Fixed chains: block verification, nearest prefetch. "
-             "Planned: `--tree auto --objective calls`, the defaults otherwise (block verification, prefetch auto); "
+             "Planned: `--tree auto --objective calls --verifier block`, the defaults otherwise (prefetch auto); "
              "`freeze auto` pilots each of out, x0, x0-linear and gaussian and drafts each step with the form of highest "
              "mean acceptance. Pilot calls are not in the speedup (last column).", "",
              "### Fixed block-verified chains (speedup in target calls)", "",
@@ -55,7 +55,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
               "|---|---|---|---|---|---|---|---|---|---|"]
     for model, steps, samples, budget in planned:
         for form in ("x0", "gaussian", "auto"):
-            s = run_cell(config(model, steps, samples, method="tree", tree="auto", budget=budget, freeze=form,
+            s = run_cell(config(model, steps, samples, method="tree", tree="auto", budget=budget, freeze=form, verifier="block",
                                 **({"objective": "calls"} if model == "gm512" else BY_CALLS)), with_pilot=True)
             runs.append(s)
             lines.append(f"| {model} | {steps} | {samples} | {budget} | {form} | {s['speedup']:.2f} | "

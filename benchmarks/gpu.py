@@ -67,11 +67,14 @@ def readme(results: dict) -> str:
     share = lambda k: f"all {k}" if k == len(auto) else f"{k} of the {len(auto)}"  # of the cells
     verdict = f"slower than that chain in {share(slower)} cells" if slower else \
         f"at least as fast as that chain in {share(len(auto))} cells"
+    # runs before the verifier was planned carry none: their defaults verified by blocks
+    planned = sorted({a.get("verifier") or "block, the defaults then" for a, _ in auto})
     return (f"- **GPU** ({results['device']}, fp16, the GPU table of {results['date']}): a CIFAR-10-sized UNet at "
             f"batch 1 samples in {chain['vs_plain']:.2f}x less wall-clock with a 1x5 chain ({chain['speedup']:.2f}x fewer calls); "
             "the small digits UNet " + (f"is too cheap per call to gain wall-clock there (at most {digits:.2f}x)"
                                         if digits < NO_GAIN else f"gains up to {digits:.2f}x in wall-clock there")
-            + f". `tree=\"auto\"` with the GPU's defaults (AUTO_DEFAULTS in specdemo/pipeline.py) makes fewer calls "
+            + f". `tree=\"auto\"` with the GPU's defaults (AUTO_DEFAULTS in specdemo/pipeline.py; verifier: "
+            f"{'; '.join(planned)}) makes fewer calls "
             f"than the 1x5 chain in {share(fewer)} cells and is {verdict} "
             f"(its speed against the chain's: {per_cell}); "
             f"{min(outside):.0%} to {max(outside):.0%} of its time is spent outside the target call"

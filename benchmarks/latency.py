@@ -114,8 +114,9 @@ def _timed(problem, repeats: int) -> dict:
 
 
 def _configs(steps: int) -> list[tuple[str, dict]]:
-    """plain, chain 1x5, fixed chains (the best of them is named after the run), auto by time and by
-    calls, block-verified chains; each with the settings named, the rest the defaults."""
+    """plain, chain 1x5, fixed chains (the best of them is named after the run), auto by time (its
+    verifier planned, and block verification alone) and by calls; each with the settings named, the rest
+    the defaults."""
     chains = [(f"chain 1x{length}, {verifier}, freeze x0", {"method": "chain", "tree": f"1x{length}",
                                                             "verifier": verifier, "freeze": "x0"})
               for length in (5, 9, 16) for verifier in ("rmc", "block")]
@@ -123,6 +124,7 @@ def _configs(steps: int) -> list[tuple[str, dict]]:
             ("chain 1x5 (the defaults: rmc, freeze out)", {"method": "chain", "tree": "1x5"}),
             *chains,
             ("auto (the defaults: time)", {"method": "tree", "tree": "auto"}),
+            ("auto, verifier block (the defaults before)", {"method": "tree", "tree": "auto", "verifier": "block"}),
             ("auto, objective calls", {"method": "tree", "tree": "auto", "objective": "calls"})]
 
 
@@ -137,7 +139,11 @@ def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], lis
         cost = run["cost"]
         plain = plain or run
         planned = problem.tree if isinstance(problem.tree, TopologyPlan) else None
-        runs.append({"name": name, "config": config.to_dict(), "wall_s": run["wall_s"], "target_s": run["target_s"],
+        verifier = problem.verifier.name if problem.verifier else None
+        if problem.config.verifier == "auto":
+            name = f"{name}, verifier auto: {verifier}"
+        runs.append({"name": name, "config": config.to_dict(), "verifier": verifier, "wall_s": run["wall_s"],
+                     "target_s": run["target_s"],
                      "calls_per_trajectory": float(cost.calls_per_trajectory.mean()),
                      "rows_per_trajectory": float(cost.rows_per_trajectory.mean()),
                      "planned_s": planned.expected_s if planned is not None else None,
@@ -197,7 +203,7 @@ def defaults_rows(repeats: int) -> list[str]:
     """--tree auto around its defaults, one setting changed at a time: digits, 100 steps, one sample."""
     base = dict(model="digits", steps=100, num_samples=1, device="cpu", seed=0, class_label=3, method="tree",
                 tree="auto")
-    changes = [("the defaults", {}), ("verifier rmc", {"verifier": "rmc"}), ("verifier rank (trees)", {"verifier": "rank"}),
+    changes = [("the defaults", {}), ("verifier block", {"verifier": "block"}), ("verifier rmc", {"verifier": "rmc"}), ("verifier rank (trees)", {"verifier": "rank"}),
                ("freeze x0", {"freeze": "x0"}), ("freeze out", {"freeze": "out"}), ("prefetch nearest", {"prefetch": "nearest"}),
                ("budget 8", {"budget": 8}), ("budget 32", {"budget": 32})]
     plain = _timed(build(SamplerConfig(**{**base, "method": "target"})), repeats)["cost"]
@@ -206,7 +212,8 @@ def defaults_rows(repeats: int) -> list[str]:
         problem = build(SamplerConfig(**{**base, **change}))
         run = _timed(problem, repeats)
         c = problem.config
-        rows.append(f"| {name} | {c.verifier} | {c.freeze} | {c.prefetch} | {c.budget} | {run['wall_s']:.3f} | "
+        verifier = f"auto: {problem.verifier.name}" if c.verifier == "auto" else c.verifier
+        rows.append(f"| {name} | {verifier} | {c.freeze} | {c.prefetch} | {c.budget} | {run['wall_s']:.3f} | "
                     f"**{run['cost'].time_speedup_over(plain):.2f}x** | {run['cost'].calls_per_trajectory.mean():.1f} |")
     return rows
 
@@ -304,10 +311,13 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     for steps, samples in cells:
         runs = [r for r in digits if (r["config"]["steps"], r["config"]["num_samples"]) == (steps, samples)]
         plain, timed, by_calls = against_plain(runs)
+        block = find(runs, tree="auto", objective="time", verifier="block")
         fixed = min((r for r in runs if r["config"]["method"] == "chain" and r["config"]["freeze"] == "x0"),
                     key=lambda r: r["wall_s"])
         lines.append(f"- {steps} steps, {samples} sample(s): auto (time) **{time_speedup(timed['wall_s'], plain['wall_s']):.2f}x** "
-                     f"less wall-clock than plain, auto (calls) {time_speedup(by_calls['wall_s'], plain['wall_s']):.2f}x, the best "
+                     f"less wall-clock than plain with the verifier it planned ({timed['verifier']}; planned for block "
+                     f"verification alone {time_speedup(block['wall_s'], plain['wall_s']):.2f}x), auto (calls) "
+                     f"{time_speedup(by_calls['wall_s'], plain['wall_s']):.2f}x, the best "
                      f"fixed chain ({fixed['name']}) {time_speedup(fixed['wall_s'], plain['wall_s']):.2f}x.")
 
     # the CLI as a user runs it
@@ -379,8 +389,9 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 
 
 def against_plain(runs: list[dict]) -> tuple[dict, dict, dict]:
-    """Plain sampling, auto planned for time and auto planned for calls, among one block's runs."""
-    return (find(runs, method="target"), find(runs, tree="auto", objective="time"),
+    """Plain sampling, auto planned for time and auto planned for calls (the defaults otherwise), among
+    one block's runs."""
+    return (find(runs, method="target"), find(runs, tree="auto", objective="time", verifier=None),
             find(runs, tree="auto", objective="calls"))
 
 
@@ -392,6 +403,12 @@ def readme(results: dict) -> str:
     ratio = {cell: [time_speedup(r["wall_s"], plain["wall_s"]) for r in (timed, by_calls)]
              for cell, (plain, timed, by_calls) in ((c, against_plain(runs)) for c, runs in by_cell.items())}
     plain16, _, by_calls16 = against_plain(by_cell[(100, 16)])
+    # per cell: the verifier auto kept, and auto's speed (x vs plain) over that of the plan for block alone
+    verifier = {cell: against_plain(runs)[1]["verifier"] for cell, runs in by_cell.items()}
+    vs_block = {cell: ratio[cell][0] / time_speedup(find(runs, tree="auto", objective="time", verifier="block")["wall_s"],
+                                                    against_plain(runs)[0]["wall_s"]) for cell, runs in by_cell.items()}
+    kept_block = [cell for cell in sorted(by_cell) if verifier[cell] == "block"]
+    kept_rmc = [cell for cell in sorted(by_cell) if verifier[cell] == "rmc"]
     cli = {int(steps): time_speedup(median_run(out["second"])["wall_s"], median_run(out["target"])["wall_s"])
            for steps, out in results["cli"].items()}
     chain9 = next(d for d in results["driver"] if (d["batch"], d["tree"], d["verifier"]) == (1, "1x9", "rmc"))
@@ -403,6 +420,13 @@ def readme(results: dict) -> str:
         "samples at once a call of many rows costs nearly as many times a row, so speculation gains less there: "
         f"{ratio[(100, 16)][0]:.2f}x at 100 steps with the plan for time, where the plan for calls "
         f"({plain16['calls_per_trajectory'] / by_calls16['calls_per_trajectory']:.2f}x fewer calls) gives "
-        f"{ratio[(100, 16)][1]:.2f}x. The driver's own work per round for a chain of 9 at batch 1 is "
+        f"{ratio[(100, 16)][1]:.2f}x. The planner also picks the verifier (block verification or RMC, whichever "
+        f"plan it expects faster): it kept RMC in {len(kept_rmc)} of the {len(by_cell)} cells ("
+        + ", ".join(f"{steps:,} steps, batch {batch}: {ratio[(steps, batch)][0]:.2f}x, "
+                    f"{vs_block[(steps, batch)] - 1:+.0%} against the plan for block alone" for steps, batch in kept_rmc)
+        + f") and block in the others, where the two block plans, each priced with costs measured in its own build, "
+        f"differ by {min(vs_block[c] - 1 for c in kept_block):+.0%} to {max(vs_block[c] - 1 for c in kept_block):+.0%} "
+        "in wall-clock (the plans differ with those measurements). The driver's own work per round for a chain of 9 "
+        "at batch 1 is "
         f"{chain9['ms']:.2f} ms ({chain9['before_ms']:.2f} ms before the driver was rewritten), "
         f"{chain9['ms'] / results['call_ms']:.2f}x of a 1-row call of the digits UNet on one thread.")

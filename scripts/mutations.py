@@ -35,6 +35,11 @@ class Mutation:
 
 
 MUTATIONS = [
+    Mutation("the planner keeps its first plan, not the one of least expected seconds or calls",
+             "specdemo/calibration.py",
+             "    return min(planned, key=lambda p: p.tree.expected_s if objective == \"time\" else p.tree.expected_calls)\n",
+             "    return planned[0]\n",
+             ("tests/test_calibration.py", "-k", "verifier_auto or kept_plan")),
     Mutation("the fitted Gaussian draft drops its gain on the state", "specdemo/drafts/frozen.py",
              "            alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), b_x0 * c_mu\n",
              "            alpha_g, beta_g = alpha_x0, b_x0 * c_mu\n",

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from scipy.special import ndtr
 
+from .config import PLANNED_VERIFIERS
 from .drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft, StepwiseDraft
 from .drafts.frozen import FORMS
 from .drafts.stepwise import RESIDUAL
@@ -47,7 +48,7 @@ def pilot_runs(tree_auto: bool, freeze: str | None, network: bool = False) -> in
     chain pilot for --tree auto."""
     return len(AUTO_FORMS) + network if freeze == "auto" else int(tree_auto)
 LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
-PLAN_FORMAT = "specdemo-plan/4"
+PLAN_FORMAT = "specdemo-plan/5"
 SHIPPED_PLANS = Path(__file__).with_name("plans")
 CALL_REPEATS = 5
 MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded call sizes, 2 an octave
@@ -65,7 +66,8 @@ def cache_folder(setting: str | None) -> Path | None:
 
 
 def plan_key(problem: Problem) -> dict:
-    """Everything a plan depends on: the model, kernel, draft, verifier and budget, the pilot's
+    """Everything a plan depends on: the model, kernel, draft, verifier (as configured: auto or a
+    name; the record keeps the one planned with) and budget, the pilot's
     size, and for the time objective the batch, device and dtype it was priced for. Not the seed:
     any plan is exact, so a setting's plan serves every seed (and the same seed gives the same
     samples once the plan is kept)."""
@@ -73,7 +75,7 @@ def plan_key(problem: Problem) -> dict:
     from . import __version__
 
     key = {"format": PLAN_FORMAT, "version": __version__, "model": c.model, "kernel": problem.kernel.config(),
-           "method": c.method, "tree": c.tree, "verifier": problem.verifier.name, "draft": c.draft, "freeze": c.freeze,
+           "method": c.method, "tree": c.tree, "verifier": c.verifier, "draft": c.draft, "freeze": c.freeze,
            "draft_bias": c.draft_bias, "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective,
            "class_label": c.class_label, "pilot_samples": c.pilot_samples, "device": problem.device.type,
            "dtype": str(problem.dtype), "prompt": c.prompt, "negative_prompt": c.negative_prompt,
@@ -158,17 +160,16 @@ def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
         draft = _auto_draft(problem, tuple(record["forms"])) if auto_freeze else problem.draft
         cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
         tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
-        return _with_bias(replace(problem, draft=draft, tree=tree, cost_model=cost, plan_source=source))
+        return _with_bias(replace(problem, draft=draft, tree=tree, verifier=get_verifier(record["verifier"]),
+                                  cost_model=cost, plan_source=source))
     t0 = time.perf_counter()
     pilot, options = draft_options(problem, auto_freeze, cancel)
     stats, draft = options[0]
     problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
     if auto_tree:
-        planned = planned_options(problem, options)
-        # the time objective keeps the option of fewest expected seconds (the first of equals); calls plan one
-        problem = min(planned, key=lambda p: p.tree.expected_s) if c.objective == "time" else planned[0]
+        problem = best_plan(planned_options(problem, options), c.objective)
     problem = replace(problem, calibration_s=time.perf_counter() - t0)
-    store_plan(key, {"plan": plan_to_dict(problem.tree) if auto_tree else None,
+    store_plan(key, {"plan": plan_to_dict(problem.tree) if auto_tree else None, "verifier": problem.verifier.name,
                      "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
                      "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
                      "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s}}, folder)
@@ -216,20 +217,31 @@ def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = N
 
 
 def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]]) -> list[Problem]:
-    """The problem planned (--tree auto) with each draft option: under the time objective each with the
-    cost model of its own draft (the target's calls measured once), under the calls objective the first
-    option alone (it accepts at least as much at every step)."""
+    """The problem planned (--tree auto) with each draft option and each verifier (the configured one, or
+    under --verifier auto each of PLANNED_VERIFIERS: block verification accepts more a round, RMC costs
+    the driver less a level, so which is faster depends on the device and the batch): under the time
+    objective each with the cost model of its own draft and verifier (the target's calls measured once),
+    under the calls objective with the first draft option alone (it accepts at least as much at every
+    step)."""
+    verifiers = [problem.verifier] if problem.verifier else [get_verifier(name) for name in PLANNED_VERIFIERS]
     if problem.config.objective != "time":
         stats, draft = options[0]
-        planned = replace(problem, draft=draft, stats=stats, cost_model=None)
-        return [replace(planned, tree=plan(planned, problem.config.budget))]
+        return [replace(planned, tree=plan(planned, problem.config.budget))
+                for planned in (replace(problem, draft=draft, stats=stats, verifier=v, cost_model=None)
+                                for v in verifiers)]
     calls = _call_costs(problem)
     planned = []
     for stats, draft in options:
-        priced = replace(problem, draft=draft, stats=stats)
-        priced = replace(priced, cost_model=CostModel(*calls, **_driver_costs(priced), batch=problem.slots))
-        planned.append(replace(priced, tree=plan(priced, problem.config.budget)))
+        for verifier in verifiers:
+            priced = replace(problem, draft=draft, stats=stats, verifier=verifier)
+            priced = replace(priced, cost_model=CostModel(*calls, **_driver_costs(priced), batch=problem.slots))
+            planned.append(replace(priced, tree=plan(priced, problem.config.budget)))
     return planned
+
+
+def best_plan(planned: list[Problem], objective: str) -> Problem:
+    """The planned option of fewest expected seconds (time objective) or calls; the first of equals."""
+    return min(planned, key=lambda p: p.tree.expected_s if objective == "time" else p.tree.expected_calls)
 
 
 def _auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:

@@ -24,6 +24,7 @@ from .errors import SpecdemoError
 METHODS = ("target", "chain", "tree")
 KERNEL_NAMES = ("ddpm", "ddim", "euler-ancestral", "flow-churn", "langevin")
 VERIFIER_NAMES = ("rmc", "dgrs", "rank", "block")
+PLANNED_VERIFIERS = ("block", "rmc")  # what --verifier auto plans with, in the order ties are kept
 FREEZE = ("out", "x0", "x0-linear", "gaussian", "residual", "auto")
 PREFETCH_NAMES = ("nearest", "parent", "none", "leaves", "auto")
 OBJECTIVES = ("time", "calls")
@@ -83,9 +84,11 @@ class SamplerConfig:
     method: str = setting("tree", "plain target sampling, a chain or a tree", choices=METHODS)
     tree: str | None = setting(None, f"topology: {TOPOLOGY_HELP}; or auto, planned per step "
                                      "(default: 1x5 chain, 2x5 tree)", metavar="WIDTHS")
-    verifier: str | None = setting(None, "rmc (chains only), block (weighs the whole chain or tree at once), dgrs or "
-                                         "rank (default: rmc for a chain, dgrs for a tree, block for --tree auto)",
-                                   choices=VERIFIER_NAMES)
+    verifier: str | None = setting(None, "rmc (chains only), block (weighs the whole chain or tree at once), dgrs, "
+                                         "rank, or with --tree auto: auto, planned with block and with rmc, keeping "
+                                         "the plan of fewer expected seconds or calls. Default: rmc for a chain, "
+                                         "dgrs for a tree, auto for --tree auto",
+                                   choices=(*VERIFIER_NAMES, "auto"))
     draft: str = setting("frozen", "frozen (the training-free frozen target), or a draft network for an image "
                                    "model: digits-draft, digits-draft-distilled, a folder or a Hub id")
     freeze: str | None = setting(None, "freeze the network output (out), the denoised estimate x0-hat (x0), x0-hat "
@@ -179,7 +182,9 @@ class SamplerConfig:
 
     def with_method(self, method: str, tree: str | None = None) -> "SamplerConfig":
         """The same run with another method (for side-by-side comparisons); prefetch auto, which
-        only a planned topology takes, becomes its fixed-tree part, nearest."""
+        only a planned topology takes, becomes its fixed-tree part, nearest, and verifier auto the method's
+        default."""
         planned = (tree or "").strip().lower() == "auto"
-        return replace(self, method=method, tree=tree, verifier=None if method != self.method else self.verifier,
+        keeps_verifier = method == self.method and (planned or self.verifier != "auto")  # auto verifies plans only
+        return replace(self, method=method, tree=tree, verifier=self.verifier if keeps_verifier else None,
                        prefetch="nearest" if self.prefetch == "auto" and not planned else self.prefetch)

@@ -32,18 +32,20 @@ DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
 MAX_PROMPT = 2000  # characters: the text encoders read 77 (CLIP) or 256 (T5) tokens
 _WARM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {(device, call size)} set up
 # What --tree auto alone uses, by device (a model may override it in Target.defaults["auto"]): on a CPU
-# the settings the latency benchmark found fastest (docs/benchmarks.md, section "latency"); on CUDA the
-# same with a larger budget, not yet tuned: section "GPU" measures them slower than a 1x5 RMC chain there.
+# the settings the latency benchmark found fastest (docs/benchmarks.md, section "latency"), the verifier
+# planned (block or RMC, whichever plan is expected faster); on CUDA the same with a larger budget, not
+# yet tuned on a GPU.
 AUTO_DEFAULTS = {
-    "cpu": {"freeze": "auto", "prefetch": "auto", "verifier": "block", "budget": 16},
-    "cuda": {"freeze": "auto", "prefetch": "auto", "verifier": "block", "budget": 64},
+    "cpu": {"freeze": "auto", "prefetch": "auto", "verifier": "auto", "budget": 16},
+    "cuda": {"freeze": "auto", "prefetch": "auto", "verifier": "auto", "budget": 64},
 }
 
 
 @dataclass(frozen=True)
 class Problem:
     """A resolved configuration: what `sample` is called with. Built by `build`; calibration (pilots,
-    plans) returns a new Problem. tree is None only between the two, for --tree auto."""
+    plans) returns a new Problem. tree is None only between the two, for --tree auto; verifier is None
+    there too for --verifier auto (and for plain sampling)."""
 
     config: SamplerConfig
     target: Target
@@ -162,6 +164,9 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
             raise SpecdemoError("--tree auto needs a rows budget of at least 1 (--budget R: the target rows a round "
                                 "may use)")
         tree = None if auto else Topology.parse(c.tree or DEFAULT_TREES[c.method])
+        if c.verifier == "auto" and not auto:
+            raise SpecdemoError(f"--verifier auto lets the planner choose block or RMC, which needs --tree auto; with "
+                                f"tree {tree} use {'rmc, ' if tree.is_chain else ''}block, dgrs or rank")
         if c.method == "chain" and tree is not None and not tree.is_chain:
             raise SpecdemoError(f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
         if c.freeze == "residual" and c.draft == "frozen":
@@ -221,7 +226,7 @@ def prepare(config: SamplerConfig, target: Target | None = None, *, draft_target
     c, target, kernel, device, tree, cond = check_config(config, target, limits=limits)
     draft = verifier = None
     if c.method != "target":
-        verifier = get_verifier(c.verifier)
+        verifier = None if c.verifier == "auto" else get_verifier(c.verifier)  # auto: chosen by calibration
         draft = build_draft(c, target, kernel, device, draft_target)
     if target.text_conditioned:  # the prompts encoded once for the run, every trajectory's rows a view of it
         cond = {**cond, **target.prompt_conditioning(c.prompt, c.negative_prompt, c.guidance_scale, c.num_samples,

@@ -119,6 +119,8 @@ def plan_text(comp: Comparison, max_segments: int = 7) -> str:
     draft = (f"frozen draft keeping {freeze.get(c.freeze, c.freeze)}" if c.draft == "frozen"
              else f"draft network {c.draft}" + (" corrected by the target's residual" if c.freeze == "residual" else "")) \
         + (f", biased by {c.draft_bias:g}" if c.draft_bias else "")
+    verifier = VERIFIER_LABELS.get(chosen.verifier, chosen.verifier) + (" (chosen by the planner)" if c.verifier == "auto"
+                                                                        else "")
     if comp.plan is None:
         return (f"**Topology** `{chosen.tree}` at every step: {rows_text(chosen.rows_per_round)} target rows a round "
                 f"(cut short near the end) · {draft}.")
@@ -137,7 +139,7 @@ def plan_text(comp: Comparison, max_segments: int = 7) -> str:
                  "the round view marks it \"root output known\"")
     return (f"**Planned trees** for {goal} (≤ {c.budget} target rows a round, "
             f"{rows_text(round(chosen.rows_per_round, 1))} on average; branching at {branching} of {speculative} steps) "
-            f"by starting step: " + " · ".join(parts) + known + f" · {comp.chosen.verifier} verifier · {draft}.")
+            f"by starting step: " + " · ".join(parts) + known + f" · {verifier} verifier · {draft}.")
 
 
 def exactness_text(report: ExactnessReport, num_samples: int, draft_bias: float) -> str:

@@ -54,10 +54,11 @@ EXACTNESS_SAMPLES = 1000  # samples per group of the two-sample test, as the pag
 # What the controls switch to when a model is picked: the first click must be quick and telling.
 # The topology "auto" plans every step for the least expected wall-clock on this machine (a call's
 # cost by its rows is measured once, then cached with the plan), with the settings that
-# docs/benchmarks.md's latency section found fastest (freeze auto, block-verified chains, 16 rows).
-# Measured on a 2-core CPU with one thread per run (as here, two runs at a time): the digits model
-# at 100 steps is 1.8x faster than plain sampling for one sample and 1.4x for two; a batch of four
-# gains nothing on a CPU, where a call's cost grows with its rows (the plan then samples plainly).
+# docs/benchmarks.md's latency section found fastest (freeze auto, 16 rows, the verifier planned:
+# block or RMC). Measured on a 2-core CPU with one thread per run (as here, two runs at a time), with
+# block verification then: the digits model at 100 steps is 1.8x faster than plain sampling for one
+# sample and 1.4x for two; a batch of four gains nothing on a CPU, where a call's cost grows with its
+# rows (the plan then samples plainly).
 UI_DEFAULTS = {
     "digits": dict(steps=100, num_samples=1, tree="auto", budget=16, freeze="auto", draft="frozen"),
     "gm2d": dict(steps=100, num_samples=256, tree="auto", budget=16, freeze="x0", draft="frozen"),
@@ -82,9 +83,10 @@ TREE_PRESETS = [
     ("1x5", "1x5: chain of 5"),
     ("1x10", "1x10: chain of 10"),
 ]
-VERIFIER_CHOICES = [("default: block for auto, D-GRS for trees, RMC for chains", DEFAULT),
+VERIFIER_CHOICES = [("default: auto (block or RMC) for topology auto, D-GRS for trees, RMC for chains", DEFAULT),
                     ("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc"),
-                    ("block verification (whole chains and trees)", "block")]
+                    ("block verification (whole chains and trees)", "block"),
+                    ("auto: block or RMC, whichever plan is expected faster (tree auto only)", "auto")]
 OBJECTIVE_CHOICES = [("wall-clock (measured here)", "time"), ("target calls", "calls")]
 DEFAULT_KERNEL = ("the model's default", DEFAULT)  # the kernel choice before the model's own kernels
 DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: digits-draft", "digits-draft"),

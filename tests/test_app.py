@@ -20,6 +20,7 @@ import pytest
 
 import app
 from specdemo import SpecdemoError, Topology
+from specdemo.config import PLANNED_VERIFIERS
 from specdemo import figures as F
 from specdemo.figures.compare import short_label
 from specdemo_app import controls, curated, labels, loading, progress, runner, work
@@ -146,7 +147,10 @@ def test_default_click(default_run):
     assert tree_statuses(tree) == FOUR  # the page opens on a round that shows every status
     assert isinstance(comp, runner.Comparison) and [r.key for r in comp.runs] == ["target", "chain", "tree"]
     assert comp.kind == "image" and comp.config.class_label == S.DEFAULT_CLASS and comp.config.freeze == "auto"
-    assert comp.config.objective == "time" and comp.config.verifier == "block" and comp.plan.objective == "time"
+    assert comp.config.objective == "time" and comp.config.verifier == "auto" and comp.plan.objective == "time"
+    assert comp.chosen.verifier in PLANNED_VERIFIERS  # the planner's choice, reported with the run
+    assert short_label(comp.chosen, " ").endswith(" block") == (comp.chosen.verifier == "block")
+    assert f"{labels.VERIFIER_LABELS[comp.chosen.verifier]} (chosen by the planner) verifier" in plan
     # the planned topology: the matched chain has the plan's mean rows per round, rounded
     assert comp.plan is not None and comp.config.pilot_samples == S.PILOT_SAMPLES
     assert comp.runs[1].tree == f"1x{round(comp.plan.rows_per_round())}"

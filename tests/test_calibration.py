@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from specdemo import SamplerConfig, build, generate
 from specdemo import calibration
 from specdemo.calibration import SHIPPED_PLANS, key_name, plan, plan_key
+from specdemo.config import PLANNED_VERIFIERS
 from specdemo.drafts import FrozenDraft, StepwiseDraft
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
@@ -124,7 +126,8 @@ def test_cli_reports_the_pilot_and_the_plan(tmp_path):
     assert second["plan_source"] == "cache" and second["plan_cached"] and second["pilot_calls"] == 0
     for run in runs:
         assert run["objective"] == "time" and run["planned_s"] > 0 and run["planned_calls"] > 0
-        assert run["freeze"] == "auto" and run["prefetch"] == "auto" and run["verifier"] == "block"
+        assert run["freeze"] == "auto" and run["prefetch"] == "auto" and run["verifier"] in PLANNED_VERIFIERS
+    assert first["verifier"] == second["verifier"]  # the verifier the plan was made for, kept with it
     assert first["speedup_total"] < second["speedup_total"]
 
 
@@ -147,6 +150,15 @@ def test_a_cache_folder_that_cannot_be_written_is_skipped(tmp_path):
 def test_objective_and_verifier_refusals():
     with pytest.raises(SpecdemoError, match="objective"):
         build(SamplerConfig(**{**AUTO, "objective": "speed"}))
+    with pytest.raises(SpecdemoError, match="verifier auto lets the planner choose .* needs --tree auto; with tree "
+                                            "3,2 use block, dgrs or rank"):
+        build(SamplerConfig(**{**AUTO, "tree": "3,2", "verifier": "auto"}))
+    with pytest.raises(SpecdemoError, match="with tree 1x4 use rmc, block"):
+        build(SamplerConfig(**{**AUTO, "method": "chain", "tree": "1x4", "verifier": "auto"}))
+    # a side-by-side run of another topology leaves auto to the method's default; a planned one keeps it
+    auto = SamplerConfig(**{**AUTO, "verifier": "auto"})
+    assert auto.with_method("tree", "3,2").verifier is None and auto.with_method("chain", "auto").verifier is None
+    assert auto.with_method("tree", "auto").verifier == "auto"
     assert get_verifier("block").max_children is None  # whole trees too; rmc takes chains only
     assert get_verifier("rmc").max_children == 1
 
@@ -196,3 +208,54 @@ def test_the_time_objective_weighs_the_draft_network_against_the_frozen_forms_al
     assert again.plan_source == "cache" and len(weighed) == 1
     assert type(again.draft) is type(kept.draft) and again.draft.forms.tolist() == kept.draft.forms.tolist()
     assert again.tree == kept.tree and again.cost_model == kept.cost_model
+
+
+@pytest.mark.parametrize("dearer", PLANNED_VERIFIERS)
+def test_verifier_auto_plans_with_each_verifier_and_keeps_the_faster_plan(tmp_path, monkeypatch, dearer):
+    """--verifier auto: the problem is planned with block verification and with RMC, each priced with the
+    driver's cost of its own verifier, and the run keeps the plan of fewer expected seconds; made a second
+    a level dearer to the driver, either verifier loses to the other. The cache gives the second run the
+    verifier with the plan."""
+    driver_costs = calibration._driver_costs
+    monkeypatch.setattr(calibration, "_driver_costs", lambda problem: {
+        **driver_costs(problem), **({"level_s": 1.0} if problem.verifier.name == dearer else {})})
+    weighed = []
+    monkeypatch.setattr(calibration, "planned_options",
+                        lambda *args, planned=calibration.planned_options: weighed.append(planned(*args)) or weighed[-1])
+    config = SamplerConfig(**{**AUTO, "verifier": "auto"}, objective="time", cache_dir=str(tmp_path))
+    built = build(config)
+    [options] = weighed
+    assert [p.verifier.name for p in options] == list(PLANNED_VERIFIERS)
+    dear, = [p for p in options if p.verifier.name == dearer]
+    cheap, = [p for p in options if p.verifier.name != dearer]
+    assert dear.cost_model.level_s == 1.0 and cheap.cost_model.level_s < 1.0
+    assert cheap.tree.expected_s < dear.tree.expected_s
+    assert built.verifier is cheap.verifier and built.tree is cheap.tree and built.cost_model is cheap.cost_model
+    if cheap.verifier.name == "rmc":  # RMC verifies chains: its plan has no branch
+        assert all(t.is_chain for t in cheap.tree.topologies)
+    again = build(config)
+    assert again.plan_source == "cache" and len(weighed) == 1
+    assert again.verifier.name == cheap.verifier.name and again.tree == cheap.tree
+    assert plan_key(again)["verifier"] == "auto"  # the key holds the setting, the record the verifier chosen
+
+
+@pytest.mark.parametrize("order", [PLANNED_VERIFIERS, PLANNED_VERIFIERS[::-1]])
+def test_verifier_auto_by_calls_keeps_the_plan_of_fewer_expected_calls(piloted, monkeypatch, order):
+    """Under the calls objective, --verifier auto keeps whichever plan expects fewer calls, planned first
+    or last: block verification's, which commits at least as much as RMC a round (its fans include the
+    chains)."""
+    by_verifier = {name: plan(replace(piloted, verifier=get_verifier(name)), 10) for name in PLANNED_VERIFIERS}
+    monkeypatch.setattr(calibration, "PLANNED_VERIFIERS", order)
+    built = build(SamplerConfig(**{**AUTO, "verifier": "auto"}, objective="calls", cache_dir="off"))
+    assert built.verifier.name == "block" and by_verifier["block"].expected_calls < by_verifier["rmc"].expected_calls
+    assert built.tree.expected_calls == pytest.approx(by_verifier["block"].expected_calls)
+
+
+def test_the_kept_plan_is_the_one_of_least_expected_seconds_or_calls():
+    """best_plan, the rule --verifier auto and the draft options are chosen by: where seconds and calls
+    disagree, each objective keeps its own; the first of equals."""
+    fast, frugal, tied = (SimpleNamespace(tree=SimpleNamespace(expected_s=s, expected_calls=n))
+                          for s, n in ((1.0, 10.0), (2.0, 5.0), (1.0, 10.0)))
+    assert calibration.best_plan([fast, frugal], "time") is fast
+    assert calibration.best_plan([frugal, fast], "calls") is frugal
+    assert calibration.best_plan([fast, tied], "time") is fast and calibration.best_plan([tied, fast], "calls") is tied

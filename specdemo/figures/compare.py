@@ -28,13 +28,14 @@ class MethodRun(Protocol):
     cost: Cost
     samples: torch.Tensor
     tree: str  # the topology as Topology prints it
+    verifier: str | None  # the verifier the run used (the planner's choice under --verifier auto)
     rows_per_round: float
 
 
 def short_label(run: MethodRun, sep: str = "<br>") -> str:
     if run.key == "target":
         return f"plain{sep}target"
-    block = " block" if run.config.verifier == "block" else ""  # next to the same chains under RMC
+    block = " block" if run.verifier == "block" else ""  # next to the same chains under RMC
     if run.tree.startswith("auto"):  # a planned topology: auto(16 rows)
         return f"auto{sep}{run.tree[5:-1]}{block}" if run.tree.endswith(")") else f"tree{sep}{run.tree}"
     return f"{run.key}{sep}{run.tree}{block}"
