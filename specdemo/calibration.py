@@ -36,6 +36,7 @@ from .trees.cost_model import CostModel, call_size
 from .verifiers import get_verifier
 
 if TYPE_CHECKING:
+    from .parallel import Broadcast
     from .pipeline import Problem
 
 PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
@@ -134,13 +135,15 @@ def plan_from_dict(d: dict) -> TopologyPlan:
 
 
 # ---------------------------------------------------------------------------------------------- calibration
-def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
+def calibrate(problem: Problem, cancel: Cancel | None = None, share: Broadcast | None = None) -> Problem:
     """What needs pilot runs: --freeze auto (a per-step choice among freezing the output, x0-hat,
     x0-hat extrapolated in time and the fitted Gaussian, and with a draft network that network corrected
     by the target's residual) and --tree auto (widths planned per step, specdemo.trees.auto,
     priced by a measured cost model for the time objective). Returns the calibrated problem, from the plan cache when
     this setting was calibrated before; pilots are chains with their own seeds, their cost is kept
-    in problem.pilot, apart from the run's. cancel stops the pilots between rounds."""
+    in problem.pilot, apart from the run's. cancel stops the pilots between rounds. share: under
+    accelerate launch, the main process calibrates and the others take its calibration, so that every
+    process samples with the same plan (a plan priced by time differs with each process's measurements)."""
     c = problem.config
     auto_tree = problem.tree is None
     auto_freeze = isinstance(problem.draft, (FrozenDraft, NetworkDraft)) and c.freeze == "auto"
@@ -152,16 +155,15 @@ def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
                             "kernel has not; use --freeze out")
     if not (auto_tree or auto_freeze):
         return _with_bias(problem)
+    if share is not None and not share.is_main:
+        return _with_bias(_from_record(problem, *share.receive(), auto_tree, auto_freeze))
     folder = cache_folder(c.cache_dir)
     key = plan_key(problem)
     stored = None if c.replan else load_plan(key, folder)
     if stored is not None:
-        record, source = stored
-        draft = _auto_draft(problem, tuple(record["forms"])) if auto_freeze else problem.draft
-        cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
-        tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
-        return _with_bias(replace(problem, draft=draft, tree=tree, verifier=get_verifier(record["verifier"]),
-                                  cost_model=cost, plan_source=source))
+        if share is not None:
+            share.send(stored)
+        return _with_bias(_from_record(problem, *stored, auto_tree, auto_freeze))
     t0 = time.perf_counter()
     pilot, options = draft_options(problem, auto_freeze, cancel)
     stats, draft = options[0]
@@ -169,11 +171,23 @@ def calibrate(problem: Problem, cancel: Cancel | None = None) -> Problem:
     if auto_tree:
         problem = best_plan(planned_options(problem, options), c.objective)
     problem = replace(problem, calibration_s=time.perf_counter() - t0)
-    store_plan(key, {"plan": plan_to_dict(problem.tree) if auto_tree else None, "verifier": problem.verifier.name,
-                     "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
-                     "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
-                     "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s}}, folder)
+    record = {"plan": plan_to_dict(problem.tree) if auto_tree else None, "verifier": problem.verifier.name,
+              "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
+              "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
+              "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s}}
+    store_plan(key, record, folder)
+    if share is not None:
+        share.send((record, "pilot"))
     return _with_bias(problem)
+
+
+def _from_record(problem: Problem, record: dict, source: str, auto_tree: bool, auto_freeze: bool) -> Problem:
+    """The problem calibrated as a stored record says (the plan cache's, or the main process's)."""
+    draft = _auto_draft(problem, tuple(record["forms"])) if auto_freeze else problem.draft
+    cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
+    tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
+    return replace(problem, draft=draft, tree=tree, verifier=get_verifier(record["verifier"]), cost_model=cost,
+                   plan_source=source)
 
 
 def _with_bias(problem: Problem) -> Problem:

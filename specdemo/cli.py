@@ -65,7 +65,7 @@ def _sample(args) -> int:
 
     from .images import save_grid
     from .limits import Cancel, Limits
-    from .parallel import gather, launched_by_torchrun, my_indices, process_state, single_process_note
+    from .parallel import Broadcast, gather, launched_by_torchrun, my_indices, process_state, single_process_note
     from .pipeline import build
     from .trees import TopologyPlan
 
@@ -77,10 +77,10 @@ def _sample(args) -> int:
             raise SpecdemoError(f"{option} {path[:80]!r}: its folder does not exist")
     limits = Limits.from_env()
     cancel = Cancel(limits.max_seconds)  # SPECDEMO_MAX_SECONDS, if set
-    problem = build(config, limits=limits, cancel=cancel)
+    state = process_state()
+    problem = build(config, limits=limits, cancel=cancel, share=Broadcast(state) if state else None)
     if args.grid and len(problem.target.shape) != 3:
         raise SpecdemoError(f"--grid draws images; {config.model} samples are vectors of shape {problem.target.shape}")
-    state = process_state()
     if note := single_process_note():
         print(note, file=sys.stderr)
     if state is None:

@@ -2,7 +2,8 @@
 
 Process p of P draws trajectories p, p + P, p + 2P, ...; every trajectory has its own random
 stream (specdemo.rng), so the gathered samples are those one process would draw with the same
-seed. The main process gathers samples and costs and writes the outputs.
+seed and plan: the main process calibrates (--tree auto, --freeze auto) and the others take its
+calibration (Broadcast). The main process gathers samples and costs and writes the outputs.
 """
 
 from __future__ import annotations
@@ -37,6 +38,25 @@ def process_state():
     from accelerate import PartialState
 
     return PartialState(cpu=not torch.cuda.is_available())
+
+
+class Broadcast:
+    """A value of the main process given to every process (the calibration: one plan for all)."""
+
+    def __init__(self, state):
+        self.is_main = state.is_main_process
+
+    @staticmethod
+    def send(value):
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list([value], from_process=0)
+
+    @staticmethod
+    def receive():
+        from accelerate.utils import broadcast_object_list
+
+        return broadcast_object_list([None], from_process=0)[0]
 
 
 def my_indices(state, num_samples: int) -> list[int]:

@@ -20,7 +20,7 @@ from .errors import SpecdemoError
 from .kernels import Kernel
 from .limits import Cancel, Limits
 from .models import Target, resolve_target
-from .parallel import process_state
+from .parallel import Broadcast, process_state
 from .sampling import Cost, SampleResult, sample
 from .trees import Topology, TopologyPlan
 from .trees.auto import DeltaStats
@@ -212,12 +212,13 @@ def check_prompts(c: SamplerConfig, default_guidance: float) -> float:
 
 
 def build(config: SamplerConfig, target: Target | None = None, *, draft_target: Target | None = None,
-          limits: Limits | None = None, cancel: Cancel | None = None) -> Problem:
+          limits: Limits | None = None, cancel: Cancel | None = None, share: Broadcast | None = None) -> Problem:
     """Check a configuration (check_config), then calibrate it (pilots and plans, or the plan cache);
     cancel stops the pilots between rounds. target, draft_target: the models config.model and
-    config.draft name, already loaded (by default they are loaded here)."""
+    config.draft name, already loaded (by default they are loaded here). share: under accelerate
+    launch, every process takes the main process's calibration (calibration.calibrate)."""
     problem = prepare(config, target, draft_target=draft_target, limits=limits)
-    return warm_up(problem if problem.config.method == "target" else calibrate(problem, cancel))
+    return warm_up(problem if problem.config.method == "target" else calibrate(problem, cancel, share))
 
 
 def prepare(config: SamplerConfig, target: Target | None = None, *, draft_target: Target | None = None,

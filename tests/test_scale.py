@@ -45,14 +45,33 @@ def test_two_processes_match_one(tmp_path):
     args = ["--model", "gm2d", "--steps", "30", "--method", "tree", "--tree", "3,2", "--num-samples", "24",
             "--seed", "5"]
     one = cli(*args, "--out", str(tmp_path / "one.npz"), launcher=[sys.executable])
-    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port())]
-    two = cli(*args, "--out", str(tmp_path / "two.npz"), launcher=accelerate)
+    two = cli(*args, "--out", str(tmp_path / "two.npz"), launcher=accelerate_launcher())
     assert two["processes"] == 2 and one["processes"] == 1
     a, b = np.load(tmp_path / "one.npz")["samples"], np.load(tmp_path / "two.npz")["samples"]
     assert a.shape == b.shape == (24, 2)
     np.testing.assert_allclose(a, b, atol=1e-6)
     assert one["target_rows"] == two["target_rows"] and one["speedup"] == two["speedup"]
+
+
+def test_two_processes_sample_with_the_main_processes_plan(tmp_path):
+    """--tree auto priced by time: the main process plans, the others take its plan (each would price
+    rounds with its own measurements), so the gathered samples are those one process draws with that
+    plan (here from the plan cache the main process wrote)."""
+    args = ["--model", "gm2d", "--steps", "30", "--method", "tree", "--tree", "auto", "--budget", "6",
+            "--num-samples", "24", "--pilot-samples", "8", "--seed", "5", "--cache-dir", str(tmp_path / "plans")]
+    two = cli(*args, "--replan", "--out", str(tmp_path / "two.npz"), launcher=accelerate_launcher())
+    one = cli(*args, "--out", str(tmp_path / "one.npz"), launcher=[sys.executable])
+    assert two["processes"] == 2 and two["plan_source"] == "pilot" and one["plan_source"] == "cache"
+    assert one["objective"] == "time" and one["planned_s"] == two["planned_s"]
+    a, b = np.load(tmp_path / "one.npz")["samples"], np.load(tmp_path / "two.npz")["samples"]
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    assert one["target_rows"] == two["target_rows"]
+
+
+def accelerate_launcher() -> list[str]:
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+            str(free_port())]
 
 
 def test_accelerate_cpu_launching_one_process_says_so():
