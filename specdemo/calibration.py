@@ -161,23 +161,22 @@ def calibrate(problem: Problem, cancel: Cancel | None = None, share: Broadcast |
     key = plan_key(problem)
     stored = None if c.replan else load_plan(key, folder)
     if stored is not None:
-        if share is not None:
-            share.send(stored)
-        return _with_bias(_from_record(problem, *stored, auto_tree, auto_freeze))
-    t0 = time.perf_counter()
-    pilot, options = draft_options(problem, auto_freeze, cancel)
-    stats, draft = options[0]
-    problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
-    if auto_tree:
-        problem = best_plan(planned_options(problem, options), c.objective)
-    problem = replace(problem, calibration_s=time.perf_counter() - t0)
-    record = {"plan": plan_to_dict(problem.tree) if auto_tree else None, "verifier": problem.verifier.name,
-              "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
-              "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
-              "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s}}
-    store_plan(key, record, folder)
+        problem = _from_record(problem, *stored, auto_tree, auto_freeze)
+    else:
+        t0 = time.perf_counter()
+        pilot, options = draft_options(problem, auto_freeze, cancel)
+        stats, draft = options[0]
+        problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
+        if auto_tree:
+            problem = best_plan(planned_options(problem, options), c.objective)
+        problem = replace(problem, calibration_s=time.perf_counter() - t0)
+        stored = ({"plan": plan_to_dict(problem.tree) if auto_tree else None, "verifier": problem.verifier.name,
+                   "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
+                   "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
+                   "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s}}, "pilot")
+        store_plan(key, stored[0], folder)
     if share is not None:
-        share.send((record, "pilot"))
+        share.send(stored)
     return _with_bias(problem)
 
 
