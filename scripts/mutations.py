@@ -35,6 +35,15 @@ class Mutation:
 
 
 MUTATIONS = [
+    Mutation("a cold trajectory's kept plain-step output reads its slot's earlier trajectory's history",
+             "specdemo/sampling/driver.py",
+             "                                                     **self.held(direct, self.frozen[d]))\n",
+             "                                                     previous=self.frozen[d])\n",
+             ("tests/test_sampler.py", "-k", "slot_bitwise")),
+    Mutation("a cold trajectory that took a plain step still guesses x0-hat later", "specdemo/sampling/driver.py",
+             "            self.has_frozen[direct], self.fresh[direct] = True, False  # a target output: no guess from here on\n",
+             "            self.has_frozen[direct] = True\n",
+             ("tests/test_sampler.py", "-k", "keeps_a_deterministic")),
     Mutation("the planner keeps its first plan, not the one of least expected seconds or calls",
              "specdemo/calibration.py",
              "    return min(planned, key=lambda p: p.tree.expected_s if objective == \"time\" else p.tree.expected_calls)\n",

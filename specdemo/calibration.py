@@ -49,9 +49,10 @@ def pilot_runs(tree_auto: bool, freeze: str | None, network: bool = False) -> in
     chain pilot for --tree auto."""
     return len(AUTO_FORMS) + network if freeze == "auto" else int(tree_auto)
 LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
-PLAN_FORMAT = "specdemo-plan/5"
+PLAN_FORMAT = "specdemo-plan/6"
 SHIPPED_PLANS = Path(__file__).with_name("plans")
 CALL_REPEATS = 5
+DRIVER_REPEATS = 3  # timed runs of each chain _driver_costs prices rounds and levels from, the median kept
 MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded call sizes, 2 an octave
 
 
@@ -67,7 +68,7 @@ def cache_folder(setting: str | None) -> Path | None:
 
 
 def plan_key(problem: Problem) -> dict:
-    """Everything a plan depends on: the model, kernel, draft, verifier (as configured: auto or a
+    """Everything a plan depends on: the model, kernel, draft (its start too), verifier (as configured: auto or a
     name; the record keeps the one planned with) and budget, the pilot's
     size, and for the time objective the batch, device and dtype it was priced for. Not the seed:
     any plan is exact, so a setting's plan serves every seed (and the same seed gives the same
@@ -77,6 +78,7 @@ def plan_key(problem: Problem) -> dict:
 
     key = {"format": PLAN_FORMAT, "version": __version__, "model": c.model, "kernel": problem.kernel.config(),
            "method": c.method, "tree": c.tree, "verifier": c.verifier, "draft": c.draft, "freeze": c.freeze,
+           "start": c.start,
            "draft_bias": c.draft_bias, "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective,
            "class_label": c.class_label, "pilot_samples": c.pilot_samples, "device": problem.device.type,
            "dtype": str(problem.dtype), "prompt": c.prompt, "negative_prompt": c.negative_prompt,
@@ -210,7 +212,7 @@ def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = N
         stats, cost = _pilot(problem, problem.draft, cancel)
         return cost, [(stats, problem.draft)]
     n_steps = problem.kernel.num_steps
-    candidates = [(FORMS[mode], FrozenDraft(mode)) for mode in AUTO_FORMS]
+    candidates = [(FORMS[mode], FrozenDraft(mode, start=problem.config.start)) for mode in AUTO_FORMS]
     if isinstance(problem.draft, NetworkDraft):
         candidates.append((RESIDUAL, CorrectedNetworkDraft(problem.draft.network, problem.draft.name)))
     pilots = [_pilot(problem, draft, cancel) for _, draft in candidates]
@@ -263,7 +265,7 @@ def _auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
     frozen draft alone where it never does, which spares the network's call at every commit)."""
     if isinstance(problem.draft, NetworkDraft) and RESIDUAL in forms:
         return StepwiseDraft(CorrectedNetworkDraft(problem.draft.network, problem.draft.name), forms)
-    return FrozenDraft("auto", forms)
+    return FrozenDraft("auto", forms, start=problem.config.start)
 
 
 def plan(problem: Problem, budget: int) -> TopologyPlan:
@@ -333,12 +335,12 @@ def _driver_costs(problem: Problem) -> dict[str, float]:
     stepwise = isinstance(draft, StepwiseDraft)
     # the stepwise draft as it drafts where its levels take a frozen form (it still keeps r_f at every commit)
     levels_draft = StepwiseDraft(draft.network, draft.frozen.forms.tolist()) if stepwise else draft
-    per_round = [_driver_seconds(problem, levels_draft, depth) for depth in (shallow, deep)]
-    level_s = max(0.0, (per_round[1] - per_round[0]) / (deep - shallow))
-    network_level_s = 0.0
+    chains = [(levels_draft, shallow), (levels_draft, deep)]
     if stepwise:
-        everywhere = StepwiseDraft(draft.network, (RESIDUAL,) * problem.kernel.num_steps)
-        network_level_s = max(0.0, (_driver_seconds(problem, everywhere, deep) - per_round[1]) / deep)
+        chains.append((StepwiseDraft(draft.network, (RESIDUAL,) * problem.kernel.num_steps), deep))
+    per_round = _driver_seconds(problem, chains)
+    level_s = max(0.0, (per_round[1] - per_round[0]) / (deep - shallow))
+    network_level_s = max(0.0, (per_round[2] - per_round[1]) / deep) if stepwise else 0.0
     return {"round_s": max(0.0, per_round[0] - level_s * shallow), "level_s": level_s,
             "network_level_s": network_level_s}
 
@@ -375,16 +377,23 @@ def call_sizes(problem: Problem) -> set[int]:
     return sizes
 
 
-def _driver_seconds(problem: Problem, draft: Draft, depth: int) -> float:
-    """Seconds per round outside the target call: a chain of `depth` drafted by `draft`, with an
-    instant network in place of the target."""
+def _driver_seconds(problem: Problem, chains: list[tuple[Draft, int]]) -> list[float]:
+    """Seconds per round outside the target call of each chain (draft, depth), sampled with an
+    instant network in place of the target: the median of DRIVER_REPEATS runs, the chains in turn,
+    after an untimed first run of each (the first run of a layout in a process allocates its round
+    buffers, and a lone timing of it priced a level up to twice as dear at batch 1)."""
     slots = problem.slots
-    result = sample(lambda x, n, **cond: 0.5 * x, problem.kernel, problem.target.shape, slots,
-                    tree=Topology.chain(depth), draft=draft, verifier=problem.verifier, prefetch="nearest",
-                    seed=problem.config.seed, cond={k: v[:slots] for k, v in problem.cond.items()},
-                    device=problem.device, dtype=problem.dtype)
-    cost = result.cost
-    return (cost.wall_s - cost.target_s) / max(cost.rounds, 1)
+
+    def seconds(draft: Draft, depth: int) -> float:
+        cost = sample(lambda x, n, **cond: 0.5 * x, problem.kernel, problem.target.shape, slots,
+                      tree=Topology.chain(depth), draft=draft, verifier=problem.verifier, prefetch="nearest",
+                      seed=problem.config.seed, cond={k: v[:slots] for k, v in problem.cond.items()},
+                      device=problem.device, dtype=problem.dtype).cost
+        return (cost.wall_s - cost.target_s) / max(cost.rounds, 1)
+
+    for chain in chains:
+        seconds(*chain)
+    return np.median([[seconds(*chain) for chain in chains] for _ in range(DRIVER_REPEATS)], axis=0).tolist()
 
 
 def _sync(device: torch.device) -> None:

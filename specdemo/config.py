@@ -27,6 +27,7 @@ VERIFIER_NAMES = ("rmc", "dgrs", "rank", "block")
 PLANNED_VERIFIERS = ("block", "rmc")  # what --verifier auto plans with, in the order ties are kept
 FREEZE = ("out", "x0", "x0-linear", "gaussian", "residual", "auto")
 PREFETCH_NAMES = ("nearest", "parent", "none", "leaves", "auto")
+STARTS = ("cold", "warm")
 OBJECTIVES = ("time", "calls")
 PREDICTIONS = ("epsilon", "v_prediction", "sample")
 DEVICES = ("auto", "cpu", "cuda")
@@ -98,6 +99,11 @@ class SamplerConfig:
                                        "(residual), or per step the corrected network or a frozen form, from pilot runs "
                                        "(auto) (default: out; auto with --tree auto)",
                                  choices=FREEZE)
+    start: str | None = setting(None, "how the frozen draft gets a trajectory's first frozen output: cold (no warm-up "
+                                      "call: the output of a plain or deterministic step the trajectory took, else "
+                                      "x0-hat = 0) or warm (a warm-up call evaluates the root alone, as the draft-tree "
+                                      "authors do); a draft network always starts cold (default: cold, warm for a "
+                                      "kernel without x0-hat)", choices=STARTS)
     draft_bias: float = setting(0.0, "shift the draft mean by B times the step's scale along a fixed direction; "
                                      "samples stay exact", metavar="B", slider=(0.0, 3.0))
     prefetch: str | None = setting(None, "frozen output that starts a round: nearest sibling, parent, none "

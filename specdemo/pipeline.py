@@ -117,7 +117,9 @@ def resolve(config: SamplerConfig, target: Target, kernel: Kernel, device: torch
     if c.freeze is None and freeze != "out" and not kernel.has_denoised:
         freeze = "out"  # the kernel has no x0-hat (Langevin)
     keeps_outputs = c.draft == "frozen" or freeze in ("residual", "auto")  # a draft that keeps target outputs
-    return replace(c, tree="auto" if auto else c.tree, freeze=freeze,
+    # a draft network drafts a first round itself; the frozen draft guesses x0-hat where the kernel has it
+    start = c.start or ("cold" if c.draft != "frozen" or kernel.has_denoised else "warm")
+    return replace(c, tree="auto" if auto else c.tree, freeze=freeze, start=start,
                    prefetch=c.prefetch or (best.get("prefetch", "nearest") if keeps_outputs else "nearest"),
                    verifier=c.verifier or best.get("verifier", DEFAULT_VERIFIERS[c.method]),
                    budget=c.budget if c.budget is not None else best.get("budget"))
@@ -177,6 +179,12 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
             raise SpecdemoError(f"--freeze {c.freeze} is a form of the frozen draft; with the draft network {c.draft!r} "
                                 "use out (the network as it is), residual (corrected by the target's residual) or auto "
                                 "(per step, the corrected network or a frozen form)")
+        if c.start == "warm" and c.draft != "frozen":
+            raise SpecdemoError(f"--start warm spends a warm-up call on the frozen draft's first round; the draft network "
+                                f"{c.draft!r} drafts it itself: leave out --start or use cold")
+        if c.start == "cold" and c.draft == "frozen" and not kernel.has_denoised:
+            raise SpecdemoError(f"--start cold drafts a first round from x0-hat = 0, which the {kernel.name} kernel has "
+                                "not; use --start warm")
         pilots = pilot_runs(auto, c.freeze, network=c.draft != "frozen")
         # a warm-up round adds the root's row and commits no step: one more row a round at most
         limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=(c.budget if auto else tree.num_nodes) + 1,
@@ -255,7 +263,7 @@ def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: t
     target's conditioning (class labels, prompt embeddings and guidance) goes to the draft network too;
     with --freeze residual the network is corrected by the target's residual (CorrectedNetworkDraft)."""
     if config.draft == "frozen":
-        return FrozenDraft(config.freeze)
+        return FrozenDraft(config.freeze, start=config.start)
     if not target.takes_draft_networks:
         raise SpecdemoError(f"{target.name} takes only the frozen draft; got draft {config.draft!r}")
     draft_target = draft_target or resolve_target(config.draft)

@@ -43,6 +43,7 @@ NOT_OFFERED = {
     "max_batch": "every sample of a click runs at once (the samples limit bounds them)",
     "cache_dir": "the server's plan cache is its owner's",
     "replan": "the server's plan cache is its owner's",
+    "start": "the frozen draft starts cold (no warm-up call); warm is the authors' accounting, for benchmarks",
 }
 
 

@@ -202,13 +202,22 @@ class Comparison:
         """The trace and paths of the first trajectories only: at most max_trajectories, and as many
         as fit in max_bytes (at least one), what a session keeps whatever the number of samples
         (the samples and every cost are kept whole)."""
+        kept = self._first(max_trajectories)
         if max_bytes is not None and self.trace:
             per_trajectory = (self.trace_bytes() + (0 if self.paths is None else self.paths.nbytes)) / max(
                 self.traced_trajectories, 1)
-            max_trajectories = max(1, min(max_trajectories, int(max_bytes // max(per_trajectory, 1))))
-        trace = [rt.restricted(rt.trajectories < max_trajectories) for rt in self.trace]
+            count = max(1, min(max_trajectories, int(max_bytes // max(per_trajectory, 1))))
+            kept = self._first(count)
+            # the first trajectories may hold more than the mean (more rounds): one fewer until they fit
+            while count > 1 and kept.trace_bytes() + (0 if kept.paths is None else kept.paths.nbytes) > max_bytes:
+                count -= 1
+                kept = self._first(count)
+        return kept
+
+    def _first(self, count: int) -> "Comparison":
+        trace = [rt.restricted(rt.trajectories < count) for rt in self.trace]
         return replace(self, trace=[rt for rt in trace if len(rt.trajectories)],
-                       paths=None if self.paths is None else self.paths[:max_trajectories])
+                       paths=None if self.paths is None else self.paths[:count])
 
     def trace_bytes(self) -> int:
         """Bytes of the arrays the trace holds (node states included)."""

@@ -259,3 +259,23 @@ def test_the_kept_plan_is_the_one_of_least_expected_seconds_or_calls():
     assert calibration.best_plan([fast, frugal], "time") is fast
     assert calibration.best_plan([frugal, fast], "calls") is frugal
     assert calibration.best_plan([fast, tied], "time") is fast and calibration.best_plan([tied, fast], "calls") is tied
+
+
+def test_driver_costs_leave_out_each_chains_first_run_and_a_lone_spike(piloted, monkeypatch):
+    """_driver_costs prices from the median of timed runs that follow an untimed first run of each
+    chain: a first run three times as slow (the round buffers allocated) and one later spike leave
+    round_s and level_s as the steady runs give them."""
+    steady = {1: 1.0, 8: 2.4}  # seconds a round at depths 1 and 8: round_s 0.8, level_s 0.2
+    runs = {}
+
+    def timed_sample(network, kernel, shape, slots, *, tree, **kwargs):
+        depth = tree.depth
+        runs[depth] = runs.get(depth, 0) + 1
+        seconds = steady[depth] * (3.0 if runs[depth] == 1 else 1.0) + (5.0 if (depth, runs[depth]) == (8, 3) else 0.0)
+        return SimpleNamespace(cost=SimpleNamespace(wall_s=10 * seconds + 1.0, target_s=1.0, rounds=10))
+
+    monkeypatch.setattr(calibration, "sample", timed_sample)
+    problem = replace(piloted, config=replace(piloted.config, budget=8), draft=FrozenDraft("x0"))
+    costs = calibration._driver_costs(problem)
+    assert runs == {1: 1 + calibration.DRIVER_REPEATS, 8: 1 + calibration.DRIVER_REPEATS}
+    assert costs == {"round_s": pytest.approx(0.8), "level_s": pytest.approx(0.2), "network_level_s": 0.0}

@@ -17,6 +17,7 @@ from scipy import stats
 from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft, StepwiseDraft
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
+from specdemo.sampling import driver as sampling_driver
 from specdemo.sampling import sample
 from specdemo.targets import GaussianMixture, gm2d, gm16
 from specdemo.trees import Topology
@@ -68,13 +69,19 @@ VARIANTS = {
     "chain-block-gaussian-leaves": (Topology.chain(6), BlockVerification, FrozenDraft("gaussian"), 0.0),
     "tree-dgrs-gaussian": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenDraft("gaussian"), 0.0),
     "fan-block-auto4": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft("auto", [n % 4 for n in range(40)]), 0.0),
+    # the frozen draft started cold: a first round drafted from x0-hat = 0 (DDPM), or from the output of the
+    # deterministic first step (flow); a chain, a fan, and an auto table of all four forms
+    "chain-block-cold": (Topology.chain(6), BlockVerification, FrozenDraft(start="cold"), 0.0),
+    "fan-block-x0-cold": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft("x0", start="cold"), 0.0),
+    "tree-dgrs-auto4-cold": (Topology((3, 2, 2)), GreedyRejectionSampling,
+                             FrozenDraft("auto", [n % 4 for n in range(40)], start="cold"), 0.0),
     # per step the frozen draft's four forms or the corrected draft network: rounds that cross between them
     "chain-block-stepwise-leaves": (Topology.chain(6), BlockVerification, "shifted mixture stepwise", 0.0),
     "tree-dgrs-stepwise": (Topology((3, 2, 2)), GreedyRejectionSampling, "shifted mixture stepwise", 0.0),
 }
 SECOND_ORDER = ("chain-rmc-x0-linear", "chain-block-x0-linear-leaves", "tree-dgrs-x0-linear", "tree-rank-x0-auto3",
                 "chain-block-gaussian-leaves", "tree-dgrs-gaussian", "fan-block-auto4", "chain-block-stepwise-leaves",
-                "tree-dgrs-stepwise")
+                "tree-dgrs-stepwise", "tree-dgrs-auto4-cold")
 _plain_cache = {}
 
 
@@ -124,6 +131,8 @@ def plain(problem):
 def _case(problem: str, variant: str) -> bool:
     if variant in SECOND_ORDER:
         return problem in ("gm2d-ddpm", "gm16-flow")
+    if variant.endswith("-cold"):  # x0-hat = 0 needs a denoised estimate, which Langevin has not
+        return "langevin" not in problem
     return "flow" not in problem and not ("x0" in variant and "langevin" in problem)
 
 
@@ -157,6 +166,41 @@ def test_a_known_root_uses_the_committed_leafs_output():
     # roots were known: one row a round (the leaf), where an unknown root would add its own row
     assert result.cost.rows_per_trajectory.mean() < 1.5 * kernel.num_steps
     assert min_pvalue_bonferroni(result.samples, plain_samples) > ALPHA
+
+
+def far_mixture_cold_start(monkeypatch=None):
+    """Y_1, Y_5 and the samples of gm2d moved 20 per coordinate under 10 DDPM steps, plain and with a
+    chain of 4 started cold: its first round is drafted from x0-hat = 0, 20 per coordinate off the data,
+    which moves the first step's draft mean by about a third of s. monkeypatch: with a planted bug, the
+    cold round's root taken as a root whose output is known (the guess's), its first level unverified."""
+    base = gm2d()
+    target = GaussianMixture.from_arrays(base.weights, np.asarray(base.means) + 20.0, base.stds)
+    kernel = DDPMKernel(default_ddpm_scheduler(), 10)
+    net = target.network(kernel)
+    reference = sample(net, kernel, target.shape, SAMPLES, seed=1, keep_steps=[1, 5])
+    if monkeypatch is not None:
+        start_rounds = sampling_driver._Batch.start_rounds
+
+        def known_guess(run, slots, layout_ids, known):
+            first = run.n[slots] == 0
+            rows = run.slot_tensor(slots[first])
+            run.root_out[rows] = run.kernel.output_from_denoised(torch.zeros_like(run.y[rows]), run.y[rows],
+                                                                 run.slot_tensor(run.n[slots[first]]))
+            return start_rounds(run, slots, layout_ids, known | first)
+        monkeypatch.setattr(sampling_driver._Batch, "start_rounds", known_guess)
+    cold = sample(net, kernel, target.shape, SAMPLES, tree=Topology.chain(4), draft=FrozenDraft("x0", start="cold"),
+                  verifier=BlockVerification(), seed=2, keep_steps=[1, 5])
+    assert cold.cost.warm_ups == 0
+    return [min_pvalue_bonferroni(cold.states[n], reference.states[n]) for n in (1, 5)] + \
+        [min_pvalue_bonferroni(cold.samples, reference.samples)]
+
+
+def test_a_cold_start_far_from_the_data_is_exact():
+    assert min(far_mixture_cold_start()) > ALPHA
+
+
+def test_a_cold_round_taken_as_a_known_root_is_caught(monkeypatch):
+    assert far_mixture_cold_start(monkeypatch)[0] < 1e-6
 
 
 class BlockUnweightedResidual(BlockVerification):

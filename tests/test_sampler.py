@@ -38,6 +38,8 @@ def methods():
         "tree-rank-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0"), "leaves"),
         "chain-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenDraft("x0-linear"), "nearest"),
         "tree-rank-x0-linear-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0-linear"), "leaves"),
+        "chain-block-gaussian-cold": (Topology.chain(4), BlockVerification(), FrozenDraft("gaussian", start="cold"),
+                                      "nearest"),
     }
 
 
@@ -420,6 +422,93 @@ def test_a_runs_draft_calls_are_the_draft_networks_calls():
         assert result.cost.draft_calls == len(calls) > 0
 
 
+def test_the_frozen_draft_started_cold_drafts_its_first_round_from_x0_hat_zero(monkeypatch):
+    """DDPM speculates from the first step: started cold, each trajectory's first round is drafted from
+    the output whose x0-hat is 0 at the root (no warm-up call; the round's call evaluates the root with
+    the drafted nodes, so counted calls = speculative rounds), and later rounds draft from the target's
+    outputs; started warm, the same seed spends a warm-up call a trajectory."""
+    target, kernel = gm2d(), DDPMKernel(default_ddpm_scheduler(), 40)
+    guesses = []
+    cold_value = FrozenDraft.cold_value
+
+    def recorded(draft, kernel, x, n, cond):
+        value, calls = cold_value(draft, kernel, x, n, cond)
+        guesses.append((x.clone(), n.clone(), value))
+        return value, calls
+    monkeypatch.setattr(FrozenDraft, "cold_value", recorded)
+    runs = {start: sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4),
+                          verifier=BlockVerification(), draft=FrozenDraft("x0", start=start), seed=3, trace=True)
+            for start in ("warm", "cold")}
+    assert runs["warm"].cost.warm_ups == 16 and runs["cold"].cost.warm_ups == 0
+    (x, n, value), = guesses  # one call, for the 16 trajectories' first rounds, none started warm
+    assert x.shape[0] == 16 and (n == 0).all()
+    assert torch.allclose(value, torch.zeros_like(value), atol=1e-5)  # freeze x0 keeps x0-hat itself: 0
+    cost = runs["cold"].cost
+    for i in range(16):
+        speculative = sum(1 for rt in runs["cold"].trace if i in rt.trajectories)
+        assert cost.counted_calls[i] == speculative
+    first = [rt for rt in runs["cold"].trace if rt.round == 0]
+    assert len(first) == 1 and not first[0].root_known.any() and (first[0].step == 0).all()
+
+
+@pytest.mark.parametrize("prefetch", ["nearest", "none"])
+def test_the_frozen_draft_started_cold_keeps_a_deterministic_steps_output(monkeypatch, prefetch):
+    """Flow matching's first step is deterministic (a plain step): started cold, a trajectory keeps that
+    step's target output and drafts its first speculative round from it, never from the guess (under
+    prefetch none too, whose later rounds spend warm-up calls), and spends no warm-up call before it;
+    started warm, it spends one as the authors' code does."""
+    target, kernel = gm16(), FlowChurnKernel(20, 0.5)
+    net = target.network(kernel)
+    assert kernel.scales[0] == 0
+    monkeypatch.setattr(FrozenDraft, "cold_value", lambda *args: pytest.fail("drafted from the guess"))
+    kept = []
+    frozen_value = FrozenDraft.frozen_value
+
+    def recorded(draft, kernel, out, x, n, **history):
+        if draft.cold_start and bool((n == 0).all()):
+            kept.append((out.clone(), x.clone(), n.clone()))
+        return frozen_value(draft, kernel, out, x, n, **history)
+    monkeypatch.setattr(FrozenDraft, "frozen_value", recorded)
+    runs = {start: sample(net, kernel, target.shape, 8, tree=Topology.chain(4), verifier=BlockVerification(),
+                          draft=FrozenDraft("gaussian", start=start), prefetch=prefetch, seed=1)
+            for start in ("warm", "cold")}
+    (out, x, n), = kept  # the first step's output of the 8 trajectories, kept from the plain step's call
+    assert x.shape[0] == 8 and torch.allclose(out, net(x, n))
+    if prefetch == "nearest":
+        assert runs["warm"].cost.warm_ups == 8 and runs["cold"].cost.warm_ups == 0
+        assert runs["cold"].cost.counted_calls.mean() < runs["warm"].cost.counted_calls.mean()
+    else:
+        assert runs["cold"].cost.warm_ups < runs["warm"].cost.warm_ups
+
+
+def test_a_cold_trajectory_does_not_depend_on_its_slot_bitwise():
+    """Started cold on a flow kernel, each trajectory keeps its deterministic first step's output with no
+    history (not what its slot held for an earlier trajectory): 9 trajectories through 3 slots are
+    sampled as each is alone, with the fitted Gaussian, which reads that history."""
+    target, kernel = gm16(), FlowChurnKernel(12, 0.5)
+    net = row_by_row(target.network(kernel))
+    kwargs = dict(tree=Topology.chain(4), verifier=BlockVerification(), draft=FrozenDraft("gaussian", start="cold"),
+                  seed=4)
+    batched = sample(net, kernel, target.shape, 9, max_batch=3, **kwargs)
+    for i in (0, 4, 8):
+        alone = sample(net, kernel, target.shape, 1, indices=[i], **kwargs)
+        assert torch.equal(alone.samples[0], batched.samples[i]), i
+
+
+def test_start_settings_are_checked():
+    """--start warm spends a warm-up call on the frozen draft: a draft network drafts its first round
+    itself; --start cold guesses x0-hat, which Langevin has not; the defaults follow."""
+    with pytest.raises(SpecdemoError, match="--start warm .* drafts it itself"):
+        build(SamplerConfig(model="digits", steps=10, draft="digits-draft", start="warm", num_samples=1))
+    with pytest.raises(SpecdemoError, match="--start cold .* langevin kernel has not; use --start warm"):
+        build(SamplerConfig(model="gm2d", kernel="langevin", start="cold", num_samples=1))
+    with pytest.raises(SpecdemoError, match="unknown start 'hot'; the frozen draft takes cold, warm"):
+        FrozenDraft(start="hot")
+    assert build(SamplerConfig(model="gm2d", kernel="langevin", num_samples=1)).config.start == "warm"
+    problem = build(SamplerConfig(model="gm2d", steps=10, num_samples=1))
+    assert problem.config.start == "cold" and problem.draft.cold_start
+
+
 def test_a_corrected_draft_network_starts_without_a_warm_up_call():
     """A trajectory's first round, before any target output of it exists: the corrected draft network
     drafts it with r_f = 0, the network as it is, so the round is the plain network's own, state for
@@ -441,7 +530,7 @@ def test_a_corrected_draft_network_starts_without_a_warm_up_call():
     assert cost.warm_ups == 0
     frozen = sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4), verifier=BlockVerification(),
                     draft=FrozenDraft(), seed=3)
-    assert frozen.cost.warm_ups == 16  # the frozen draft cannot start cold: a warm-up call each
+    assert frozen.cost.warm_ups == 16  # the frozen draft started warm (its default): a warm-up call each
     for i in range(16):
         speculative = sum(1 for rt in runs["corrected"].trace if i in rt.trajectories)
         assert cost.counted_calls[i] == speculative  # every counted call a speculative round: no warm-up

@@ -27,6 +27,12 @@ flow-matching schedule, where x0-hat tracks the state).
 
 Which target output is frozen after a round is the sampling driver's prefetch policy
 (specdemo.sampling.prefetch).
+
+A trajectory's first frozen output (`start`, ours): warm, as the draft-tree authors do, spends a
+warm-up call that evaluates the root alone; cold spends none. A cold trajectory freezes the output
+of a plain or deterministic step it took (gm512's first step), and one that speculates from its
+first step drafts that round from x0-hat = 0 (cold_value): the data's centre, to which E[x0 | x_T]
+is close where the signal is all but gone (algorithms.md section 2, "The frozen draft starts cold").
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import math
 
 import torch
 
-from ..config import FREEZE
+from ..config import FREEZE, STARTS
 from ..errors import SpecdemoError
 from .base import Draft, LevelMeans
 
@@ -50,7 +56,10 @@ LAMBDA_REFINE = torch.logspace(-0.0625, 0.0625, 17, dtype=torch.float64)
 class FrozenDraft(Draft):
     uses_frozen = True
 
-    def __init__(self, freeze: str = "out", forms: tuple[int | bool, ...] = ()):
+    def __init__(self, freeze: str = "out", forms: tuple[int | bool, ...] = (), start: str = "warm"):
+        if start not in STARTS:
+            raise SpecdemoError(f"unknown start {start!r}; the frozen draft takes {', '.join(STARTS)}")
+        self.start = start
         if freeze == "residual":
             raise SpecdemoError("--freeze residual corrects a draft network by the target's residual: use it with "
                                 "--draft NETWORK; the frozen draft takes " + ", ".join(f for f in FREEZE if f != "residual"))
@@ -72,7 +81,20 @@ class FrozenDraft(Draft):
     def frozen_history(self) -> bool:
         return self.linear or self.gaussian
 
+    @property
+    def cold_start(self) -> bool:
+        return self.start == "cold"
+
+    def cold_value(self, kernel, x, n, cond):
+        """The value frozen from the output whose x0-hat is 0 at the root (no call): at the first step
+        of a VP or flow schedule x_T holds almost nothing of x0, so E[x0 | x_T] is about the data's mean,
+        which 0 stands for; a level below drafts from it with weight sqrt(abar) on x0-hat."""
+        return self.frozen_value(kernel, kernel.output_from_denoised(torch.zeros_like(x), x, n), x, n), 0
+
     def check(self, kernel) -> None:
+        if self.cold_start and not kernel.has_denoised:
+            raise SpecdemoError(f"--start cold drafts a first round from x0-hat = 0, which the {kernel.name} kernel "
+                                "has not; use --start warm")
         if self.freeze != "out" and not kernel.has_denoised:
             raise SpecdemoError(f"--freeze {self.freeze} needs a denoised estimate, which the {kernel.name} kernel "
                                 "has not; use --freeze out")
@@ -173,7 +195,7 @@ class FrozenDraft(Draft):
         return _level_means(alpha, beta, gain, slope, offset, r)
 
     def config(self):
-        return {"draft": "frozen", "freeze": self.freeze}
+        return {"draft": "frozen", "freeze": self.freeze, "start": self.start}
 
 
 def clock(kernel) -> torch.Tensor:

@@ -12,10 +12,12 @@ corrections; commit.
 A trajectory without a frozen output (before its first speculative round, or every round under
 prefetch "none") spends a round on a warm-up: its root alone is evaluated, in the round's batched
 call, and it speculates from that exact output the round after. This is the draft-tree authors'
-warm-up call (a deterministic step's output is not reused as a frozen output either), placed so
-that trajectories starting at different times (continuous batching) add no sequential call. A draft
-that can draft without a target output (Draft.cold_start: a draft network corrected by the residual)
-drafts a trajectory's first round from its cold value instead, and saves the call. Every
+warm-up call (started warm, a deterministic step's output is not reused as a frozen output either),
+placed so that trajectories starting at different times (continuous batching) add no sequential call.
+A draft that can draft without a target output (Draft.cold_start: a draft network, or the frozen draft
+started cold) drafts a trajectory's first round from its cold value instead, and saves the call; the
+frozen draft started cold also keeps the output of every plain or deterministic step, and a trajectory
+that took one before its first speculative round drafts that round from it. Every
 random draw of trajectory i comes from its own generator (specdemo.sampling.rng), so a
 trajectory's samples do not depend on the batch it runs in.
 
@@ -425,16 +427,19 @@ class _Batch:
             state = RoundState(layout, slot_t, slot_list, members, self.slot_tensor(self.n[members]), kn, space=space,
                                whole=whole)
             if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
-                history = {}
-                if self.draft.frozen_history:  # the value held, none after a warm-up (a slot's earlier trajectory's)
-                    held = torch.from_numpy(self.has_frozen[members]).to(self.device)
-                    history = {"previous": torch.where(held.view(-1, *[1] * (self.frozen.dim() - 1)),
-                                                       self.rows_of(self.frozen, state), 0.0)}
                 self.frozen_value(state, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step,
-                                  **history)
+                                  **self.held(members, self.rows_of(self.frozen, state)))
             phases.draft(state, self)
             states.append(state)
         return states
+
+    def held(self, slots: np.ndarray, frozen: torch.Tensor) -> dict:
+        """A draft with frozen_history is passed the value each slot holds (`frozen`, those slots' rows),
+        zeros where it holds none (after a warm-up, or a slot's earlier trajectory's)."""
+        if not self.draft.frozen_history:
+            return {}
+        held = torch.from_numpy(self.has_frozen[slots]).to(self.device)
+        return {"previous": torch.where(held.view(-1, *[1] * (frozen.dim() - 1)), frozen, 0.0)}
 
     def group(self, key: int, members: np.ndarray) -> tuple:
         """(layout, root known, slots on the device and on the host, the buffers' rows, whether the
@@ -511,6 +516,12 @@ class _Batch:
         """Y_{n+1} = m_n(Y_n) + s_n xi with the target: plain sampling and deterministic steps."""
         d = self.slot_tensor(direct)
         step = self.slot_tensor(self.n[direct])
+        if self.uses_frozen and self.draft.cold_start and not self.draft.calls_network:
+            # a cold start keeps the step's target output for the next round (one step stale, as the parent
+            # prefetch), where a warm start spends a warm-up call; a draft network would spend a call on it
+            self.frozen[d] = self.draft.frozen_value(self.kernel, self.root_out[d], self.y[d], step,
+                                                     **self.held(direct, self.frozen[d]))
+            self.has_frozen[direct], self.fresh[direct] = True, False  # a target output: no guess from here on
         y_next = self.kernel.mean(self.root_out[d], self.y[d], step)
         noisy = np.flatnonzero(self.scales_host[self.n[direct]] > 0)
         if noisy.size:

@@ -146,7 +146,7 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
     wall-clock to the end priced by `cost`, with at most `budget` target rows a round (the root
     included when its output is not known). exact_known_root: the draft is exact at a root whose
     output is known (the frozen draft, unbiased); warm_up: trajectories start with a call that
-    makes the first root's output known (the frozen draft), which the plan's expectations count.
+    makes the first root's output known (the frozen draft started warm), which the plan's expectations count.
     network_steps (num_steps,) bool: the steps whose level the draft drafts with its network (the
     stepwise draft's table), each such level of a round priced cost.network_level_s more. The plan
     states its expected calls, and its expected seconds when priced by a cost model."""
