@@ -16,7 +16,7 @@ from specdemo.pipeline import SamplerConfig, build
 from specdemo.sampling.cost import time_speedup
 
 from .common import BY_CALLS, find, percent_gain, run_cell, shown
-from .equal_rows import _mean_and_error, measured_margin
+from .equal_rows import measured_margin, run_pair
 
 TITLE = "Beyond the papers: the frozen draft starts cold"
 STARTS = ("warm", "cold")
@@ -39,10 +39,8 @@ def equal_rows(steps: int, samples: int, start: str) -> dict:
     tree = build(cfg)
     chain = replace(tree, config=replace(cfg, method="chain"))
     chain = replace(chain, tree=plan(chain, TOP_ROWS))
-    (c, c_err), (t, t_err) = (_mean_and_error(p.run().cost.calls_per_trajectory) for p in (chain, tree))
     return {"steps": steps, "samples": samples, "start": start, "config": cfg.to_dict(),
-            "planned_margin": chain.tree.expected_calls / tree.tree.expected_calls - 1,
-            "chain_calls": c, "chain_error": c_err, "tree_calls": t, "tree_error": t_err}
+            "planned_margin": chain.tree.expected_calls / tree.tree.expected_calls - 1, **run_pair(chain, tree)}
 
 
 def timed(steps: int, quick: bool) -> dict:
@@ -122,17 +120,20 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     return "\n".join(lines), results
 
 
-def summary_lines(results: dict) -> list[str]:
-    runs = results["runs"]
+def paired(runs: list[dict]) -> tuple[dict, dict]:
+    """The planned runs by start: gm512's, and the digits model's by steps."""
     gm = {start: find(runs, model="gm512", tree="auto", start=start) for start in STARTS}
     steps_run = sorted({r["config"]["steps"] for r in runs if r["config"]["model"] == "digits"})
-    digits = {(steps, start): find(runs, model="digits", steps=steps, start=start) for steps in steps_run
-              for start in STARTS}
+    return gm, {steps: {start: find(runs, model="digits", steps=steps, start=start) for start in STARTS}
+                for steps in steps_run}
+
+
+def summary_lines(results: dict) -> list[str]:
+    gm, digits = paired(results["runs"])
     lines = [f"`gm512` within 85 rows, the defaults: **{shown(gm['cold']):.2f}x** started cold against "
              f"{shown(gm['warm']):.2f}x warm ({percent_gain(shown(gm['cold']), shown(gm['warm']))})."]
-    lines += [f"Digits, {steps:,} steps within 48 rows: {shown(digits[(steps, 'cold')]):.2f}x against "
-              f"{shown(digits[(steps, 'warm')]):.2f}x ({percent_gain(shown(digits[(steps, 'cold')]), shown(digits[(steps, 'warm')]))})."
-              for steps in steps_run]
+    lines += [f"Digits, {steps:,} steps within 48 rows: {shown(d['cold']):.2f}x against {shown(d['warm']):.2f}x "
+              f"({percent_gain(shown(d['cold']), shown(d['warm']))})." for steps, d in digits.items()]
     for row in results["margins"]:
         m, e = measured_margin(row)
         lines.append(f"At {TOP_ROWS} rows, {row['steps']:,} steps, started {row['start']}: the planned tree "
@@ -148,19 +149,16 @@ def summary_lines(results: dict) -> list[str]:
 
 
 def readme(results: dict) -> str:
-    runs, margins = results["runs"], {(r["steps"], r["start"]): r for r in results["margins"]}
-    gm = {start: find(runs, model="gm512", tree="auto", start=start) for start in STARTS}
-    cold_margins = [f"{100 * measured_margin(margins[(steps, 'cold')])[0]:+.0f}% ± "
-                    f"{100 * measured_margin(margins[(steps, 'cold')])[1]:.0f}% at {steps:,} steps "
-                    f"({100 * measured_margin(margins[(steps, 'warm')])[0]:+.0f}% warm)"
-                    for steps in (100, 1000) if (steps, "cold") in margins]
+    gm, digits = paired(results["runs"])
+    margins = {(r["steps"], r["start"]): measured_margin(r) for r in results["margins"]}
+    cold_margins = [f"{100 * margins[(steps, 'cold')][0]:+.0f}% ± {100 * margins[(steps, 'cold')][1]:.0f}% at "
+                    f"{steps:,} steps ({100 * margins[(steps, 'warm')][0]:+.0f}% warm)"
+                    for steps in sorted({steps for steps, _ in margins})]
     times = {t["steps"]: t for t in results["timed"]}
     timed_text = "; ".join(
         f"{steps:,} steps {time_speedup(t['wall_s']['cold'], t['wall_s']['plain']):.2f}x cold and "
         f"{time_speedup(t['wall_s']['warm'], t['wall_s']['plain']):.2f}x warm" for steps, t in times.items())
     level = all(abs(t["wall_s"]["warm"] / t["wall_s"]["cold"] - 1) < 0.05 for t in times.values())
-    digits = {steps: {start: find(runs, model="digits", steps=steps, start=start) for start in STARTS}
-              for steps in sorted({r["config"]["steps"] for r in runs if r["config"]["model"] == "digits"})}
     digits_text = " and ".join(f"{shown(d['cold']):.2f}x against {shown(d['warm']):.2f}x at {steps:,} steps"
                                for steps, d in digits.items())
     return (f"- **The frozen draft starts cold** (the default; `--start warm` spends the authors' warm-up call): no "

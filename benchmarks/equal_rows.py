@@ -25,6 +25,13 @@ def _mean_and_error(calls: np.ndarray) -> tuple[float, float]:
     return float(calls.mean()), float(calls.std(ddof=1) / len(calls) ** 0.5)
 
 
+def run_pair(chain, tree) -> dict:
+    """Both planned problems run (same seed): calls per trajectory and their standard errors, as
+    measured_margin reads them."""
+    (c, c_err), (t, t_err) = (_mean_and_error(p.run().cost.calls_per_trajectory) for p in (chain, tree))
+    return {"chain_calls": c, "chain_error": c_err, "tree_calls": t, "tree_error": t_err}
+
+
 def measured_margin(row: dict) -> tuple[float, float]:
     """The chain's measured calls per trajectory over the tree's, minus one, and its standard error."""
     c, t = row["chain_calls"], row["tree_calls"]
@@ -59,13 +66,13 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             plans = [(plan(chain, b), tree.tree if b == top else plan(tree, b)) for b in budgets]
             margins = [c.expected_calls / t.expected_calls - 1 for c, t in plans]
             chain = replace(chain, tree=plans[-1][0])
-            (c, c_err), (t, t_err) = (_mean_and_error(p.run().cost.calls_per_trajectory) for p in (chain, tree))
             row = {"steps": steps, "samples": count, "draft": name, "config": cfg.to_dict(), "planned_margins": margins,
-                   "chain_calls": c, "chain_error": c_err, "tree_calls": t, "tree_error": t_err}
+                   **run_pair(chain, tree)}
             rows.append(row)
             margin, error = measured_margin(row)
             lines.append(f"| {steps} | {name} | " + " | ".join(f"{100 * m:+.0f}%" for m in margins) +
-                         f" | {100 * margin:+.0f}% ± {100 * error:.0f}% ({c:.1f} against {t:.1f} calls) |")
+                         f" | {100 * margin:+.0f}% ± {100 * error:.0f}% ({row['chain_calls']:.1f} against "
+                         f"{row['tree_calls']:.1f} calls) |")
             fig.add_scatter(x=budgets, y=[100 * m for m in margins], mode="lines+markers",
                             name=f"{steps} steps, {name}")
     fig.add_hline(y=5, line_dash="dot", annotation_text="5%")
