@@ -60,11 +60,12 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
              "pilot's deltas (32 trajectories); the margin is the chain's expected target calls per "
              "trajectory over the tree's, minus one. *Ceiling*: the same margin for a chain of at most R rows whose "
              "first level is never lost (the pilot's deltas at depth 1 set to 0), the most a fan can gain, since a "
-             "fan gains on a chain at its first level only and pays for it in depth. At the largest budget both plans are also run (same pilot, "
-             "same seed; " + ", ".join(f"{n} trajectories at {st:,} steps" for st, n in samples.items())
+             "fan gains on a chain at its first level only and pays for it in depth. At the largest budget both "
+             "plans are also run (same pilot, same seed; " + ", ".join(f"{n} trajectories at {st:,} steps" for st, n in samples.items())
              + "): measured margin in calls per trajectory, with its standard error from the per-trajectory "
              "calls (as for independent runs; the two share their seeds, so it is if anything too large).", "",
-             "| steps | draft | " + " | ".join(f"{b} rows" for b in budgets) + f" | ceiling at {top} rows | measured at {top} rows |",
+             "| steps | draft | " + " | ".join(f"{b} rows" for b in budgets)
+             + f" | ceiling at {top} rows | measured at {top} rows |",
              "|---|---|" + "---|" * (len(budgets) + 2)]
     fig = go.Figure()
     rows = []
@@ -85,8 +86,8 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             rows.append(row)
             margin, error = measured_margin(row)
             lines.append(f"| {steps} | {name} | " + " | ".join(f"{100 * m:+.0f}%" for m in margins) +
-                         f" | {100 * ceiling:+.0f}% | {100 * margin:+.0f}% ± {100 * error:.0f}% ({row['chain_calls']:.1f} against "
-                         f"{row['tree_calls']:.1f} calls) |")
+                         f" | {100 * ceiling:+.0f}% | {100 * margin:+.0f}% ± {100 * error:.0f}% "
+                         f"({row['chain_calls']:.1f} against {row['tree_calls']:.1f} calls) |")
             fig.add_scatter(x=budgets, y=[100 * m for m in margins], mode="lines+markers",
                             name=f"{steps} steps, {name}")
     fig.add_hline(y=5, line_dash="dot", annotation_text="5%")
