@@ -10,12 +10,12 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from specdemo.pipeline import SamplerConfig, build
 from specdemo.trees import Topology
 from specdemo.trees.auto import BLOCK_FAN_WIDTHS, BLOCK_PLAN_CHAINS, DeltaStats
-from specdemo.verifiers.block import TreeTables, select_root_child, weigh_tree
+from specdemo.trees.tables import TreeTables, tables
+from specdemo.verifiers.block import select_root_child, weigh_tree
 
 from .common import BY_CALLS
 from .equal_rows import DRAFTS
@@ -55,8 +55,8 @@ def steps_law(stats: DeltaStats, n: int, shape: tuple[int, int, int], walks: int
     (DeltaStats.pooled, as the planner reads them), shared by siblings (one parent, one P and one Q);
     each child's u ~ N(0, 1) under its draft."""
     k, j, depth = shape
-    tree, tables = _tree(shape)
-    node_depth, parent = tree.node_depth.numpy(), tree.parent.numpy()
+    tree = _tree(shape)
+    node_depth, parent = tree.node_depth, tree.parent
     internal = node_depth < depth
     delta = np.ones((walks, tree.num_nodes))  # leaves': never read
     for node in np.nonzero(internal)[0]:
@@ -66,23 +66,19 @@ def steps_law(stats: DeltaStats, n: int, shape: tuple[int, int, int], walks: int
     above = delta[:, np.maximum(parent, 0)]
     log_rho = np.where(parent[None] >= 0, above * u - 0.5 * above**2, 0.0)
     coins = rng.random((walks, tree.num_nodes))
-    delta_t = torch.from_numpy(delta)
     selected = None
     if j == 0 and k > 1:
-        selected = select_root_child(delta_t[:, 0], torch.from_numpy(u[:, 1:1 + k].copy()),
-                                     torch.from_numpy(rng.random(walks)))
-    walk = weigh_tree(torch.from_numpy(log_rho), delta_t, torch.from_numpy(coins),
-                      tables, selected)
-    steps = torch.from_numpy(node_depth)[walk.cur] + walk.corrected.long()
-    return np.bincount(steps.numpy(), minlength=depth + 2) / walks
+        selected = select_root_child(delta[:, 0], u[:, 1:1 + k], rng.random(walks))
+    walk = weigh_tree(log_rho, delta, coins, tree, selected)
+    steps = node_depth[walk.cur] + walk.corrected
+    return np.bincount(steps, minlength=depth + 2) / walks
 
 
 @lru_cache(maxsize=None)
-def _tree(shape: tuple[int, int, int]) -> tuple[Topology, TreeTables]:
-    """The shape's topology and its walk tables, built once for every step that walks it."""
+def _tree(shape: tuple[int, int, int]) -> TreeTables:
+    """The shape's walk tables, built once for every step that walks it."""
     k, j, depth = shape
-    tree = Topology((1,) * j + (k,) + (1,) * (depth - j - 1))
-    return tree, TreeTables.of(tree, torch.device("cpu"))
+    return tables(Topology((1,) * j + (k,) + (1,) * (depth - j - 1)))
 
 
 def expected_calls(laws: dict[int, np.ndarray], num_steps: int) -> float:

@@ -62,7 +62,7 @@ def _redrafted_deltas(problem, steps_m, trajectories, states, earlier_states) ->
             y_earlier = torch.stack([torch.as_tensor(s) for s in earlier_states[i:i + CHUNK]]).to(problem.dtype)
             cond = {k: v[list(trajectories[i:i + CHUNK])] for k, v in problem.cond.items()}
             frozen = draft.frozen_value(kernel, problem.network(y_earlier, m, **cond), y_earlier, m, cond=cond)
-            mp = draft.for_round(kernel, m[:, None], frozen, cond)(0, y[:, None])[:, 0]
+            mp = draft.for_round(kernel, m[None], frozen, cond)(0, y[None])[0]
             mq = kernel.mean(problem.network(y, m, **cond), y, m)
             scale = kernel.scales[m].to(problem.dtype).view(-1, *[1] * (y.dim() - 1))
             out.append(((mp - mq) / scale).flatten(1).norm(dim=1).double().numpy())
@@ -71,7 +71,7 @@ def _redrafted_deltas(problem, steps_m, trajectories, states, earlier_states) ->
 
 def _acceptance(delta: np.ndarray) -> float:
     """Mean acceptance of a lone child, RMC's closed form (section 3)."""
-    return float(get_verifier("rmc").acceptance(torch.as_tensor(delta, dtype=torch.float64), 1).mean())
+    return float(get_verifier("rmc").acceptance(np.asarray(delta, dtype=np.float64), 1).mean())
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:

@@ -19,7 +19,7 @@ from specdemo.errors import SpecdemoError
 
 # in the report's order; each is a module of this package
 SECTIONS = ("gm512", "prefetch", "gm2d", "auto", "digits", "block", "whole_tree", "drafts", "distilled", "redraft", "network_pricing", "equal_rows", "branching", "cold", "quality", "throughput", "sd_unet",
-            "gpu", "latency")
+            "gpu", "launches", "latency")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

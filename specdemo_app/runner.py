@@ -22,7 +22,6 @@ from specdemo.limits import Cancel, Limits
 from specdemo.pipeline import Checked, Problem
 from specdemo.sampling import Cost, RoundTrace, SampleResult
 from specdemo.trees import MAX_DEPTH, Topology, TopologyPlan
-from specdemo.verifiers import TreeVerifier
 
 from .labels import describe, plan_segments
 from .loading import cached_target
@@ -276,7 +275,7 @@ def click_work(checked: Checked, chain: bool, plain: bool) -> list[tuple[str, in
         matched = Topology.parse(matched_chain(Topology.chain(c.budget) if auto else checked.tree, stochastic,
                                                c.prefetch == "leaves"))
         work.append((f"chain {matched}", samples * steps * (matched.num_nodes + 1)))
-    elif chain and isinstance(get_verifier(c.verifier), TreeVerifier):
+    elif chain and get_verifier(c.verifier).weighs_whole_tree:
         work.append((f"chain {checked.tree} under RMC", samples * steps * (rows + 1)))
     if plain:
         work.append(("plain target", samples * steps))
@@ -376,7 +375,7 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
             else:
                 others.append(("chain", build(chain_cfg, target, draft_target=draft_target, limits=limits,
                                               cancel=cancel)))
-        elif isinstance(problem.verifier, TreeVerifier):
+        elif problem.verifier.weighs_whole_tree:
             # the same chains (the same plan) verified node by node: what weighing the block gains
             others.append(("chain", replace(problem, config=replace(config, verifier="rmc"),
                                             verifier=get_verifier("rmc"))))

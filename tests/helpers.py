@@ -244,9 +244,9 @@ def planted_euler_ancestral_bug(kernel, bug: str):
         def mean(out, x, n):
             return kernel.mean_with(kernel.coefficients(n.flatten().roll(1).view_as(n), x), out, x)
 
-        def coefficients_into(n, out):
-            return kernel.coefficients_into(n.roll(1), out)
-        buggy.mean, buggy.coefficients_into = mean, coefficients_into
+        def round_rows(n, out):
+            return kernel.round_rows(n.roll(1), out)
+        buggy.mean, buggy.round_rows = mean, round_rows
     elif bug == "sigma-up-mean":
         sigma, sigma_to = kernel.sigmas[:-1], kernel.sigmas[1:]
         k, k_to = (1 + sigma**2).sqrt(), (1 + sigma_to**2).sqrt()

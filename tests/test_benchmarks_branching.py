@@ -4,7 +4,6 @@ dynamic programme and the report say what their inputs show."""
 
 import numpy as np
 import pytest
-import torch
 
 from benchmarks import branching
 from specdemo.trees.auto import DeltaStats, block_fan_stop_probabilities
@@ -20,10 +19,9 @@ def stats_with(delta_at_depth, num_steps: int = 20) -> DeltaStats:
 def planner_steps_law(delta_at_depth, width: int, depth: int) -> np.ndarray:
     """P(steps committed) from the planner's fan law: eta = j < L commits j + 1 steps, eta = L commits L."""
     rng = np.random.default_rng(1)
-    deltas = torch.tensor([[delta_at_depth(d) for d in range(1, depth + 1)]] * WALKS, dtype=torch.float64)
-    fans = block_fan_stop_probabilities(deltas, torch.from_numpy(rng.standard_normal((WALKS, depth))),
-                                        torch.from_numpy(rng.standard_normal((WALKS, width))),
-                                        torch.from_numpy(rng.random(WALKS)))
+    deltas = np.array([[delta_at_depth(d) for d in range(1, depth + 1)]] * WALKS)
+    fans = block_fan_stop_probabilities(deltas, rng.standard_normal((WALKS, depth)), rng.standard_normal((WALKS, width)),
+                                        rng.random(WALKS))
     eta = fans[width - 1, depth - 1]
     law = np.zeros(depth + 2)
     law[1:depth + 1] += eta[:depth]

@@ -179,15 +179,15 @@ def far_mixture_cold_start(monkeypatch=None):
     net = target.network(kernel)
     reference = sample(net, kernel, target.shape, SAMPLES, seed=1, keep_steps=[1, 5])
     if monkeypatch is not None:
-        start_rounds = sampling_driver._Batch.start_rounds
+        start_cold = sampling_driver._Batch.start_cold
 
-        def known_guess(run, slots, layout_ids, known):
-            first = run.n[slots] == 0
-            rows = run.slot_tensor(slots[first])
+        def known_guess(run, slots):
+            start_cold(run, slots)
+            rows = run.slot_tensor(slots)
             run.root_out[rows] = run.kernel.output_from_denoised(torch.zeros_like(run.y[rows]), run.y[rows],
-                                                                 run.slot_tensor(run.n[slots[first]]))
-            return start_rounds(run, slots, layout_ids, known | first)
-        monkeypatch.setattr(sampling_driver._Batch, "start_rounds", known_guess)
+                                                                 run.slot_tensor(run.n[slots])).flatten(1)
+            run.root_known[slots] = True
+        monkeypatch.setattr(sampling_driver._Batch, "start_cold", known_guess)
     cold = sample(net, kernel, target.shape, SAMPLES, tree=Topology.chain(4), draft=FrozenDraft("x0", start="cold"),
                   verifier=BlockVerification(), seed=2, keep_steps=[1, 5])
     assert cold.cost.warm_ups == 0
@@ -208,7 +208,7 @@ class BlockUnweightedResidual(BlockVerification):
     the plain residual (P - Q)_+ instead of the weighted (p_eta P - Q)_+."""
 
     def residual(self, delta, log_lam, uniform):
-        return sample_residual(delta, torch.ones_like(delta), uniform)
+        return sample_residual(delta, np.ones_like(delta), uniform)
 
 
 def test_a_tree_walk_that_weighs_siblings_against_the_target_is_caught(monkeypatch):

@@ -146,13 +146,13 @@ def test_rounds_figure_tiles_the_trajectory(gm2d):
     assert np.asarray(heat.z).shape == (24, gm2d.num_steps)
 
 
-def test_plane_figure_draws_drafted_nodes_only(gm2d):
+def test_plane_figure_draws_the_drafted_nodes(gm2d):
     t, k = F.pick_round(gm2d.trace)
     fig = F.plane_figure(gm2d.trace, t, k, gm2d.log_density, path=gm2d.paths[t], samples=gm2d.chosen.samples.numpy())
     r, row = F.trajectory_rounds(gm2d.trace, t)[k - 1]
     nodes = F.round_nodes(gm2d.trace, r, row)
     drawn = np.isfinite(nodes.states).all(1).sum()
-    assert drawn < len(nodes.node)  # leaves below unexamined nodes are never drafted
+    assert drawn >= len(nodes.node) - 1  # every node of the tree, and the corrected draw where there is one
     right = [tr for tr in fig.data if isinstance(tr, go.Scatter) and tr.mode == "markers" and tr.legendgroup
              and tr.xaxis == "x2"]
     assert sum(len(tr.x) for tr in right) == drawn

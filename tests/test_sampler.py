@@ -18,7 +18,7 @@ from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, defaul
 from specdemo.pipeline import SamplerConfig, build
 from specdemo.sampling import sample
 from specdemo.sampling.driver import WorkspacePool
-from specdemo.sampling.phases import Workspace, layout_for
+from specdemo.sampling.layout import Workspace, layout_for
 from specdemo.targets import GaussianMixture, gm2d, gm16, gm512
 from specdemo.sampling import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED
 from specdemo.trees import Topology, TopologyPlan
@@ -103,7 +103,7 @@ def test_runs_in_threads_at_once_get_their_own_buffers():
 
 
 def test_the_workspace_pool_hands_a_buffer_to_one_run_and_keeps_at_most_its_limit():
-    layout = layout_for(Topology((2, 2)), False, GreedyRejectionSampling, torch.device("cpu"))
+    layout = layout_for(Topology((2, 2)), torch.device("cpu"))
     spaces = [Workspace(layout, 4, (3,), torch.device("cpu"), torch.float32) for _ in range(3)]
     pool = WorkspacePool(limit_bytes=2 * spaces[0].nbytes)
     assert pool.take("k") is None
@@ -231,16 +231,16 @@ def test_x0_linear_extrapolates_x0_hat_through_the_last_two_outputs(kernel):
     assert draft.frozen_history and draft.frozen_shape(shape) == (2, *shape)
     frozen = draft.frozen_value(kernel, out(x1, steps1), x1, steps1, previous=None,
                                 earlier=(out(x0s, steps0), x0s, steps0))
-    steps = steps1[:, None] + torch.arange(depth)
+    steps = steps1[None] + torch.arange(depth)[:, None]
     means = draft.for_round(kernel, steps, frozen, {})
-    alpha, beta = means.affine
+    alpha, beta = means.a, means.b
     x0_means = FrozenDraft("x0").for_round(kernel, steps, kernel.denoised(out(x1, steps1), x1, steps1), {})
     for d in range(depth):
-        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
-        nd = steps[:, d, None].expand(a, 2)
+        x = torch.randn((2, a, *shape), generator=g, dtype=torch.float64)
+        nd = steps[d][None].expand(2, a)
         target = kernel.mean(out(x, nd), x, nd)
         torch.testing.assert_close(means(d, x), target)
-        torch.testing.assert_close(alpha[:, d, None, None] * x + beta[:, d, None], target)
+        torch.testing.assert_close(alpha[d, None, :, None] * x + beta[d], target)
         assert torch.allclose(x0_means(d, x), target) == (d == 0)
     # no earlier output and nothing held: slope 0, freeze x0; an earlier output at the same step keeps the slope held
     flat = draft.frozen_value(kernel, out(x1, steps1), x1, steps1)
@@ -264,7 +264,7 @@ def test_freeze_gaussian_fits_a_gaussian_data_law(kernel):
     """Where the data law is N(mu, lambda I), the fit to the outputs at steps n - 1 and n recovers lambda
     and the draft is the target's mean at every later step and any state (its affine form too, where the
     kernel does not clip), which freeze x0 is not; without a second output it is freeze x0 (lambda 0),
-    and an earlier output at the same step keeps the lambda held. lambda = 0.1 is on the fit's grid."""
+    and an earlier output at the same step keeps the lambda held."""
     shape, a, depth, n, lam = (5,), 3, 4, 9, 0.1
     out = gaussian_outputs(kernel, shape, lam)
     g = torch.Generator().manual_seed(1)
@@ -274,18 +274,17 @@ def test_freeze_gaussian_fits_a_gaussian_data_law(kernel):
     assert draft.frozen_history and draft.frozen_shape(shape) == (2, *shape)
     frozen = draft.frozen_value(kernel, out(x1, s1), x1, s1, earlier=(out(x0s, s0), x0s, s0))
     torch.testing.assert_close(frozen[:, 1], torch.full((a, *shape), lam, dtype=torch.float64))
-    steps = s1[:, None] + torch.arange(depth)
+    steps = s1[None] + torch.arange(depth)[:, None]
     means = draft.for_round(kernel, steps, frozen, {})
-    assert (means.affine is None) == (kernel.clip_range is not None)
+    assert (means.g is not None) == (kernel.clip_range is not None)
     x0_means = FrozenDraft("x0").for_round(kernel, steps, kernel.denoised(out(x1, s1), x1, s1), {})
     for d in range(depth):
-        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
-        nd = steps[:, d, None].expand(a, 2)
+        x = torch.randn((2, a, *shape), generator=g, dtype=torch.float64)
+        nd = steps[d][None].expand(2, a)
         target = kernel.mean(out(x, nd), x, nd)
         torch.testing.assert_close(means(d, x), target)
-        if means.affine is not None:
-            alpha, beta = means.affine
-            torch.testing.assert_close(alpha[:, d, None, None] * x + beta[:, d, None], target)
+        if means.g is None:
+            torch.testing.assert_close(means.a[d, None, :, None] * x + means.b[d], target)
         assert not torch.allclose(x0_means(d, x), target)
     flat = draft.frozen_value(kernel, out(x1, s1), x1, s1)
     assert not flat[:, 1].any()
@@ -308,11 +307,11 @@ def test_a_draft_network_corrected_by_the_residual_is_exact_where_the_residual_i
     x1, s1 = torch.randn((a, *shape), generator=g, dtype=torch.float64), torch.full((a,), 9)
     frozen = draft.frozen_value(kernel, target(x1, s1), x1, s1, cond={})
     torch.testing.assert_close(frozen, offset.expand(a, *shape))
-    steps = s1[:, None] + torch.arange(depth)
+    steps = s1[None] + torch.arange(depth)[:, None]
     means, plain_means = draft.for_round(kernel, steps, frozen, {}), NetworkDraft(network).for_round(kernel, steps, None, {})
     for d in range(depth):
-        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
-        rows, nd = x.flatten(0, 1), steps[:, d].repeat_interleave(2)
+        x = torch.randn((2, a, *shape), generator=g, dtype=torch.float64)
+        rows, nd = x.flatten(0, 1), steps[d].repeat(2)
         expected = kernel.mean(target(rows, nd), rows, nd).view_as(x)
         torch.testing.assert_close(means(d, x), expected)
         assert not torch.allclose(plain_means(d, x), expected)
@@ -343,10 +342,10 @@ def test_freeze_auto_drafts_each_step_with_its_form():
     for form in ("x0-linear", "gaussian"):
         single = FrozenDraft(form)
         singles[form] = (single, single.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
-    steps = s1[:, None] + torch.arange(6)
+    steps = s1[None] + torch.arange(6)[:, None]
     means = auto.for_round(kernel, steps, frozen, {})
     for d in range(6):
-        x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
+        x = torch.randn((2, a, *shape), generator=g, dtype=torch.float64)
         draft, value = singles[("out", "x0", "x0-linear", "gaussian")[table[7 + d]]]
         torch.testing.assert_close(means(d, x), draft.for_round(kernel, steps, value, {})(d, x))
 
@@ -355,8 +354,8 @@ def test_freeze_auto_drafts_each_step_with_its_form():
 def test_the_stepwise_draft_drafts_each_step_with_its_table():
     """A per-step table of the frozen draft's four forms (0..3) and the corrected draft network (RESIDUAL):
     in rounds whose levels and trajectories cross from one to the other (and levels the network drafts
-    for every trajectory), each node is drafted as the table's draft for its step drafts it alone, also
-    when written into a view of a larger buffer as the driver asks; the draft network is called only for
+    for every trajectory), each node is drafted as the table's draft for its step drafts it alone; the
+    draft network is called only for
     the rows of steps it drafts, and the round counts those levels' calls; a table outside 0..RESIDUAL is
     refused."""
     kernel, shape, depth = DDPMKernel(default_ddpm_scheduler(), 40), (5,), 6
@@ -383,21 +382,18 @@ def test_the_stepwise_draft_drafts_each_step_with_its_table():
         for form in ("out", "x0", "x0-linear", "gaussian"):
             single = FrozenDraft(form)
             singles[FORMS[form]] = (single, single.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
-        steps = s1[:, None] + torch.arange(depth)
+        steps = s1[None] + torch.arange(depth)[:, None]
         means = draft.for_round(kernel, steps, frozen, {})
-        assert means.network_levels == sum(any(table[int(n)] == RESIDUAL for n in steps[:, d]) for d in range(depth))
-        buffer = torch.full((a, 2 * depth, *shape), float("nan"), dtype=torch.float64)
+        assert means.network_levels == sum(any(table[int(n)] == RESIDUAL for n in steps[d]) for d in range(depth))
         for d in range(depth):
-            x = torch.randn((a, 2, *shape), generator=g, dtype=torch.float64)
+            x = torch.randn((2, a, *shape), generator=g, dtype=torch.float64)
             seen.clear()
             got = means(d, x)
             called = sorted(torch.cat(seen).tolist()) if seen else []
-            means(d, x, out=buffer[:, 2 * d:2 * d + 2])
-            torch.testing.assert_close(buffer[:, 2 * d:2 * d + 2], got)
             for i in range(a):
-                single, value = singles[table[int(steps[i, d])]]
-                torch.testing.assert_close(got[i], single.for_round(kernel, steps[i:i + 1], value[i:i + 1], {})(d, x[i:i + 1])[0])
-            on = [int(n) for n in steps[:, d] if table[int(n)] == RESIDUAL]
+                single, value = singles[table[int(steps[d, i])]]
+                torch.testing.assert_close(got[:, i], single.for_round(kernel, steps[:, i:i + 1], value[i:i + 1], {})(d, x[:, i:i + 1])[:, 0])
+            on = [int(n) for n in steps[d] if table[int(n)] == RESIDUAL]
             assert called == sorted(on * 2)  # two nodes a trajectory
     with pytest.raises(SpecdemoError, match="per-step draft table"):
         StepwiseDraft(corrected, [5] * 40)
@@ -544,15 +540,15 @@ def test_a_corrected_draft_network_starts_without_a_warm_up_call():
     x, n = torch.randn((3, *target.shape), generator=g, dtype=torch.float64), torch.tensor([4, 9, 20])
     value, calls = stepwise.cold_value(kernel, x, n, {})
     assert calls == 1 and corrected.cold_value(kernel, x, n, {})[1] == 0
-    steps = n[:, None] + torch.arange(4)
+    steps = n[None] + torch.arange(4)[:, None]
     means = stepwise.for_round(kernel, steps, value, {})
     x0_means = FrozenDraft("x0").for_round(kernel, steps, kernel.denoised(shifted(x, n), x, n), {})
     plain = NetworkDraft(network).for_round(kernel, steps, None, {})
     for d in range(4):
-        nodes = torch.randn((3, 2, *target.shape), generator=g, dtype=torch.float64)
+        nodes = torch.randn((2, 3, *target.shape), generator=g, dtype=torch.float64)
         for i in range(3):
-            expected = plain if table[int(steps[i, d])] == RESIDUAL else x0_means
-            torch.testing.assert_close(means(d, nodes)[i], expected(d, nodes)[i])
+            expected = plain if table[int(steps[d, i])] == RESIDUAL else x0_means
+            torch.testing.assert_close(means(d, nodes)[:, i], expected(d, nodes)[:, i])
 
 
 class _ColdByLabel(CorrectedNetworkDraft):
@@ -819,8 +815,9 @@ def test_trace_sanity(method, verifier_name, leaves):
 
 def test_a_tree_cut_short_near_the_end_is_recorded_as_the_shorter_tree():
     """Rounds whose tree is truncated near the end of the schedule are recorded with the truncated
-    topology (a prefix of the widths): every node of a record lies within its rows' depth, drafted
-    internal nodes hold states, and leaves the walk never reached hold NaN (they were never drawn)."""
+    topology (a prefix of the widths): every node of a record lies within its rows' depth and holds a
+    state (every node is drafted before the call), and the slot of the corrected draw holds one only
+    where the round drew it."""
     target, kernel, net = gm16_ddpm(20)
     result = run(net, kernel, target.shape, 6, "tree-dgrs", seed=0, trace=True)
     truncated = 0
@@ -828,12 +825,10 @@ def test_a_tree_cut_short_near_the_end_is_recorded_as_the_shorter_tree():
         depth = rt.node_depth[:-1].max()
         assert (rt.depth == depth).all()
         assert F.round_widths(rt) == (3, 2, 2)[:depth]
-        internal = np.flatnonzero((rt.node_depth >= 0) & (rt.node_depth < depth))
-        assert np.isfinite(rt.states[:, internal]).all()
-        for a in range(len(rt.trajectories)):
-            leaves = np.flatnonzero(rt.node_depth == depth)
-            unreached = leaves[np.isnan(rt.delta[a, rt.parent[leaves]])]  # their parent was not verified
-            assert np.isnan(rt.states[a, unreached]).all()
+        nodes = np.flatnonzero(rt.node_depth >= 0)
+        assert np.isfinite(rt.states[:, nodes]).all()
+        corrected = rt.status[:, -1] == CORRECTED
+        assert np.isfinite(rt.states[corrected, -1]).all() and np.isnan(rt.states[~corrected, -1]).all()
         truncated += int(depth < 3) * len(rt.trajectories)
     assert truncated > 0
 

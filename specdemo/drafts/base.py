@@ -7,28 +7,83 @@ draft, only speed does.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from ..kernels import Kernel
 
 
-class LevelMeans:
-    """m^p of the nodes at one depth of a round: means(d, x (A, P, *shape), out=None) -> (A, P, *shape),
-    d the depth below the root.
+def _per_level(coefficient: torch.Tensor, d: int, x: torch.Tensor) -> torch.Tensor:
+    """Depth d's scalar coefficients (A,) shaped to broadcast against nodes x (P, A, *shape)."""
+    return coefficient[d].view(1, -1, *[1] * (x.dim() - 2))
 
-    affine: (alpha (A, L), beta (A, L, *shape)) where m^p at depth d is alpha_d x + beta_d whatever the
-    state x (a frozen draft without a clamp on x), else None; a chain is then drafted with one
-    operation a level (specdemo.sampling.phases).
 
-    network_levels: how many of the round's levels call a draft network (one call each)."""
+@dataclass
+class AffineLevels:
+    """A draft whose mean is piecewise affine in the state, per trajectory and depth d below the root:
 
-    def __init__(self, level: Callable[..., torch.Tensor],
-                 affine: tuple[torch.Tensor, torch.Tensor] | None = None, network_levels: int = 0):
-        self.level, self.affine, self.network_levels = level, affine, network_levels
+        m^p_d(x) = a_d x + b_d + g_d clip(h_d x + o_d)
 
-    def __call__(self, d: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.level(d, x, out)
+    a, g, h (L, A) scalars; b, o (L, A, *shape), or (1, A, *shape) where they are the same at every
+    depth; g None where the mean is affine (then h and o are None too); clip: the kernel's clip range.
+    `output` (A, *shape): the target's own mean with this output frozen at every depth (freeze out:
+    a, b, g, h, o = A, B out, C, D, E out of the kernel at the depth's step, made on demand), which the
+    sampling round forms from the step coefficients it gathers anyway. The round drafts a whole round
+    of such a draft as one linear recursion in (x, h x + o) (specdemo.sampling.round). Called as
+    means(d, x) it gives m^p at nodes x (P, A, *shape) of depth d."""
+
+    a: torch.Tensor | None = None
+    b: torch.Tensor | None = None
+    g: torch.Tensor | None = None
+    h: torch.Tensor | None = None
+    o: torch.Tensor | None = None
+    clip: float | None = None
+    output: torch.Tensor | None = None
+    kernel: Kernel | None = None
+    steps: torch.Tensor | None = None
+    network_levels = 0
+
+    @classmethod
+    def of_output(cls, kernel: Kernel, steps: torch.Tensor, output: torch.Tensor) -> "AffineLevels":
+        return cls(clip=kernel.clip_range, output=output, kernel=kernel, steps=steps)
+
+    def explicit(self) -> "AffineLevels":
+        """The same draft with a, b, g, h, o made (an output form's from the kernel's coefficients)."""
+        if self.output is None:
+            return self
+        k = self.kernel.step_scalars(self.steps, self.output.dtype)
+        lift = lambda c: c.view(*self.steps.shape, *[1] * (self.output.dim() - 1))
+        out = self.output[None]
+        clipped = self.clip is not None
+        return AffineLevels(k.A, lift(k.B) * out, k.C if clipped else None, k.D if clipped else None,
+                            lift(k.E) * out if clipped else None, self.clip)
+
+    def __call__(self, d: int, x: torch.Tensor) -> torch.Tensor:
+        if self.output is not None:
+            return self.explicit()(d, x)
+        b = self.b[min(d, self.b.shape[0] - 1)]
+        m = torch.addcmul(b, _per_level(self.a, d, x), x)
+        if self.g is not None:
+            o = self.o[min(d, self.o.shape[0] - 1)]
+            inner = torch.addcmul(o, _per_level(self.h, d, x), x).clamp_(-self.clip, self.clip)
+            m.addcmul_(_per_level(self.g, d, x), inner)
+        return m
+
+
+class LevelFunction:
+    """A draft whose mean at depth d is any function of the nodes: level(d, x (P, A, *shape)) -> m^p
+    (P, A, *shape) (a draft network: one call a level); network_levels: the draft-network calls a round
+    of it makes."""
+
+    def __init__(self, level: Callable[[int, torch.Tensor], torch.Tensor], network_levels: int = 0):
+        self.level, self.network_levels = level, network_levels
+
+    def __call__(self, d: int, x: torch.Tensor) -> torch.Tensor:
+        return self.level(d, x)
+
+
+LevelMeans = AffineLevels | LevelFunction
 
 
 class Draft:
@@ -44,19 +99,22 @@ class Draft:
     calls_network = False
     frozen_history = False
     cold_start = False
+    exact_at_known_root = False  # where the round's root output is known, m^p at depth 0 is the target's mean
+    frozen_is_output = False  # frozen_value returns the output itself
 
     def for_round(self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None,
                   cond: dict[str, torch.Tensor]) -> LevelMeans:
-        """m^p for a round of A trajectories over L levels, steps (A, L) the step n + d of each
-        depth d below each root: the means at nodes x (A, P, *shape) at depth d, written into `out`
-        when given. frozen (A, *frozen_shape) is each trajectory's frozen value, cond its
-        conditioning. What depends on the steps alone is set up here once per round, not once per level."""
+        """m^p for a round of A trajectories over L levels, steps (L, A) the step n + d of each
+        depth d below each root: AffineLevels where the mean is piecewise affine in the state, else a
+        LevelFunction, both taking the nodes of a depth as (P, A, *shape). frozen (A, *frozen_shape) is
+        each trajectory's frozen value, cond its conditioning. What depends on the steps alone is set up
+        here once per round, not once per level."""
         raise NotImplementedError
 
     def means(self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor | None,
               cond: dict[str, torch.Tensor]) -> torch.Tensor:
-        """m^p_n at the P nodes of each of A trajectories: x (A, P, *shape), n (A,) the nodes' step."""
-        return self.for_round(kernel, n[:, None], frozen, cond)(0, x)
+        """m^p_n at the P nodes of each of A trajectories: x (P, A, *shape), n (A,) the nodes' step."""
+        return self.for_round(kernel, n[None], frozen, cond)(0, x)
 
     def check(self, kernel: Kernel) -> None:
         """Refuse a kernel this draft cannot serve, with a reason."""

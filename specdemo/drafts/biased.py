@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import torch
 
-from .base import Draft, LevelMeans
+from .base import AffineLevels, Draft, LevelFunction
 
 
 class BiasedDraft(Draft):
@@ -17,6 +20,7 @@ class BiasedDraft(Draft):
         self.base, self.bias = base, float(bias)
         self.uses_frozen, self.calls_network = base.uses_frozen, base.calls_network
         self.frozen_history, self.cold_start = base.frozen_history, base.cold_start
+        self.frozen_is_output = base.frozen_is_output
 
     def check(self, kernel):
         self.base.check(kernel)
@@ -32,11 +36,15 @@ class BiasedDraft(Draft):
 
     def for_round(self, kernel, steps, frozen, cond):
         base = self.base.for_round(kernel, steps, frozen, cond)
+        if isinstance(base, AffineLevels):  # the shift joins the constant term b
+            base = base.explicit()
+            shape = base.b.shape[2:]
+            shift = kernel.scale(steps, base.b[:1]) * (self.bias / math.prod(shape) ** 0.5)
+            return replace(base, b=base.b + shift.to(base.b.dtype))
 
-        def level(d, x, out=None):
-            m = base(d, x, out)
-            return m.add_(kernel.scale(steps[:, d], x) * (self.bias / x[0, 0].numel() ** 0.5))
-        return LevelMeans(level, network_levels=base.network_levels)
+        def level(d, x):
+            return base(d, x).add_(kernel.scale(steps[d:d + 1], x) * (self.bias / x[0, 0].numel() ** 0.5))
+        return LevelFunction(level, network_levels=base.network_levels)
 
     def config(self):
         return {**self.base.config(), "draft_bias": self.bias}

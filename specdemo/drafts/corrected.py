@@ -24,6 +24,7 @@ from .network import NetworkDraft
 class CorrectedNetworkDraft(NetworkDraft):
     uses_frozen = True
     cold_start = True
+    exact_at_known_root = True
 
     def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
         """r_f: the target's output at (x, n) less the draft network's."""
@@ -35,7 +36,7 @@ class CorrectedNetworkDraft(NetworkDraft):
 
     def level_output(self, output, frozen):
         """out_draft + r_f at every node of a level."""
-        return output + frozen[:, None]
+        return output + frozen[None]
 
     def config(self):
         return {"draft": self.name, "freeze": "residual"}

@@ -38,23 +38,22 @@ is close where the signal is all but gone (algorithms.md section 2, "The frozen 
 from __future__ import annotations
 
 import math
+import weakref
+from functools import lru_cache
 
 import torch
 
 from ..config import FREEZE, STARTS
 from ..errors import SpecdemoError
-from .base import Draft, LevelMeans
+from .base import AffineLevels, Draft
 
 OUT, X0, X0_LINEAR, GAUSSIAN = 0, 1, 2, 3  # freeze="auto": what drafts a step (its table; True/False read as x0/out)
 FORMS = {"out": OUT, "x0": X0, "x0-linear": X0_LINEAR, "gaussian": GAUSSIAN}
-# lambda's candidates (the data's variance, in the units of x0): 0 (freeze x0), then a geometric grid
-# refined once around the best; the fit's error is a quadratic form, so a candidate costs a few flops
-LAMBDA_GRID = torch.cat([torch.zeros(1, dtype=torch.float64), torch.logspace(-4, 4, 65, dtype=torch.float64)])
-LAMBDA_REFINE = torch.logspace(-0.0625, 0.0625, 17, dtype=torch.float64)
 
 
 class FrozenDraft(Draft):
     uses_frozen = True
+    exact_at_known_root = True
 
     def __init__(self, freeze: str = "out", forms: tuple[int | bool, ...] = (), start: str = "warm"):
         if start not in STARTS:
@@ -72,6 +71,8 @@ class FrozenDraft(Draft):
         if self.forms.numel() and not bool(((self.forms >= OUT) & (self.forms <= GAUSSIAN)).all()):
             raise SpecdemoError(f"a freeze auto table holds forms {OUT}..{GAUSSIAN} (out, x0, x0-linear, gaussian) per step")
         self.linear = freeze == "x0-linear" or (freeze == "auto" and bool((self.forms == X0_LINEAR).any()))
+        self.x0 = freeze == "auto" and bool((self.forms == X0).any())
+        self.out = freeze == "auto" and bool((self.forms == OUT).any())
         self.gaussian = freeze == "gaussian" or (freeze == "auto" and bool((self.forms == GAUSSIAN).any()))
         # where each form's frozen tensors sit in the trajectory's frozen value (its second dimension)
         self._line_at = 2 if freeze == "auto" else 0
@@ -80,6 +81,10 @@ class FrozenDraft(Draft):
     @property
     def frozen_history(self) -> bool:
         return self.linear or self.gaussian
+
+    @property
+    def frozen_is_output(self) -> bool:
+        return self.freeze == "out"
 
     @property
     def cold_start(self) -> bool:
@@ -141,61 +146,103 @@ class FrozenDraft(Draft):
 
         (kernels/base.py's coefficients at the node's step, a and b its signal and noise); freeze
         x0-linear is the x0 form with f the line's value at the level's step, f_d = a + b tau(n + d).
-        Every form is alpha x + beta + gain clip(slope x + offset) (gain 0 for the x0 forms, whose clip
-        is a constant). The coefficients of every level are gathered once; a level then costs one fused
-        operation, two more and a clamp where a kernel that clips keeps x inside the clip. freeze auto
-        takes each step's form from its table. Without such a clamp m^p is affine in x (LevelMeans.affine)."""
-        n, (a, depth) = steps, steps.shape
-        state_dims = frozen.dim() - 1 - (len(self.frozen_shape(())) == 1)  # frozen (A, *shape) or (A, C, *shape)
-        per_level = (a, depth, 1, *[1] * state_dims)  # (A, L, 1, *ones): one coefficient a level
-        auto = self.freeze == "auto"
-        form = self.forms.to(n.device)[n].view(per_level) if auto else None
-        r = kernel.clip_range
-        alpha = beta = gain = slope = offset = None
-        if self.freeze in ("out", "auto"):
-            out_f = (frozen[:, 0] if auto else frozen)[:, None, None]  # (A, 1, 1, *shape): every level, every node
-            k = kernel.coefficients(n, out_f)
-            alpha, beta = k.A, k.B * out_f
-            if r is not None:
-                gain, slope, offset = k.C, k.D, k.E * out_f
+        Every form is AffineLevels: a x + b + g clip(h x + o) (g 0 for the x0 forms, whose clip is a
+        constant); freeze auto takes each step's form from its table. Without a clip the mean is affine."""
+        n = steps
         if self.freeze == "out":
-            return _level_means(alpha, beta, gain, slope, offset, r)
-        # (A, 1, 1, *shape) as out_f: x0-hat, except under x0-linear and gaussian, whose branches replace it
-        x0_f = (frozen if frozen.dim() == state_dims + 1 else frozen[:, int(auto)])[:, None, None]
-        alpha_x0, b_x0, c_x0 = kernel.denoised_coefficients(n, x0_f)
-        if self.freeze in ("x0", "x0-linear", "auto"):
-            if self.linear:  # x0-hat extrapolated to each level's step: a + b tau(n + d), (A, L, 1, *shape)
-                intercept, slope_t = frozen[:, self._line_at, None, None], frozen[:, self._line_at + 1, None, None]
-                tau = kernel.table("freeze-clock", clock(kernel), intercept)[n].view(per_level)
-                line_f = torch.addcmul(intercept, tau, slope_t)
-                x0_f = line_f if not auto else torch.where(form == X0_LINEAR, line_f, x0_f)
-            beta_x0 = b_x0 * x0_f
-            if r is not None:
-                beta_x0 = beta_x0.addcmul_(c_x0, x0_f.clamp(-r, r))
-            if not auto:
-                return _level_means(alpha_x0, beta_x0, None, None, None, r)
-            use_x0 = (form == X0) | (form == X0_LINEAR)
-            alpha, beta = torch.where(use_x0, alpha_x0, alpha), torch.where(use_x0, beta_x0, beta)
-            gain = None if gain is None else torch.where(use_x0, 0.0, gain)
-        if self.gaussian:
-            mu = frozen[:, self._gauss_at, None, None]
-            lam = frozen[:, self._gauss_at + 1].flatten(1)[:, :1].view(a, 1, *per_level[2:])
-            signal = kernel.table("signal", kernel.signal, mu)[n].view(per_level)
-            noise = kernel.table("noise", kernel.noise, mu)[n].view(per_level)
+            return AffineLevels.of_output(kernel, n, frozen)
+        if self.freeze == "auto":
+            return self._auto_levels(kernel, n, frozen)
+        ones = [1] * (frozen.dim() - 1 - self.frozen_history)
+        lift = lambda c: c.view(*n.shape, *ones)  # (L, A) scalars against states (L, A, *shape)
+        r = kernel.clip_range
+        alpha_x0, b_x0, c_x0 = kernel.denoised_scalars(n, frozen.dtype)
+        if self.freeze == "gaussian":
+            mu = frozen[:, 0][None]
+            lam = frozen[:, 1].flatten(1)[:, 0][None]  # (1, A)
+            signal = kernel.table("signal", kernel.signal, mu)[n]
+            noise = kernel.table("noise", kernel.noise, mu)[n]
             den = torch.addcmul(noise * noise, signal * signal, lam)
-            w, c_mu = lam * signal / den, (noise * noise / den) * mu
-            alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), b_x0 * c_mu
-            if not auto:
-                clip = (c_x0, w, c_mu) if r is not None else (None, None, None)
-                return _level_means(alpha_g, beta_g, *clip, r)
-            on = form == GAUSSIAN
-            alpha, beta = torch.where(on, alpha_g, alpha), torch.where(on, beta_g, beta)
-            if gain is not None:
-                gain, slope, offset = torch.where(on, c_x0, gain), torch.where(on, w, slope), torch.where(on, c_mu, offset)
-        return _level_means(alpha, beta, gain, slope, offset, r)
+            w, c_mu = lam * signal / den, lift(noise * noise / den) * mu
+            alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu
+            return AffineLevels(alpha_g, beta_g, c_x0, w, c_mu, r) if r is not None else AffineLevels(alpha_g, beta_g)
+        x0_f = frozen[None]  # x0-hat (1, A, *shape); x0-linear: the line's value at each level's step
+        if self.linear:
+            intercept, slope_t = frozen[:, 0][None], frozen[:, 1][None]
+            x0_f = torch.addcmul(intercept, lift(kernel.table("freeze-clock", clock(kernel), intercept)[n]), slope_t)
+        beta_x0 = lift(b_x0) * x0_f
+        if r is not None:
+            beta_x0 = beta_x0.addcmul_(lift(c_x0), x0_f.clamp(-r, r))
+        return AffineLevels(alpha_x0, beta_x0, clip=r)
+
+    def _auto_levels(self, kernel, n: torch.Tensor, frozen: torch.Tensor) -> AffineLevels:
+        """freeze auto: every level's coefficients from one gather of a per-step table (_auto_table) that
+        holds each step's form's constants (zero for the terms of other forms), and the fitted Gaussian's
+        lambda where the table uses it: with den = a^2 lambda + b^2, c = b^2 / den and w = lambda a / den,
+
+            a = a0 + (B / E) w [gaussian],  g = C [out, gaussian],  h = D [out] or w [gaussian],
+            b = B out [out] + (B / E) x0 + C clip(x0) [x0; the line's value f_d for x0-linear] + (B / E) c mu [gaussian],
+            o = E out [out] + c mu [gaussian]."""
+        t = _auto_table(self, kernel, n.device, frozen.dtype)[n]  # (L, A, 17)
+        r = kernel.clip_range
+        ones = [1] * (frozen.dim() - 2)
+        col = t.unbind(2)  # (L, A) each
+        lift = t.view(*t.shape, *ones).unbind(2)  # (L, A, *ones) each, against states (L, A, *shape)
+        channel = frozen[None].unbind(2)  # (1, A, *shape) each
+        out_f, x0_f = channel[0], channel[1]
+        a, g, h = col[A0], col[G], col[H0]
+        b = lift[B_OUT] * out_f
+        o = lift[O_OUT] * out_f
+        if self.x0:
+            b.addcmul_(lift[B_X0], x0_f)
+            if r is not None:
+                b.addcmul_(lift[B_CLIP], x0_f.clamp(-r, r))
+        if self.linear:
+            line_f = torch.addcmul(channel[self._line_at], lift[TAU], channel[self._line_at + 1])
+            b.addcmul_(lift[B_LINE], line_f)
+            if r is not None:
+                b.addcmul_(lift[B_CLIP_LINE], line_f.clamp(-r, r))
+        if self.gaussian:
+            mu = channel[self._gauss_at]
+            lam = frozen[:, self._gauss_at + 1].flatten(1)[:, 0]  # (A,)
+            den = torch.addcmul(col[NOISE2], col[SIGNAL2], lam)
+            c, w = col[NOISE2] / den, lam * col[SIGNAL] / den
+            a, h = torch.addcmul(a, col[A_W], w), torch.addcmul(h, col[H_W], w)
+            weight = c.view(*c.shape, *ones)
+            b.addcmul_(lift[B_MU] * weight, mu)
+            o.addcmul_(lift[O_MU] * weight, mu)
+        if r is None or not (self.out or self.gaussian):  # no step's form clips its state
+            return AffineLevels(a, b, clip=r)
+        return AffineLevels(a, b, g, h, o, r)
 
     def config(self):
         return {"draft": "frozen", "freeze": self.freeze, "start": self.start}
+
+
+# the columns of _auto_table
+A0, A_W, G, H0, H_W, B_OUT, B_X0, B_CLIP, B_MU, B_LINE, B_CLIP_LINE, O_OUT, O_MU, TAU, SIGNAL2, NOISE2, SIGNAL = range(17)
+
+
+def _auto_table(draft: FrozenDraft, kernel, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(N, 17) per step n, made once per draft, kernel, device and dtype: the constants of the step's form
+    (FrozenDraft._auto_levels; each column zero where the form has no such term), then tau, a^2, b^2, a."""
+    cache = draft.__dict__.setdefault("_tables", weakref.WeakKeyDictionary()).setdefault(kernel, {})
+    key = (device, dtype)
+    if key not in cache:
+        k = kernel.coefficient_table.T  # (5, N): A..E
+        big_a, big_b, big_c, big_d, big_e = k
+        beta = big_b / big_e
+        form = draft.forms
+        out, x0, linear, gauss = (form == f for f in (OUT, X0, X0_LINEAR, GAUSSIAN))
+        on = lambda mask, v: torch.where(mask, v, torch.zeros_like(v))
+        signal, noise = kernel.signal.to(torch.float64), kernel.noise.to(torch.float64)
+        one = torch.ones_like(beta)
+        tau = clock(kernel) if draft.linear else torch.zeros_like(beta)
+        columns = (torch.where(out, big_a, big_a - beta * big_d), on(gauss, beta), on(out | gauss, big_c), on(out, big_d),
+                   on(gauss, one), on(out, big_b), on(x0, beta), on(x0, big_c), on(gauss, beta), on(linear, beta),
+                   on(linear, big_c), on(out, big_e), on(gauss, one), tau, signal * signal, noise * noise, signal)
+        cache[key] = torch.stack(columns, 1).to(device=device, dtype=dtype)
+    return cache[key]
 
 
 def clock(kernel) -> torch.Tensor:
@@ -226,28 +273,6 @@ def line(kernel, x0: torch.Tensor, n: torch.Tensor, slope: torch.Tensor | None,
     return torch.stack((torch.addcmul(x0, tau, slope, value=-1), slope), 1)
 
 
-def _level_means(alpha, beta, gain, slope, offset, r) -> LevelMeans:
-    """m^p = alpha x + beta + gain clip(slope x + offset) by level, from coefficients (A, L, 1, ...)
-    (gain None: affine)."""
-    depth = alpha.shape[1]
-    if beta.shape[1] != depth:  # a coefficient of the frozen value alone: the same at every level
-        beta = beta.expand(-1, depth, *beta.shape[2:])
-    affine = None if gain is not None else (alpha.reshape(alpha.shape[0], depth), beta[:, :, 0])
-    by_depth = []  # one view per depth, taken at the first level asked for
-
-    def level(d, x, out=None):
-        if not by_depth:
-            by_depth.extend((alpha.expand(-1, depth, *alpha.shape[2:]).unbind(1), beta.unbind(1)))
-            if gain is not None:
-                by_depth.extend((gain.unbind(1), offset.expand(-1, depth, *offset.shape[2:]).unbind(1),
-                                 slope.expand(-1, depth, *slope.shape[2:]).unbind(1)))
-        m = torch.addcmul(by_depth[1][d], by_depth[0][d], x, out=out)
-        if gain is not None:
-            m.addcmul_(by_depth[2][d], torch.addcmul(by_depth[3][d], by_depth[4][d], x).clamp_(-r, r))
-        return m
-    return LevelMeans(level, affine)
-
-
 def gaussian(kernel, x0: torch.Tensor, x: torch.Tensor, n: torch.Tensor, held: torch.Tensor | None,
              earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
     """(A, 2, *shape): mu and lambda (repeated over the state) of the Gaussian N(mu, lambda I) whose
@@ -257,33 +282,64 @@ def gaussian(kernel, x0: torch.Tensor, x: torch.Tensor, n: torch.Tensor, held: t
     lam = x0.new_zeros(x0.shape[0], dtype=torch.float64) if held is None else held.flatten(1)[:, 0].double()
     if earlier is not None:
         out_0, x_0, n_0 = earlier
-        lam = torch.where(n_0 == n, lam, fit_lambda(kernel, x0, x, n, kernel.denoised(out_0, x_0, n_0), x_0, n_0))
+        lam = torch.where(n_0 == n, lam, fit_lambda(kernel, x0, x, n, kernel.denoised(out_0, x_0, n_0), x_0))
     lam = lam.view(view)
-    signal, noise = (t.to(x0.device)[n].view(view) for t in (kernel.signal, kernel.noise))
-    # x0 = (b^2 mu + lambda a x) / (a^2 lambda + b^2), solved for mu in float64 (b > 0 at every step a node is
-    # evaluated, but b^2 is small at the last steps: |mu| may exceed a half-precision state's range)
-    mu = (x0.double() * torch.addcmul(noise * noise, signal * signal, lam) - lam * signal * x.double()) / (noise * noise)
+    # x0 = (b^2 mu + lambda a x) / (a^2 lambda + b^2) solved for mu, mu = x0 + lambda (a^2 x0 - a x) / b^2, in
+    # float64 (b^2 is small at the last steps: |mu| may exceed a half-precision state's range)
+    kappa, iota = kernel.table_on("gaussian mu", _mu_table(kernel), x0.device, torch.float64)[n] \
+        .view(-1, 2, *[1] * (x0.dim() - 1)).unbind(1)
+    mu = torch.addcmul(x0.double(), lam, torch.addcmul(kappa * x0, iota, x, value=-1))
     return torch.stack((mu, lam.expand_as(mu)), 1).to(x0.dtype)
 
 
-def fit_lambda(kernel, f1: torch.Tensor, x1: torch.Tensor, n1: torch.Tensor, f0: torch.Tensor, x0: torch.Tensor,
-               n0: torch.Tensor) -> torch.Tensor:
-    """(A,) float64: the lambda >= 0 whose Gaussian, made exact at (x1, n1) where x0-hat is f1,
-    predicts x0-hat f0 at (x0, n0) best in squared error: mu = (d1 f1 - lambda a1 x1) / b1^2 and the
-    prediction c0 mu + w0 x0 are linear in (f1, x1, x0), so each candidate's error is a quadratic form
-    in their Gram matrix with f0 (float64). LAMBDA_GRID, then LAMBDA_REFINE around its best."""
-    signal, noise = kernel.signal.to(f1.device), kernel.noise.to(f1.device)
+def fit_lambda(kernel, f1: torch.Tensor, x1: torch.Tensor, n1: torch.Tensor, f0: torch.Tensor,
+               x0: torch.Tensor) -> torch.Tensor:
+    """(A,) float64: the lambda on LAMBDA_GRID whose Gaussian, made exact at (x1, n1) where x0-hat is f1,
+    predicts x0-hat f0 at (x0, n1 - 1), the step above, best in squared error. mu = (d1 f1 - lambda a1 x1) / b1^2
+    and the prediction c0 mu + w0 x0 are linear in (f1, x1, x0), so the error is a quadratic form in their
+    Gram matrix G with f0 (float64): times d0^2 = (p lambda + q)^2 (p = a0^2, q = b0^2) the coefficient
+    vector is v0 + lambda v1, so
+
+        error(lambda) = (alpha + 2 beta lambda + gamma lambda^2) / (p lambda + q)^2,
+        alpha, beta, gamma = v0' G v0, v0' G v1, v1' G v1:
+
+    two products with the grid's powers give it at every grid point at once."""
+    t = kernel.table_on("gaussian fit", _fit_table(kernel), f1.device, torch.float64)[n1]
+    v = t[:, :8].view(-1, 2, 4)  # (v0, v1) at the step pair (n1 - 1, n1)
     vectors = torch.stack((f1, x1, x0, f0), 1).flatten(2).double()
-    gram = vectors @ vectors.transpose(1, 2)  # (A, 4, 4)
-    a1, b1, a0, b0 = (t[:, None] for t in (signal[n1], noise[n1], signal[n0], noise[n0]))
+    gram = torch.bmm(vectors, vectors.transpose(1, 2))
+    m = torch.bmm(torch.bmm(v, gram), v.transpose(1, 2)).view(-1, 4)  # alpha, beta, beta, gamma
+    grid, powers, den_powers = _grid_powers(f1.device)
+    error = (m @ powers) / (t[:, 8:] @ den_powers)  # (A, G)
+    return grid[error.argmin(1)]
 
-    def error(lam: torch.Tensor) -> torch.Tensor:  # lam (A, G) -> (A, G)
-        d1, d0 = a1 * a1 * lam + b1 * b1, a0 * a0 * lam + b0 * b0
-        c0 = b0 * b0 / d0
-        coef = torch.stack((c0 * d1 / (b1 * b1), -c0 * lam * a1 / (b1 * b1), lam * a0 / d0, -torch.ones_like(lam)), 2)
-        return torch.einsum("agi,aij,agj->ag", coef, gram, coef).nan_to_num(nan=math.inf)
 
-    grid = LAMBDA_GRID.to(f1.device).expand(f1.shape[0], -1)
-    best = grid.gather(1, error(grid).argmin(1, keepdim=True))
-    fine = best * LAMBDA_REFINE.to(f1.device)
-    return fine.gather(1, error(fine).argmin(1, keepdim=True))[:, 0]
+LAMBDA_GRID = torch.cat([torch.zeros(1, dtype=torch.float64), torch.logspace(-4, 4, 2048, dtype=torch.float64)])
+
+
+@lru_cache(maxsize=8)
+def _grid_powers(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LAMBDA_GRID (G,), (1, l, l, l^2) (4, G) against (alpha, beta, beta, gamma), (l^2, l, 1) (3, G) against
+    (p^2, 2 p q, q^2), on `device`."""
+    lam = LAMBDA_GRID
+    one = torch.ones_like(lam)
+    return lam.to(device), torch.stack((one, lam, lam, lam * lam)).to(device), torch.stack((lam * lam, lam, one)).to(device)
+
+
+@lru_cache(maxsize=16)
+def _fit_table(kernel) -> torch.Tensor:
+    """fit_lambda's coefficients per fitted step n (a, b the signal and noise of n, a0, b0 of n - 1; step 0
+    takes itself), float64: v0 = b0^2 (1, 0, 0, -1), v1 = (b0^2 a^2 / b^2, -b0^2 a / b^2, a0, -a0^2), then
+    (p^2, 2 p q, q^2) with p = a0^2, q = b0^2."""
+    a, b = kernel.signal.to(torch.float64), kernel.noise.to(torch.float64)
+    a0, b0 = torch.cat([a[:1], a[:-1]]), torch.cat([b[:1], b[:-1]])
+    p, q, zero = a0 * a0, b0 * b0, torch.zeros_like(a)
+    r = q / (b * b)
+    return torch.stack((q, zero, zero, -q, r * a * a, -r * a, a0, -p, p * p, 2 * p * q, q * q), 1)
+
+
+@lru_cache(maxsize=16)
+def _mu_table(kernel) -> torch.Tensor:
+    """(a^2 / b^2, a / b^2) per step (a, b the signal and noise), float64: gaussian's mu from x0 and x."""
+    a, b = kernel.signal.to(torch.float64), kernel.noise.to(torch.float64)
+    return torch.stack((a * a / (b * b), a / (b * b)), 1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Draft, LevelMeans
+from .base import Draft, LevelFunction
 
 
 class NetworkDraft(Draft):
@@ -14,18 +14,17 @@ class NetworkDraft(Draft):
         self.network, self.name = network, name
 
     def for_round(self, kernel, steps, frozen, cond):
-        def level(d, x, out=None):
-            p = x.shape[1]
-            rows = x.flatten(0, 1)
-            n_rows = steps[:, d].repeat_interleave(p)
-            cond_rows = {k: v.repeat_interleave(p, dim=0) for k, v in cond.items()}
+        def level(d, x):
+            p = x.shape[0]
+            rows = x.flatten(0, 1)  # (P A, *shape): node-major
+            n_rows = steps[d].repeat(p)
+            cond_rows = {k: v.repeat(p, *[1] * (v.dim() - 1)) for k, v in cond.items()}
             output = self.level_output(self.network(rows, n_rows, **cond_rows).view_as(x), frozen)
-            m = kernel.mean(output.flatten(0, 1), rows, n_rows).view_as(x)
-            return m if out is None else out.copy_(m)
-        return LevelMeans(level, network_levels=steps.shape[1])
+            return kernel.mean(output.flatten(0, 1), rows, n_rows).view_as(x)
+        return LevelFunction(level, network_levels=steps.shape[0])
 
     def level_output(self, output, frozen):
-        """The output the draft's mean is formed from, given the network's at the level's nodes (A, P, *shape)."""
+        """The output the draft's mean is formed from, given the network's at the level's nodes (P, A, *shape)."""
         return output
 
     def config(self):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SpecdemoError
-from .base import Draft, LevelMeans
+from .base import Draft, LevelFunction
 from .corrected import CorrectedNetworkDraft
 from .frozen import OUT, X0, FrozenDraft
 
@@ -32,6 +32,7 @@ class StepwiseDraft(Draft):
     uses_frozen = True
     cold_start = True
     calls_network = True
+    exact_at_known_root = True
 
     def __init__(self, network: CorrectedNetworkDraft, forms: tuple[int, ...]):
         self.network, self.forms = network, torch.tensor([int(v) for v in forms], dtype=torch.long)
@@ -62,24 +63,24 @@ class StepwiseDraft(Draft):
 
     def for_round(self, kernel, steps, frozen, cond):
         frozen_means = self.frozen.for_round(kernel, steps, frozen[:, :-1], cond)
-        on_network = self.forms.to(steps.device)[steps] == RESIDUAL  # (A, L)
-        trajectories = on_network.sum(0).tolist()  # one host read a round: how many a level drafts by the network
+        on_network = self.forms.to(steps.device)[steps] == RESIDUAL  # (L, A)
+        trajectories = on_network.sum(1).tolist()  # one host read a round: how many a level drafts by the network
         if not any(trajectories):
             return frozen_means
         network_means = self.network.for_round(kernel, steps, frozen[:, -1], cond)
-        everyone = on_network.shape[0]
+        everyone = on_network.shape[1]
 
-        def level(d, x, out=None):
+        def level(d, x):
             if trajectories[d] == everyone:  # a batch of one always: a level is one draft or the other
-                return network_means(d, x, out)
-            m = frozen_means(d, x, out)
+                return network_means(d, x)
+            m = frozen_means(d, x)
             if trajectories[d]:
-                rows = on_network[:, d].nonzero()[:, 0]
-                means = self.network.for_round(kernel, steps[rows, d:d + 1], frozen[rows, -1],
+                rows = on_network[d].nonzero()[:, 0]
+                means = self.network.for_round(kernel, steps[d:d + 1, rows], frozen[rows, -1],
                                                {k: v[rows] for k, v in cond.items()})
-                m[rows] = means(0, x[rows])
+                m[:, rows] = means(0, x[:, rows])
             return m
-        return LevelMeans(level, network_levels=sum(map(bool, trajectories)))
+        return LevelFunction(level, network_levels=sum(map(bool, trajectories)))
 
     def config(self):
         return {"draft": self.network.name, "freeze": "auto"}

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 
 COEFFICIENTS = ("A", "B", "C", "D", "E")
+ROUND_ORDER = (0, 1, 3, 4, 2)  # A, B, D, E, C: [[A, B], [D, E]], (A, C) and (B, E) are views of a round's rows
 
 
 class StepCoefficients(NamedTuple):
@@ -52,6 +53,7 @@ class Kernel:
         if has_denoised:  # m_n given x0-hat: (A - B D / E) x + (B / E) x0-hat + C clip(x0-hat)
             a, b, c, d, e = self._columns
             self._denoised_columns = torch.stack((a - b * d / e, b / e, c))
+            self._denoising_rows = torch.stack((d, e), 1)  # (N, 2): x0-hat = D x + E out
         self.clip_range = clip_range
         self.has_denoised = has_denoised
         self._tables: dict[tuple, torch.Tensor] = {}
@@ -75,21 +77,40 @@ class Kernel:
 
     def table(self, name: str, values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """`values` (a per-step float64 table) on like's device and dtype, cached."""
-        key = (name, like.device, like.dtype)
+        return self.table_on(name, values, like.device, like.dtype)
+
+    def table_on(self, name: str, values: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        key = (name, device, dtype)
         cached = self._tables.get(key)
         if cached is None:
-            cached = self._tables[key] = values.to(device=like.device, dtype=like.dtype)
+            cached = self._tables[key] = values.to(device=device, dtype=dtype)
         return cached
+
+    def step_scalars(self, n: torch.Tensor, dtype: torch.dtype) -> StepCoefficients:
+        """A_n..E_n for steps n, each shaped as n (for per-step scalars, not broadcast against a state)."""
+        columns = torch.index_select(self.table_on("coefficients", self._columns, n.device, dtype), 1, n.reshape(-1))
+        return StepCoefficients(*columns.view(5, *n.shape).unbind(0))
+
+    def denoised_scalars(self, n: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """(A_n - B_n D_n / E_n, B_n / E_n, C_n) for steps n, each shaped as n (denoised_coefficients)."""
+        self._needs_denoised()
+        columns = torch.index_select(self.table_on("denoised", self._denoised_columns, n.device, dtype), 1, n.reshape(-1))
+        return columns.view(3, *n.shape).unbind(0)
 
     def coefficients(self, n: torch.Tensor, like: torch.Tensor) -> StepCoefficients:
         """A_n..E_n for steps n, shaped to broadcast against `like`, whose leading dimensions are n's."""
         columns = torch.index_select(self.table("coefficients", self._columns, like), 1, n.reshape(-1))
         return StepCoefficients(*columns.view(5, *n.shape, *[1] * (like.dim() - n.dim())).unbind(0))
 
-    def coefficients_into(self, n: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """A_n..E_n of steps n (M,) written into out (M, 5) (its dtype and device): a buffer gathered
-        once, whose column views serve as coefficients() for several calls."""
-        return torch.index_select(self.table("coefficient rows", self.coefficient_table, out), 0, n, out=out)
+    def round_rows(self, n: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """A_n, B_n, D_n, E_n, C_n and s_n of steps n (M,), written into out (M, 6) (its dtype and device): what
+        a sampling round gathers once for every level of every trajectory (specdemo.sampling.layout)."""
+        key = ("round rows", out.device, out.dtype)
+        table = self._tables.get(key)
+        if table is None:
+            rows = torch.cat([self.coefficient_table[:, ROUND_ORDER], self.scales[:, None]], 1)
+            table = self._tables[key] = rows.to(device=out.device, dtype=out.dtype)
+        return torch.index_select(table, 0, n, out=out)
 
     def denoised_coefficients(self, n: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(A_n - B_n D_n / E_n, B_n / E_n, C_n): the mean as a function of x and the denoised estimate,
@@ -115,8 +136,8 @@ class Kernel:
 
     def denoised(self, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         self._needs_denoised()
-        d, e = torch.index_select(self.table("denoising", self._columns[3:], x), 1, n.reshape(-1)) \
-            .view(2, *n.shape, *[1] * (x.dim() - n.dim())).unbind(0)
+        d, e = self.table("denoising", self._denoising_rows, x)[n].view(*n.shape, 2, *[1] * (x.dim() - n.dim())) \
+            .unbind(n.dim())
         return torch.addcmul(d * x, e, out)
 
     def output_from_denoised(self, x0: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:

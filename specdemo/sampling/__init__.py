@@ -1,8 +1,9 @@
 """The sampling driver: one batched round loop for plain sampling, chains and trees.
 
-driver.py (the round loop, batching, refill), phases.py (draft, the target call's rows, walk,
-correct, commit over a RoundState), prefetch.py (which output starts the next round), rng.py
-(per-trajectory streams), cost.py (calls, rows and time), record.py (RoundTrace).
+driver.py (the round loop, batching, refill, the host's walk), round.py (the round's device work:
+draft, reduce, commit), layout.py (its buffers and views), union.py (the tree a round drafts for every
+slot), prefetch.py (which output starts the next round), rng.py (per-trajectory streams), cost.py
+(calls, rows and time), record.py (RoundTrace).
 """
 
 from .cost import Cost

@@ -1,13 +1,21 @@
 """The one batched driver: plain target sampling, chains and trees (algorithms.md section 4).
 
-A batch of B trajectories moves in rounds. In a round each trajectory at step n with r stochastic
-steps ahead speculates to depth L_b = min(L, r) with its own tree (L = 0 is plain sampling, and a
-deterministic step is a round of depth 0). The trajectories that share a (truncated) tree, leaf
-evaluation and root state form one RoundState, and every RoundState goes through the phases of
-specdemo.sampling.phases: draft; one batched target call for the whole batch (each row with its
-own state and step); walk; then the round's one host synchronisation (the committed depths, which
-the next round's trees depend on, and the check that the call returned finite values); the
-corrections; commit.
+A batch of B slots moves in rounds; each slot holds one trajectory at a time. In a round each
+trajectory at step n with r stochastic steps ahead speculates to depth L_b = min(L, r) with its own
+tree T (its plan's tree at n, cut at the horizon); L = 0 is plain sampling, and a deterministic step
+is a round of depth 0. Every round is one pass over every slot, whatever each one does:
+
+  1. draft (round.py) the round's union tree U, whose width at each depth is the widest of the
+     trees T that speculate (each T is U with the children beyond its own widths left out), for every
+     slot; each trajectory draws the noise of its own tree only, so its draws do not depend on the batch;
+  2. one batched target call over each trajectory's evaluated nodes (the root unless its output is
+     known; leaves where its plan evaluates them) and the roots of plain or deterministic steps;
+  3. reduce (round.py): the target's mean at every parent and the inner products of each parent's
+     children, read by the host in the round's one host synchronisation, with the call's finiteness;
+  4. walk, on the host: each trajectory's verifier decides its own tree (Verifier.walk) from delta, u
+     and uniforms drawn for the round, and the prefetch policy picks the output frozen next;
+  5. commit (round.py): new states (the kept leaf, or a child moved along e to the corrected draw),
+     frozen values and known root outputs, as the host wrote them into the round's mailbox.
 
 A trajectory without a frozen output (before its first speculative round, or every round under
 prefetch "none") spends a round on a warm-up: its root alone is evaluated, in the round's batched
@@ -17,9 +25,11 @@ placed so that trajectories starting at different times (continuous batching) ad
 A draft that can draft without a target output (Draft.cold_start: a draft network, or the frozen draft
 started cold) drafts a trajectory's first round from its cold value instead, and saves the call; the
 frozen draft started cold also keeps the output of every plain or deterministic step, and a trajectory
-that took one before its first speculative round drafts that round from it. Every
-random draw of trajectory i comes from its own generator (specdemo.sampling.rng), so a
-trajectory's samples do not depend on the batch it runs in.
+that took one before its first speculative round drafts that round from it.
+
+A frozen value is always kept from the output of the node that starts the next round when that
+output is known (a kept, evaluated leaf; a warm-up), so a draft that is exact at a known root
+(Draft.exact_at_known_root) has delta = 0 there by construction: the host takes it so, computes nothing.
 
 The batch's bookkeeping (each slot's step, root state, calls and rows) lives on the host, so that
 choosing the next round's trees needs no device round trip.
@@ -42,18 +52,20 @@ from ..kernels import Kernel
 from ..limits import Cancel
 from ..trees import Topology, TopologyPlan
 from ..trees.cost_model import call_size
+from ..trees.tables import tables
 from ..verifiers import Verifier
-from . import phases
+from . import round as device
 from .cost import Cost, PhaseClock
-from .phases import Layout, RoundState, Workspace, cut, layout_for
+from .layout import Mailbox, Workspace, layout_for
 from .prefetch import PREFETCH, NearestSibling, Prefetch
 from .record import RoundTrace, round_trace
 from .rng import TrajectoryRandom
+from .union import parts_of
 
 MEMORY_LIMIT_BYTES = 8 * 2**30
-WORKSPACES = 8  # round buffers a run keeps, the least recently used dropped (a plan can use many layouts)
-GROUPS = 16  # groups of slots a run keeps (their slot tensors and buffer views), the least recently used dropped
+WORKSPACES = 32  # round buffers a run keeps, the least recently used dropped (a plan can use many layouts)
 POOL_BYTES = 64 * 2**20  # round buffers the process keeps for later runs (WorkspacePool)
+TINY = np.finfo(np.float64).tiny
 
 
 @dataclass
@@ -90,7 +102,7 @@ def check_run(kernel: Kernel, tree: Topology | TopologyPlan, draft: Draft | None
             )
     size = int(np.prod(shape))
     nodes = max(t.num_nodes for t in tree.topologies)
-    need = 4 * dtype.itemsize * size * num_samples * nodes  # a few buffers of every node
+    need = 8 * dtype.itemsize * size * num_samples * nodes  # a few buffers of every node, one of them float64
     if need > MEMORY_LIMIT_BYTES:
         raise SpecdemoError(
             f"{num_samples} samples with tree {tree} ({nodes} nodes of {size} values) need about "
@@ -138,47 +150,31 @@ POOL = WorkspacePool(POOL_BYTES)
 
 
 class Schedule:
-    """For every step n and root state k (its output known or not): the layout a round rooted there
-    uses (an index into `layouts`: its tree truncated at the stochastic horizon, whether its leaves
-    are evaluated), its depth, and whether its call has a row at a stochastic step."""
+    """For every step n and root state k (its output known or not): the tree a round rooted there
+    uses (an index into `trees`: its plan's tree cut at the stochastic horizon) with whether its leaves
+    are evaluated, its depth, and whether its call has a row at a stochastic step."""
 
-    def __init__(self, tree: Topology | TopologyPlan, kernel: Kernel, leaf_table: np.ndarray,
-                 verifier_type: type | None, device: torch.device):
+    def __init__(self, tree: Topology | TopologyPlan, kernel: Kernel, leaf_table: np.ndarray):
         n_steps = kernel.num_steps
         steps = np.arange(n_steps)
-        # the distinct trees, and which one each (step, root state) starts
-        trees: list[Topology] = [tree] if isinstance(tree, Topology) else []
-        which = np.zeros((n_steps, 2), dtype=np.int64)
-        if isinstance(tree, TopologyPlan):
-            distinct: dict[int, int] = {}
-            for n in range(n_steps):
-                for k in (0, 1):
-                    t = tree.at(n, bool(k))
-                    if id(t) not in distinct:
-                        distinct[id(t)] = len(trees)
-                        trees.append(t)
-                    which[n, k] = distinct[id(t)]
-        self.depth = np.minimum(np.array([t.depth for t in trees], dtype=np.int64)[which],
-                                kernel.stochastic_run_lengths().numpy()[:n_steps, None])
+        planned = np.empty((n_steps, 2), dtype=object)
+        for n in range(n_steps):
+            for k in (0, 1):
+                planned[n, k] = tree.at(n, bool(k))
+        full_depth = np.vectorize(lambda t: t.depth, otypes=[np.int64])(planned)
+        self.depth = np.minimum(full_depth, kernel.stochastic_run_lengths().numpy()[:n_steps, None])
         # a leaf at step N is the sample itself: there is no step N for the network to evaluate
         self.leaves = leaf_table & (self.depth > 0) & (steps[:, None] + self.depth < n_steps)
-        # plan trees cut short at the horizon can coincide: rounds are grouped by the layout itself
-        self.layouts: list[Layout] = []
-        index: dict[Layout, int] = {}
-        self.layout_id = np.zeros((n_steps, 2), dtype=np.int64)
-        rounds = self.depth > 0
-        top = int(self.depth.max(initial=0)) + 1
-        code = (which * top + self.depth) * 2 + self.leaves  # (tree, depth, leaves) of each speculative round
-        kinds, first, inverse = np.unique(code[rounds], return_index=True, return_inverse=True)
-        ids = np.empty(kinds.size, dtype=np.int64)
-        for j in np.argsort(first).tolist():  # layouts numbered in the order of the steps that first use them
-            c = int(kinds[j])
-            t, depth, leaves = trees[c // 2 // top], c // 2 % top, bool(c % 2)
-            layout = layout_for(cut(t, depth), leaves, verifier_type, device)
-            ids[j] = index.setdefault(layout, len(self.layouts))
-            if ids[j] == len(self.layouts):
-                self.layouts.append(layout)
-        self.layout_id[rounds] = ids[inverse.reshape(-1)]
+        self.trees: list[tuple[Topology, bool]] = []  # (tree cut at the horizon, leaves evaluated)
+        index: dict[tuple[Topology, bool], int] = {}
+        self.tree_id = np.full((n_steps, 2), -1, dtype=np.int64)
+        for n in range(n_steps):
+            for k in (0, 1):
+                if self.depth[n, k]:
+                    key = (cut(planned[n, k], int(self.depth[n, k])), bool(self.leaves[n, k]))
+                    self.tree_id[n, k] = index.setdefault(key, len(self.trees))
+                    if self.tree_id[n, k] == len(self.trees):
+                        self.trees.append(key)
         # whether a round's call has a row at a stochastic step: its rows are at depths k (the root,
         # unless its output is known) to the last evaluated one; a call of deterministic-step rows only
         # (leaves at the last step under flow matching) serves that step as plain sampling's own call
@@ -189,14 +185,18 @@ class Schedule:
         self.stochastic_rows = stochastic[np.clip(last + 1, 0, n_steps)] > stochastic[np.minimum(first, n_steps)]
 
 
+def cut(tree: Topology, depth: int) -> Topology:
+    """The topology of its first `depth` levels."""
+    return tree if depth == tree.depth else Topology(tree.widths[:depth])
+
+
 class _Batch:
     """The state of the batch between rounds, and one round.
 
-    The batch has `slots` rows; each holds one trajectory at a time. When a trajectory reaches
-    step N its sample is stored and the slot takes the next trajectory (continuous batching), so
-    the batch stays full until the queue runs dry. Per-slot state is indexed by slot (tensors on
-    the device for states, numpy arrays on the host for steps and flags); costs, samples and kept
-    states by trajectory position (0..B-1).
+    When a trajectory reaches step N its sample is stored and the slot takes the next trajectory
+    (continuous batching), so the batch stays full until the queue runs dry. Per-slot state is indexed
+    by slot (tensors on the device for states, numpy arrays on the host for steps and flags); costs,
+    samples and kept states by trajectory position (0..B-1).
     """
 
     def __init__(self, network, kernel: Kernel, shape, num_samples, tree, draft, verifier, prefetch: Prefetch | None,
@@ -212,24 +212,29 @@ class _Batch:
             if v.shape[0] != num_samples:
                 raise SpecdemoError(f"conditioning {k!r} has {v.shape[0]} rows for {num_samples} samples")
         self.num_steps = kernel.num_steps
-        self.scales = kernel.scales.to(self.device)
-        self.scales_dtype = self.scales.to(dtype)
         self.scales_host = kernel.scales.numpy()
+        self.values = int(np.prod(self.shape))
         self.uses_frozen = tree.max_depth > 0 and draft.uses_frozen
         self.prefetch = prefetch if self.uses_frozen else None
         leaf_table = prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
-        self.schedule = Schedule(tree, kernel, leaf_table, type(verifier) if tree.max_depth else None, self.device)
-        self._spaces: dict[tuple[Layout, bool], Workspace] = {}
-        self._groups: dict[tuple[int, bytes], tuple] = {}  # recent rounds' groups (_Batch.group), by key and slots
+        self.schedule = Schedule(tree, kernel, leaf_table)
+        self.exact_known = tree.max_depth > 0 and draft.exact_at_known_root
+        self._spaces: dict[Topology, Workspace] = {}
+        self._calls: dict[int, CallBox] = {}
 
         b = num_samples
         slots = min(max_batch or b, b)
+        self.slots = slots
         self.rng = TrajectoryRandom(seed, slots, self.device)
         self.samples = torch.empty((b, *self.shape), device=self.device, dtype=dtype)
-        self.y = torch.empty((slots, *self.shape), device=self.device, dtype=dtype)
+        self.y = torch.zeros((slots, *self.shape), device=self.device, dtype=dtype)
+        self.y_flat = self.y.view(slots, self.values)
         self.frozen = torch.zeros((slots, *draft.frozen_shape(self.shape)), device=self.device, dtype=dtype) \
             if self.uses_frozen else None
-        self.root_out = torch.zeros_like(self.y)  # the exact target output at y, where root_known
+        # an output form's frozen output against the levels' (B, E): (1, A, 1, D); and as rows (A, D)
+        self.frozen_levels = self.frozen.view(1, slots, 1, -1) if self.uses_frozen and draft.frozen_is_output else None
+        self.frozen_rows = self.frozen.view(slots, -1) if self.frozen_levels is not None else None
+        self.root_out = torch.zeros_like(self.y_flat)  # the exact target output at y, where root_known
         # host state per slot
         self.slot_traj = np.full(slots, -1, dtype=np.int64)  # -1: empty
         self.n = np.full(slots, self.num_steps, dtype=np.int64)
@@ -242,8 +247,8 @@ class _Batch:
         self.counted = np.zeros(b, dtype=np.int64)
         self.rows_used = np.zeros(b, dtype=np.int64)
         top = tree.max_depth
-        self.round_ends: list[int] = []  # every speculative round's committed steps, per trajectory
-        self.round_kept: list[int] = []  # and its kept drafted nodes
+        self.round_ends: list[np.ndarray] = []  # every speculative round's committed steps, per trajectory
+        self.round_kept: list[np.ndarray] = []  # and its kept drafted nodes
         self.cost = Cost(method=method_name(tree), steps=self.num_steps,
                          stochastic_steps=int((kernel.scales > 0).sum()),
                          calls_per_trajectory=self.calls, counted_calls=self.counted, rows_per_trajectory=self.rows_used,
@@ -255,67 +260,38 @@ class _Batch:
         self.trace_states = trace_states
         self.refill(list(range(slots)))
 
-    # ---------------------------------------------------------------- helpers the phases use
-    def scale(self, step: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        """s_n per row, in the run's dtype, shaped to broadcast against `like` (rows first)."""
-        return self.scales_dtype[step].view(-1, *[1] * (like.dim() - 1))
-
-    def round_means(self, state: RoundState):
-        """The draft's means for a round of the trajectories in state.slots (Draft.for_round)."""
-        means = self.draft.for_round(self.kernel, state.depth_steps,
-                                     self.rows_of(self.frozen, state) if self.uses_frozen else None, self.cond_of(state.slots))
-        self.cost.draft_calls += means.network_levels  # one call a level (a lazy last level's at the reached node)
-        return means
-
-    def cond_of(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The conditioning of a round's trajectories, row by row."""
-        return {k: v[self.slot_traj_device[slots]] for k, v in self.cond.items()} if self.cond else {}
-
-    def frozen_value(self, state: RoundState, out: torch.Tensor, x: torch.Tensor, step: torch.Tensor,
-                     **history) -> None:
-        """Keep what the draft freezes from the target output `out` at (x, step), per trajectory of the round."""
-        if self.draft.calls_network:  # a draft network corrected at the frozen node: one more draft call
-            self.cost.draft_calls += 1
-        cond = self.cond_of(state.slots) if self.draft.calls_network else None  # only a draft network reads it
-        self.set_rows(self.frozen, state, self.draft.frozen_value(self.kernel, out, x, step, cond=cond, **history))
-
-    def rows_of(self, per_slot: torch.Tensor, state: RoundState) -> torch.Tensor:
-        """A per-slot tensor's rows for a round's trajectories: itself (no copy) when the round holds
-        every slot in order, as a batch of one always does."""
-        return per_slot if state.whole else per_slot[state.slots]
-
-    def set_rows(self, per_slot: torch.Tensor, state: RoundState, values: torch.Tensor) -> None:
-        if state.whole:
-            per_slot.copy_(values)
-        else:
-            per_slot[state.slots] = values
-
-    def workspace(self, layout: Layout, root_known: bool) -> Workspace:
-        """The run's buffers for rounds of this layout and root state (the two root states of a
-        layout can be groups of the same round), for up to every slot: the run's own, or the process's
-        from an earlier run, or new."""
-        key = (layout, root_known)
-        space = self._spaces.pop(key, None) or POOL.take(self.pool_key(layout)) \
-            or Workspace(layout, self.slot_traj.size, self.shape, self.device, self.dtype)
-        self._spaces[key] = space  # the most recently used last
-        if len(self._spaces) > WORKSPACES:  # dropped, with the groups that hold views of any buffers
-            self._spaces.pop(next(iter(self._spaces)))
-            self._groups.clear()
+    # ---------------------------------------------------------------- buffers
+    def workspace(self, tree: Topology) -> Workspace:
+        """The run's buffers for rounds of this (union) tree: the run's own, or the process's from an
+        earlier run, or new."""
+        space = self._spaces.pop(tree, None) or POOL.take(self.pool_key(tree)) \
+            or Workspace(layout_for(tree, self.device), self.slots, self.shape, self.device, self.dtype)
+        self._spaces[tree] = space  # the most recently used last
+        if len(self._spaces) > WORKSPACES:
+            oldest = next(iter(self._spaces))
+            POOL.put(self.pool_key(oldest), self._spaces.pop(oldest))
         return space
 
-    def pool_key(self, layout: Layout) -> tuple:
-        return layout, self.slot_traj.size, self.shape, self.device, self.dtype
+    def pool_key(self, tree: Topology) -> tuple:
+        return tree, self.slots, self.shape, self.device, self.dtype
 
     def release(self) -> None:
         """The run is over: its buffers go to the process's pool for the next run."""
-        for (layout, _), space in self._spaces.items():
-            POOL.put(self.pool_key(layout), space)
-        self._spaces, self._groups = {}, {}
+        for tree, space in self._spaces.items():
+            POOL.put(self.pool_key(tree), space)
+        for size, box in self._calls.items():
+            POOL.put(self.call_key(size), box)
+        self._spaces, self._calls = {}, {}
 
     def slot_tensor(self, values) -> torch.Tensor:
-        """Host integers (slots, steps) as a long tensor on the run's device (a copy: the host arrays change)."""
+        """Host integers as a long tensor on the run's device (a copy: the host arrays change)."""
         t = torch.from_numpy(np.array(values, dtype=np.int64))
         return t if self.device.type == "cpu" else t.to(self.device, non_blocking=True)
+
+    def cond_of(self, slots: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The conditioning of the trajectories in `slots` (default: every slot), row by row."""
+        rows = self.slot_traj_device if slots is None else self.slot_traj_device[slots]
+        return {k: v[rows.clamp_min(0)] for k, v in self.cond.items()} if self.cond else {}
 
     # ---------------------------------------------------------------- the batch's slots
     def refill(self, slots: list[int]) -> None:
@@ -342,65 +318,6 @@ class _Batch:
             store = self.states.setdefault(step, torch.full_like(self.samples, float("nan")))
             store[self.slot_tensor(self.slot_traj[[slots[j] for j in rows]])] = values[self.slot_tensor(rows)]
 
-    # ---------------------------------------------------------------- one round
-    def round(self) -> bool:
-        live = np.flatnonzero((self.slot_traj >= 0) & (self.n < self.num_steps))
-        if not live.size:
-            return False
-        sched = self.schedule
-        n, known = self.n[live], self.root_known[live]
-        cell = (n, known.view(np.uint8))  # (step, root known) of each live slot
-        depth = sched.depth[cell]
-        speculate = depth > 0
-        warm = speculate & ~(self.has_frozen[live] | known) if self.uses_frozen else None
-        if warm is not None and self.draft.cold_start:
-            cold = warm & self.fresh[live]
-            if cold.any():
-                self.start_cold(live[cold])
-                warm &= ~cold
-        spec, layout_ids, spec_known = live, sched.layout_id[cell], known
-        direct = deterministic = warming = roots = live[:0]  # the usual round: every live slot speculates
-        if not speculate.all() or (warm is not None and warm.any()):
-            if warm is not None:
-                speculate &= ~warm
-                warming = live[warm]
-            spec, layout_ids, spec_known = live[speculate], layout_ids[speculate], known[speculate]
-            direct = live[depth == 0]
-            # roots evaluated alone: direct steps whose output is not known, and warm-ups
-            roots = np.concatenate([direct[~self.root_known[direct]], warming])
-            deterministic = direct[(self.scales_host[self.n[direct]] == 0) & ~self.root_known[direct]]
-        t0 = self.clock.mark()
-        states = self.start_rounds(spec, layout_ids, spec_known)
-        self.clock.add("draft", t0)
-        out = self.call_target(states, roots, deterministic)
-        if roots.size:
-            self.root_out[self.slot_tensor(roots)] = out[out.shape[0] - roots.size:]
-        t0 = self.clock.mark()
-        for state in states:
-            phases.walk(state, self)
-        finite = self.synchronise(states, out)
-        if not finite:
-            raise SpecdemoError(f"the network returned NaN or inf at step(s) {self.bad_steps(out)}; "
-                                "check the model and its inputs")
-        self.root_known[live] = False
-        if warming.size:
-            self.root_known[warming] = True
-            self.cost.warm_ups += warming.size
-        if direct.size:
-            self.direct_step(direct)
-        for state in states:
-            phases.correct(state, self)
-            phases.commit(state, self)
-            self.account(state)
-            if self.trace is not None:
-                self.trace.append(round_trace(state, self))
-        self.clock.add("verify", t0)
-        self.cost.rounds += 1
-        finished = live[self.n[live] == self.num_steps]
-        if finished.size:
-            self.refill(finished.tolist())
-        return True
-
     def start_cold(self, slots: np.ndarray) -> None:
         """Trajectories in their first speculative round take the draft's cold value (Draft.cold_value)
         instead of a warm-up call."""
@@ -410,171 +327,535 @@ class _Batch:
         self.cost.draft_calls += calls
         self.has_frozen[slots], self.fresh[slots] = True, False
 
-    def start_rounds(self, slots: np.ndarray, layout_ids: np.ndarray, known: np.ndarray) -> list[RoundState]:
-        """Phase 1 for each group of slots that share a layout and a root state. A group seen in a
-        recent round (the same slots, layout and root state: every round of a lone trajectory's chain)
-        keeps its slot tensor and buffers."""
-        states = []
-        keys = layout_ids * 2 + known
-        for key in (keys[:1] if keys.size == 1 else np.unique(keys)):
-            members = slots if keys.size == 1 else slots[keys == key]
-            tag = (int(key), members.tobytes())
-            group = self._groups.pop(tag, None) or self.group(int(key), members)
-            self._groups[tag] = group  # the most recently used last
-            if len(self._groups) > GROUPS:
-                self._groups.pop(next(iter(self._groups)))
-            layout, kn, slot_t, slot_list, space, whole = group
-            state = RoundState(layout, slot_t, slot_list, members, self.slot_tensor(self.n[members]), kn, space=space,
-                               whole=whole)
-            if state.root_known and self.uses_frozen:  # the exact output at the root: the first level is exact
-                self.frozen_value(state, self.rows_of(self.root_out, state), self.rows_of(self.y, state), state.step,
-                                  **self.held(members, self.rows_of(self.frozen, state)))
-            phases.draft(state, self)
-            states.append(state)
-        return states
+    # ---------------------------------------------------------------- one round
+    def round(self) -> bool:
+        live = np.flatnonzero((self.slot_traj >= 0) & (self.n < self.num_steps))
+        if not live.size:
+            return False
+        sched = self.schedule
+        n, known = self.n[live], self.root_known[live]
+        if self.trace is not None:
+            self.root_known_before = self.root_known.copy()
+        cell = (n, known.view(np.uint8))
+        depth = sched.depth[cell]
+        speculate = depth > 0
+        warm = np.zeros_like(speculate)
+        if self.uses_frozen:
+            warm = speculate & ~(self.has_frozen[live] | known)
+            if self.draft.cold_start:
+                cold = warm & self.fresh[live]
+                if cold.any():
+                    self.start_cold(live[cold])
+                    warm &= ~cold
+        speculate &= ~warm
+        plan = RoundPlan(live, speculate, warm, depth == 0, sched.tree_id[cell], known, self)
+        t0 = self.clock.mark()
+        for part in plan.parts:
+            part.ws = self.workspace(part.tree)
+            self.prepare(plan, part)
+            if part.tree.depth:
+                self.draft_round(part)
+        self.clock.add("draft", t0)
+        out = self.call_target(plan)
+        t0 = self.clock.mark()
+        finite = self.synchronise(plan, out)
+        if not finite:
+            raise SpecdemoError(f"the network returned NaN or inf at step(s) {self.bad_steps(out)}; "
+                                "check the model and its inputs")
+        decided = Decided.empty(self.slots)
+        for part in plan.parts:
+            self.walk(part, decided)
+        self.commit(plan, decided)
+        self.clock.add("verify", t0)
+        self.cost.rounds += 1
+        finished = live[self.n[live] == self.num_steps]
+        if finished.size:
+            self.refill(finished.tolist())
+        return True
 
-    def held(self, slots: np.ndarray, frozen: torch.Tensor) -> dict:
-        """A draft with frozen_history is passed the value each slot holds (`frozen`, those slots' rows),
-        zeros where it holds none (after a warm-up, or a slot's earlier trajectory's)."""
-        if not self.draft.frozen_history:
-            return {}
-        held = torch.from_numpy(self.has_frozen[slots]).to(self.device)
-        return {"previous": torch.where(held.view(-1, *[1] * (frozen.dim() - 1)), frozen, 0.0)}
+    def prepare(self, plan: "RoundPlan", part: "Part") -> None:
+        """A part's inputs: every slot's level steps into the mailbox, its coefficient rows gathered on the
+        device, the roots copied in, and each member's own noise (part 0: a plain stochastic step's too)."""
+        ws = part.ws
+        depth = max(part.tree.depth, 1)
+        ws.before.host["steps"][:] = np.minimum(np.arange(depth)[:, None] + self.n[None], self.num_steps - 1)
+        ws.before.send()
+        ws.x_root.copy_(self.y_flat)
+        self.kernel.round_rows(ws.steps_flat, ws.rows_flat)
+        if ws.parent_rows is not ws.rows:
+            torch.index_select(ws.rows, 0, ws.layout.parent_level, out=ws.parent_rows)
+        draws = list(zip(part.slots.tolist(), part.drafted.tolist()))
+        if part is plan.parts[0]:
+            draws += [(slot, 1) for slot in plan.direct[self.scales_host[self.n[plan.direct]] > 0].tolist()]
+        for slot, count in draws:
+            self.rng.normal_(slot, ws.noise_rows(slot, count))
 
-    def group(self, key: int, members: np.ndarray) -> tuple:
-        """(layout, root known, slots on the device and on the host, the buffers' rows, whether the
-        group is every slot in order) of the slots `members` (increasing) in the layout and root state of key."""
-        layout, known = self.schedule.layouts[key // 2], bool(key % 2)
-        space = self.workspace(layout, known).rows(members.size)
-        return layout, known, self.slot_tensor(members), members.tolist(), space, members.size == self.slot_traj.size
+    def draft_round(self, part: "Part") -> None:
+        """Phase 1: the draft's means set up for the round, then every node drafted."""
+        ws = part.ws
+        cond = self.cond_of() if self.draft.calls_network else {}
+        means = self.draft.for_round(self.kernel, ws.before.device["steps"], self.frozen, cond)
+        self.cost.draft_calls += means.network_levels
+        device.draft(ws, means, self.y_flat, self.frozen_levels)
 
-    def call_target(self, states: list[RoundState], roots: np.ndarray, deterministic: np.ndarray):
-        """Phase 2: one batched target call over every group's evaluated nodes and the lone roots
-        (none when every root's output is known and no group evaluates a node)."""
-        calling = [s for s in states if s.call_rows]
-        parts = [phases.call_inputs(s, self) for s in calling]
-        if roots.size:
-            r = self.slot_tensor(roots)
-            parts.append((self.y[r], self.slot_tensor(self.n[roots])))
+    def call_target(self, plan: "RoundPlan") -> torch.Tensor | None:
+        """Phase 2: one batched target call over the round's rows: each speculating trajectory's evaluated
+        nodes (its root unless its output is known), and the roots of plain steps whose output is not known
+        and of warm-ups (part 0's), padded to the call's size; its outputs put at their nodes' rows of each
+        part's output plane; then the target's mean at every parent and the reduction."""
+        for part in plan.parts:
+            if part.any_known:
+                part.ws.out_root.copy_(self.root_out)
+        layout = self.call_layout(plan)
         out = None
-        if parts:
-            rows = sum(p[1].numel() for p in parts)
-            padding = call_size(rows) - rows  # repeats of the first row, their outputs dropped
-            self.cost.padded_rows += padding
-            if padding:
-                first = parts[0]
-                parts.append(tuple(t[:1].expand(padding, *t.shape[1:]) for t in first))
-            x, steps = (torch.cat(p) for p in zip(*parts)) if len(parts) > 1 else parts[0]
-            cond = {}
-            if self.cond:  # each row's trajectory's conditioning (padding rows repeat the first row's)
-                slots = [s.slots.repeat_interleave(s.call_rows) for s in calling] + ([r] if roots.size else [])
-                slots = torch.cat(slots + [slots[0][:1].expand(padding)])
-                cond = {k: v[self.slot_traj_device[slots]] for k, v in self.cond.items()}
+        if layout is not None:
+            count, size, bounds = layout
+            box = self.call_box(size)
+            buf, states, rows_in, rows_out, steps, traj, finite = box.views
+            box.mailbox.send()
+            if len(plan.parts) == 1:
+                torch.index_select(plan.parts[0].ws.x_flat, 0, rows_in, out=buf)
+            else:
+                for part, (lo, hi) in zip(plan.parts, bounds):
+                    torch.index_select(part.ws.x_flat, 0, rows_in[lo:hi], out=buf[lo:hi])
+            cond = {k: v.index_select(0, traj) for k, v in self.cond.items()} if self.cond else {}
             t0 = self.clock.mark()
-            out = self.network(x, steps, **cond)
-            if out.shape != x.shape:
-                raise SpecdemoError(f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(x.shape)}")
+            out = self.network(states, steps, **cond)
+            if out.shape != states.shape:
+                raise SpecdemoError(f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(states.shape)}")
             self.clock.add("target", t0)
-            out = (out[:rows] if padding else out).to(self.dtype)
-            self.call_steps = steps  # padded: the error path reads the first `rows`
+            if out.dtype != self.dtype:
+                out = out.to(self.dtype)
+            torch.sum(out, dim=tuple(range(out.dim())), dtype=torch.float64, out=finite)
+            if len(plan.parts) == 1:
+                plan.parts[0].ws.out_states.index_copy_(0, rows_out, out)
+            else:
+                for part, (lo, hi) in zip(plan.parts, bounds):
+                    part.ws.out_states.index_copy_(0, rows_out[lo:hi], out[lo:hi])
             self.cost.target_calls += 1
-        start = 0
-        for s in states:
-            phases.take_outputs(s, out[start:start + s.count * s.call_rows] if s.call_rows else None, self)
-            start += s.count * s.call_rows
-        if roots.size:  # the lone roots' share of the call (the groups' is counted in `account`)
-            traj = self.slot_traj[roots]
-            self.calls[traj] += 1
-            self.counted[traj] += 1
-            self.rows_used[traj] += 1
-            # calls spent on deterministic steps are on neither side of the speedup (section 5)
-            self.counted[self.slot_traj[deterministic]] -= 1
+            self.cost.padded_rows += size - count
+            self.account_call(plan)
+        for part in plan.parts:
+            device.target_means(part.ws, self.kernel)
+            if part.tree.depth:
+                device.reduce(part.ws)
         return out
 
-    def synchronise(self, states: list[RoundState], out) -> bool:
-        """The round's one device-to-host copy: every group's committed depths and corrections, and
-        whether the call's outputs were finite."""
-        parts = [t for s in states for t in (s.end_depth, s.corrected)]
-        if out is not None:  # one reduction, checked on the host (huge sums are refused too)
-            parts.append(out.sum(dtype=torch.promote_types(out.dtype, torch.float32))[None])
-        if not parts:
-            return True
-        host = torch.cat(parts).tolist()  # with the sum, cat makes the depths and flags floats: small integers, exact
-        start = 0
-        for s in states:
-            a = s.count
-            s.end_host, s.corrected_host = [int(e) for e in host[start:start + a]], [c != 0 for c in host[start + a:start + 2 * a]]
-            start += 2 * a
-        return out is None or math.isfinite(host[-1])
+    def call_layout(self, plan: "RoundPlan") -> tuple[int, int, list[tuple[int, int]]] | None:
+        """Write the call's rows into the call's mailbox, part after part (node rows of each part's
+        workspace, node-major: node j of slot a is row j A + a), padding after part 0's rows: (rows,
+        padded size, each part's span), or None where nothing is evaluated."""
+        a = self.slots
+        parts_rows, parts_steps, parts_slots = [], [], []
+        for index, part in enumerate(plan.parts):
+            rows, steps, slots = [], [], []
+            for tree_id, members in part.groups.items():
+                tree, leaves = self.schedule.trees[tree_id]
+                t = tables(tree)
+                evaluated = t.num_nodes if leaves else t.num_parents
+                for known in (False, True):
+                    who = members[self.root_known[members] == known]
+                    if not who.size or evaluated <= known:  # a known root of a tree without another evaluated node
+                        continue
+                    nodes = np.arange(int(known), evaluated)
+                    rows.append((nodes[None] * a + who[:, None]).reshape(-1))
+                    steps.append((self.n[who][:, None] + t.node_depth[nodes][None]).reshape(-1))
+                    slots.append(np.repeat(who, nodes.size))
+            if index == 0:  # the roots of plain steps whose output is not known, and of warm-ups: node 0
+                roots = np.concatenate([plan.direct[~self.root_known[plan.direct]], plan.warm])
+                rows.append(roots)
+                steps.append(self.n[roots])
+                slots.append(roots)
+            parts_rows.append(np.concatenate(rows) if rows else np.zeros(0, np.int64))
+            parts_steps.append(np.concatenate(steps) if steps else np.zeros(0, np.int64))
+            parts_slots.append(np.concatenate(slots) if slots else np.zeros(0, np.int64))
+        count = sum(r.size for r in parts_rows)
+        if not count:
+            return None
+        size = call_size(count)
+        first = next(i for i, r in enumerate(parts_rows) if r.size)
+        pad = size - count  # repeats of the call's first row, their outputs put in part 0's spare row
+        spare = plan.parts[0].tree.num_nodes * a
+        parts_rows[0] = np.concatenate([parts_rows[0], np.full(pad, parts_rows[first][0] if first == 0 else 0)])
+        parts_steps[0] = np.concatenate([parts_steps[0], np.full(pad, parts_steps[first][0])])
+        parts_slots[0] = np.concatenate([parts_slots[0], np.full(pad, parts_slots[first][0])])
+        box = self.call_box(size).mailbox.host
+        at, bounds = 0, []
+        for index, (rows, steps, slots) in enumerate(zip(parts_rows, parts_steps, parts_slots)):
+            hi = at + rows.size
+            box["rows_in"][at:hi] = rows
+            box["rows_out"][at:hi] = rows
+            box["steps"][at:hi] = steps
+            box["traj"][at:hi] = self.slot_traj[slots]
+            bounds.append((at, hi))
+            at = hi
+        box["rows_out"][bounds[0][1] - pad:bounds[0][1]] = spare
+        plan.call_slots = np.concatenate(parts_slots)[:count + pad]
+        plan.call_real = np.ones(size, dtype=bool)
+        plan.call_real[bounds[0][1] - pad:bounds[0][1]] = False
+        return count, size, bounds
+
+    def call_box(self, size: int) -> "CallBox":
+        """The buffers and mailbox of a call of `size` rows: the run's own, or the process's, or new."""
+        box = self._calls.get(size)
+        if box is None:
+            box = self._calls[size] = POOL.take(self.call_key(size)) or CallBox(size, self.shape, self.device, self.dtype)
+        return box
+
+    def call_key(self, size: int) -> tuple:
+        return "call", size, self.shape, self.device, self.dtype
+
+    def account_call(self, plan: "RoundPlan") -> None:
+        """The call, per trajectory: a call with no row at a stochastic step is not counted
+        (Schedule.stochastic_rows), nor a plain step's at a deterministic step (section 5)."""
+        slots, counts = np.unique(plan.call_slots[plan.call_real], return_counts=True)
+        traj = self.slot_traj[slots]
+        self.calls[traj] += 1
+        self.rows_used[traj] += counts
+        counted = np.ones(slots.size, dtype=np.int64)
+        n, known = self.n[slots], self.root_known[slots]
+        speculating = np.isin(slots, plan.spec)
+        counted[speculating] = self.schedule.stochastic_rows[n[speculating], known[speculating].view(np.uint8)]
+        direct = np.isin(slots, plan.direct)
+        counted[direct & (self.scales_host[n] == 0)] = 0
+        self.counted[traj] += counted
+
+    def synchronise(self, plan: "RoundPlan", out) -> bool:
+        """The round's one device-to-host copy and synchronisation: each part's inner products, and the
+        call's sum (not finite: the call returned NaN or inf)."""
+        for part in plan.parts:
+            part.ws.fetch(part.tree.depth > 0)
+        if out is not None:
+            box = self.call_box(out.shape[0])
+            box.fetch()
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        return out is None or math.isfinite(float(self.call_box(out.shape[0]).finite_host[0]))
 
     def bad_steps(self, out) -> list[int]:
         """The steps of the call's rows whose outputs are not finite (the error path only)."""
         bad = ~torch.isfinite(out).flatten(1).all(1)
-        return sorted(set(self.call_steps[:bad.numel()][bad].tolist()))[:5]
+        steps = self.call_box(out.shape[0]).mailbox.host["steps"]
+        return sorted(set(steps[bad.cpu().numpy()].tolist()))[:5]
 
-    def direct_step(self, direct: np.ndarray) -> None:
-        """Y_{n+1} = m_n(Y_n) + s_n xi with the target: plain sampling and deterministic steps."""
-        d = self.slot_tensor(direct)
-        step = self.slot_tensor(self.n[direct])
-        if self.uses_frozen and self.draft.cold_start and not self.draft.calls_network:
-            # a cold start keeps the step's target output for the next round (one step stale, as the parent
-            # prefetch), where a warm start spends a warm-up call; a draft network would spend a call on it
-            self.frozen[d] = self.draft.frozen_value(self.kernel, self.root_out[d], self.y[d], step,
-                                                     **self.held(direct, self.frozen[d]))
-            self.has_frozen[direct], self.fresh[direct] = True, False  # a target output: no guess from here on
-        y_next = self.kernel.mean(self.root_out[d], self.y[d], step)
-        noisy = np.flatnonzero(self.scales_host[self.n[direct]] > 0)
-        if noisy.size:
-            rows = self.slot_tensor(noisy)
-            xi = self.rng.normal(direct[noisy], self.shape, self.dtype)
-            y_next[rows] += self.scale(step[rows], xi) * xi
-        self.y[d] = y_next
-        self.n[direct] += 1
-        self.keep_state(direct.tolist(), self.n[direct].tolist(), y_next)
-
-    def account(self, state: RoundState) -> None:
-        """The round's call, per trajectory (a call with no row at a stochastic step is not counted:
-        Schedule.stochastic_rows), its steps and committed depths, kept intermediate states."""
-        slots = state.slot_array
-        traj, n0 = self.slot_traj[slots], self.n[slots]
-        if state.call_rows:
-            self.calls[traj] += 1
-            self.counted[traj] += self.schedule.stochastic_rows[n0, state.first_row]
-            self.rows_used[traj] += state.call_rows
-        ends = np.asarray(state.end_host)
-        self.n[slots] = n0 + ends
-        self.round_ends.extend(state.end_host)
-        self.round_kept.extend(e - c for e, c in zip(state.end_host, state.corrected_host))
-        self._keep_path(state, n0, ends)
-
-    def _keep_path(self, state: RoundState, n0: np.ndarray, ends: np.ndarray) -> None:
-        """The kept steps a round committed: inner steps are accepted nodes (ancestors of cur), the
-        last is y_new."""
-        if not self.keep:
+    # ---------------------------------------------------------------- the host's walk
+    def walk(self, part: "Part", decided: "Decided") -> None:
+        """Phase 4: every speculating trajectory's verifier walk in a part, the prefetch's choice, and what
+        the commit writes (Decided), group by group of trajectories that share a tree (whose nodes are the
+        part's first nodes, in order)."""
+        if not part.tree.depth:
             return
-        for m in self.keep:
-            j = m - n0
+        ws, gram = part.ws, part.ws.host_view().gram
+        k_u, a = ws.layout.max_width, self.slots
+        scales = self.scales_host
+        for tree_id, slots in part.groups.items():
+            tree, leaves = self.schedule.trees[tree_id]
+            t = tables(tree)
+            n0 = self.n[slots]
+            g = gram[np.arange(t.num_parents)[None], slots[:, None]]  # (R, Np_T, K_U + 1, K_U + 1)
+            s = scales[np.minimum(n0[:, None] + t.node_depth[None, :t.num_parents], self.num_steps - 1)]
+            norm = np.sqrt(np.maximum(g[..., k_u, k_u], 0.0))
+            delta = norm / s
+            if self.exact_known:  # the first level's mean is the target's there: delta 0 by construction
+                delta[self.root_known[slots], 0] = 0.0
+            kids = np.arange(1, t.num_nodes)
+            par = t.parent[kids]
+            u = np.zeros((slots.size, t.num_nodes))
+            u[:, 1:] = g[:, par, t.position[kids], k_u] / np.maximum(norm[:, par] * s[:, par], TINY)
+            uniforms = self.rng.uniform(slots, self.verifier.uniforms_per_round(t))
+            walk = self.verifier.walk(t, delta, u, uniforms, _SlotRandom(self.rng, slots),
+                                      trace=self.trace is not None)
+            rows = np.arange(slots.size)
+            corrected = walk.corrected
+            p = np.minimum(walk.node, t.num_parents - 1)  # the parent of the corrected draw (kept rows: any)
+            factor = np.where(corrected, s[rows, p] * (np.nan_to_num(walk.u_new) - u[rows, walk.child])
+                              / np.maximum(norm[rows, p], TINY), 0.0)
+            decided.commit[slots] = walk.child * a + slots
+            decided.diff_row[slots] = p * a + slots
+            decided.factor[slots] = factor
+            decided.corrected[slots] = corrected
+            decided.part[slots] = part.index
+            # the output frozen for the next round (prefetch), and a kept leaf's output, known
+            if self.prefetch is not None:
+                source = self.prefetch.source(t, walk, leaves, g[rows, p], factor, k_u)
+                if source is None:
+                    decided.unfreeze[slots] = True
+                else:
+                    decided.set_source(slots, a, source, np.maximum(t.parent[source], 0),
+                                       n0 + t.node_depth[source], n0 + np.maximum(t.node_depth[source] - 1, 0),
+                                       part.index)
+            if leaves:
+                kept = slots[~corrected]
+                decided.known_rows(kept, walk.node[~corrected] * a + kept, part.index)
+            self.n[slots] = n0 + walk.end_depth
+            self.round_ends.append(walk.end_depth)
+            self.round_kept.append(walk.end_depth - corrected)
+            if self.keep:
+                decided.paths.append((slots, n0, walk, tree, part))
+            if self.trace is not None:
+                decided.traces.append((slots, tree, leaves, walk, part))
+
+    # ---------------------------------------------------------------- commit
+    def commit(self, plan: "RoundPlan", decided: "Decided") -> None:
+        """Phase 5: the new states, frozen values and known root outputs (round.py's formulas, with the
+        host's choices), part by part."""
+        a = self.slots
+        direct = plan.direct
+        # plain or deterministic steps under a cold start keep their output for the next round; warm-ups too
+        refresh_roots = plan.warm
+        if self.uses_frozen and self.draft.cold_start and not self.draft.calls_network:
+            refresh_roots = np.concatenate([refresh_roots, direct])
+        if refresh_roots.size:
+            n_r = self.n[refresh_roots]
+            zero = np.zeros_like(n_r)
+            decided.set_source(refresh_roots, a, zero, zero, n_r, n_r, 0)
+        if plan.warm.size:
+            decided.known_rows(plan.warm, plan.warm, 0)
+        refresh = decided.source_set & ~decided.unfreeze
+        for part in plan.parts:
+            mine = decided.part == part.index
+            box = part.ws.after.host
+            own = np.arange(a)  # elsewhere: each slot's own root, y itself
+            box["commit"][:] = np.where(mine, decided.commit, own)
+            box["diff_row"][:] = np.where(mine, decided.diff_row, own)
+            box["factor"][:, 0] = np.where(mine, decided.factor, 0.0)
+            box["source"][:] = np.where(mine, decided.source, own)
+            box["above"][:] = np.where(mine, decided.above, own)
+            box["source_step"][:], box["above_step"][:] = decided.source_step, decided.above_step
+            box["leaf"][:] = np.where(mine, decided.leaf, own)
+            box["mine"][:, 0] = mine
+            box["direct"][:, 0] = False
+            box["direct"][direct, 0] = True
+            box["refresh"][:, 0] = refresh
+            box["known"][:, 0] = decided.known
+            box["held"][:, 0] = self.has_frozen
+            part.ws.after.send()
+        first = plan.parts[0]
+        for part in plan.parts:
+            ws, dev, mine = part.ws, part.ws.after.device, decided.part == part.index
+            if not mine.any():
+                continue
+            if part is first:
+                torch.index_select(ws.x_flat, 0, dev["commit"], out=self.y_flat)
+            else:
+                torch.where(dev["mine"], torch.index_select(ws.x_flat, 0, dev["commit"]), self.y_flat, out=self.y_flat)
+            if (decided.corrected & mine).any():
+                self.y_flat.addcmul_(dev["factor"], torch.index_select(ws.diff_flat, 0, dev["diff_row"]))
+        if direct.size:
+            moved = torch.addcmul(first.ws.mq_root, first.ws.root_scale, first.ws.root_noise)
+            if direct.size == self.slots:
+                self.y_flat.copy_(moved)
+            else:
+                torch.where(first.ws.after.device["direct"], moved, self.y_flat, out=self.y_flat)
+        if refresh.any():
+            self.freeze(plan, decided, refresh)
+        if decided.known.any():
+            leaf_out = self.gathered(plan, decided, "leaf", lambda ws: ws.out_flat, self.root_out.new_empty(self.root_out.shape))
+            if decided.known.all():
+                self.root_out.copy_(leaf_out)
+            else:
+                torch.where(first.ws.after.device["known"], leaf_out, self.root_out, out=self.root_out)
+        # the host's state
+        self.has_frozen[refresh] = True
+        self.has_frozen[decided.unfreeze] = False
+        self.fresh[plan.spec] = False
+        if refresh_roots.size:
+            self.fresh[refresh_roots] = False  # a target output: no guess from here on
+        self.root_known[plan.live] = False
+        self.root_known[decided.known] = True
+        if direct.size:
+            self.n[direct] += 1
+            self.keep_state(direct.tolist(), self.n[direct].tolist(), self.y[self.slot_tensor(direct)])
+        if plan.warm.size:
+            self.cost.warm_ups += plan.warm.size
+        for slots, n0, walk, tree, part in decided.paths:
+            self._keep_path(part.ws, slots, n0, walk, tree)
+        for slots, tree, leaves, walk, part in decided.traces:
+            self.trace.append(round_trace(self, part.ws, slots, tree, leaves, walk))
+
+    def gathered(self, plan: "RoundPlan", decided: "Decided", field: str, buffer, out: torch.Tensor) -> torch.Tensor:
+        """Rows (A, D) gathered from each slot's part, at the mailboxes' `field` rows of buffer(ws)."""
+        for i, part in enumerate(plan.parts):
+            dev = part.ws.after.device
+            if i == 0:
+                torch.index_select(buffer(part.ws), 0, dev[field], out=out)
+            elif (decided.part == part.index).any():
+                torch.where(dev["mine"], torch.index_select(buffer(part.ws), 0, dev[field]), out, out=out)
+        return out
+
+    def freeze(self, plan: "RoundPlan", decided: "Decided", refresh: np.ndarray) -> None:
+        """Keep what the draft freezes from the target output at each refreshed slot's source node."""
+        ws = plan.parts[0].ws
+        dev = ws.after.device
+        whole = refresh.all()
+        if self.draft.frozen_is_output and whole and len(plan.parts) == 1:  # gathered straight into the frozen values
+            torch.index_select(ws.out_flat, 0, dev["source"], out=self.frozen_rows)
+            return
+        self.gathered(plan, decided, "source", lambda w: w.out_flat, ws.frozen_out_flat)
+        self.gathered(plan, decided, "source", lambda w: w.x_flat, ws.frozen_x_flat)
+        history = {}
+        if self.draft.frozen_history:  # the output one node above (the root's own at the root), the value held
+            held = dev["held"].view(-1, *[1] * (self.frozen.dim() - 1))
+            above_out, above_x = ws.frozen_above_flat
+            self.gathered(plan, decided, "above", lambda w: w.out_flat, above_out)
+            self.gathered(plan, decided, "above", lambda w: w.x_flat, above_x)
+            history = {"previous": torch.where(held, self.frozen, 0.0),
+                       "earlier": (*ws.frozen_above, dev["above_step"])}
+        if self.draft.calls_network:  # a draft network corrected at the frozen node: one more draft call
+            self.cost.draft_calls += 1
+        cond = self.cond_of() if self.draft.calls_network else None
+        value = self.draft.frozen_value(self.kernel, ws.frozen_out, ws.frozen_x, dev["source_step"], cond=cond, **history)
+        if whole:
+            self.frozen.copy_(value)
+        else:
+            torch.where(dev["refresh"].view(-1, *[1] * (self.frozen.dim() - 1)), value, self.frozen, out=self.frozen)
+
+    def _keep_path(self, ws: Workspace, slots: np.ndarray, n0: np.ndarray, walk, tree: Topology) -> None:
+        """The kept steps a round committed: inner steps are accepted nodes (ancestors of the walk's node),
+        the last is the new state."""
+        t = tables(tree)
+        ends = walk.end_depth
+        for m_step in self.keep:
+            j = m_step - n0
             rows = np.flatnonzero((j >= 1) & (j <= ends))
             if not rows.size:
                 continue
-            r = self.slot_tensor(rows)
-            inner = torch.as_tensor(j[rows] < ends[rows]).to(self.device)
-            nodes = state.layout.ancestors[state.cur[r], self.slot_tensor(np.minimum(j[rows], ends[rows] - 1))]
-            inner_x = state.x[r, nodes.clamp_max(state.x.shape[1] - 1)]
-            values = torch.where(inner.view(-1, *[1] * len(self.shape)), inner_x, state.y_new[r])
-            self.keep_state([state.slot_list[i] for i in rows], [m] * rows.size, values)
+            inner = j[rows] < ends[rows]
+            node = walk.node[rows]
+            for _ in range(int(t.depth)):  # climb to the ancestor at depth j
+                node = np.where(t.node_depth[node] > j[rows], t.parent[node], node)
+            x_rows = self.slot_tensor(node * ws.capacity + slots[rows])
+            values = torch.where(torch.from_numpy(inner).to(self.device).view(-1, *[1] * len(self.shape)),
+                                 ws.x_flat[x_rows].view(-1, *self.shape), self.y[self.slot_tensor(slots[rows])])
+            self.keep_state(slots[rows].tolist(), [m_step] * rows.size, values)
 
     def finish(self) -> None:
         top = len(self.cost.examined_per_depth)
         # rounds that committed more than d steps examined level d; more than d kept nodes kept it
-        examined, accepted = (np.bincount(np.array(v, dtype=np.int64), minlength=top + 2)[::-1].cumsum()[::-1]
-                              for v in (self.round_ends, self.round_kept))
+        ends = np.concatenate(self.round_ends) if self.round_ends else np.zeros(0, np.int64)
+        kept = np.concatenate(self.round_kept) if self.round_kept else np.zeros(0, np.int64)
+        examined, accepted = (np.bincount(v.astype(np.int64), minlength=top + 2)[::-1].cumsum()[::-1] for v in (ends, kept))
         self.cost.examined_per_depth = examined[1:top + 1].tolist()
         self.cost.accepted_per_depth = accepted[1:top + 1].tolist()
         seconds = self.clock.totals()
         self.cost.target_s = seconds.get("target", 0.0)
         self.cost.draft_s = seconds.get("draft", 0.0)
         self.cost.verify_s = seconds.get("verify", 0.0)
+
+
+class _SlotRandom:
+    """The uniform streams of a walk's rows (0..R-1: slots[rows]), for draws beyond a round's uniforms."""
+
+    def __init__(self, rng: TrajectoryRandom, slots: np.ndarray):
+        self.rng, self.slots = rng, slots
+
+    def uniform(self, rows, count: int) -> np.ndarray:
+        return self.rng.uniform(self.slots[np.asarray(rows)], count)
+
+
+class Part:
+    """The trajectories of a round that draft one tree (union.py): the tree, its members grouped by their
+    own tree (an index into the schedule's trees), the slots and the drafted nodes of each, and its
+    workspace."""
+
+    def __init__(self, index: int, tree: Topology, groups: dict[int, np.ndarray], drafted: dict[int, int],
+                 any_known: bool):
+        self.index, self.tree, self.groups = index, tree, groups
+        self.slots = np.concatenate(list(groups.values())) if groups else np.zeros(0, np.int64)
+        self.drafted = np.concatenate([np.full(s.size, drafted[i]) for i, s in groups.items()]) if groups else self.slots
+        self.any_known = any_known
+        self.ws: Workspace | None = None
+
+
+class RoundPlan:
+    """Who does what in a round: the live slots, those that speculate (in parts: union.py), warm up or
+    take a plain step."""
+
+    def __init__(self, live, speculate, warm, direct, tree_id, known, batch: _Batch):
+        self.live = live
+        self.spec, self.warm, self.direct = live[speculate], live[warm], live[direct]
+        ids = tree_id[speculate]
+        groups = {int(i): self.spec[ids == i] for i in np.unique(ids)}
+        trees = batch.schedule.trees
+        order = list(groups)
+        known_slots = batch.root_known
+        self.parts = []
+        for index, (tree, members) in enumerate(parts_of(tuple(trees[i][0] for i in order))):
+            mine = {order[m]: groups[order[m]] for m in members}
+            drafted = {i: trees[i][0].num_nodes - 1 for i in mine}
+            any_known = any(known_slots[s].any() for s in mine.values())
+            if index == 0:
+                any_known = any_known or bool(known_slots[self.direct].any())
+            self.parts.append(Part(index, tree, mine, drafted, any_known))
+        self.call_slots = live[:0]
+        self.call_real = np.zeros(0, dtype=bool)
+
+
+class CallBox:
+    """A call of `size` rows: its input buffer (size, D), the states' view, the mailbox of its rows (in the
+    parts' workspaces, and where the outputs go), their steps and trajectories, and its sum (the host's
+    finiteness check)."""
+
+    def __init__(self, size: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype):
+        d = int(np.prod(shape))
+        buf = torch.zeros((size, d), device=device, dtype=dtype)
+        self.nbytes = buf.nbytes + 4 * 8 * size
+        self.mailbox = Mailbox({"rows_in": ((size,), torch.long), "rows_out": ((size,), torch.long),
+                                "steps": ((size,), torch.long), "traj": ((size,), torch.long)}, device)
+        self.finite = torch.zeros((), device=device, dtype=torch.float64)
+        cuda = device.type == "cuda"
+        self._finite_host = torch.zeros(1, dtype=torch.float64, pin_memory=True) if cuda else self.finite.view(1)
+        self.finite_host = self._finite_host.numpy()
+        dev = self.mailbox.device
+        self.views = (buf, buf.view(size, *shape), dev["rows_in"], dev["rows_out"], dev["steps"], dev["traj"], self.finite)
+
+    def fetch(self) -> None:
+        if self.finite.device.type == "cuda":
+            self._finite_host.copy_(self.finite.view(1), non_blocking=True)
+
+
+@dataclass
+class Decided:
+    """What the commit writes, per slot: the part it is in (-1: none), the node whose state y takes (a
+    row of the part's states), the row of mq - mp and the factor a corrected draw moves by along it, the
+    node whose output is frozen next (with the node above it and their steps), whether the next root's
+    output is known (and its row), and the walks' paths and traces the host reads after the commit."""
+
+    part: np.ndarray
+    commit: np.ndarray
+    diff_row: np.ndarray
+    factor: np.ndarray
+    corrected: np.ndarray
+    source: np.ndarray
+    above: np.ndarray
+    source_step: np.ndarray
+    above_step: np.ndarray
+    source_set: np.ndarray
+    unfreeze: np.ndarray
+    known: np.ndarray
+    leaf: np.ndarray
+    paths: list = field(default_factory=list)
+    traces: list = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, slots: int) -> "Decided":
+        """Every slot's rows at its own root (row j A + a with j = 0: a): y stays, nothing is frozen."""
+        z = lambda dtype=np.int64: np.zeros(slots, dtype=dtype)
+        root = lambda: np.arange(slots)
+        return cls(np.full(slots, -1), root(), root(), z(np.float64), z(bool), root(), root(), z(), z(), z(bool),
+                   z(bool), z(bool), root())
+
+    def set_source(self, slots, a, source, above, source_step, above_step, part: int) -> None:
+        """Node rows (node-major: node j of slot s is row j A + s) of the source and the node above it."""
+        self.source[slots], self.above[slots] = source * a + slots, above * a + slots
+        self.source_step[slots], self.above_step[slots] = source_step, above_step
+        self.source_set[slots] = True
+        self.part[slots] = np.where(self.part[slots] < 0, part, self.part[slots])
+
+    def known_rows(self, slots: np.ndarray, rows: np.ndarray, part: int) -> None:
+        self.known[slots] = True
+        self.leaf[slots] = rows
+        self.part[slots] = np.where(self.part[slots] < 0, part, self.part[slots])
 
 
 def sample(

@@ -15,9 +15,10 @@ evaluated too (so that a round that keeps its leaf knows the exact target output
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..trees import Topology, TopologyPlan
+from ..trees.tables import TreeTables
+from ..verifiers import Walk
 
 
 class Prefetch:
@@ -28,63 +29,62 @@ class Prefetch:
         evaluates its leaves."""
         return np.zeros((num_steps, 2), dtype=bool)
 
-    def source(self, state) -> torch.Tensor | list[int] | None:
-        """The node of each row of a walked round whose output is frozen next: (A,) on the device, or
-        a host list for a chain (known from the host's committed depths, no gather); None: keep none."""
+    def source(self, tree: TreeTables, walk: Walk, leaves: bool, sibling_gram: np.ndarray,
+               factor: np.ndarray, k: int) -> np.ndarray | None:
+        """The node of each row of a walked round whose output is frozen next (R,); None: keep none.
+        sibling_gram (R, K + 1, K + 1): the inner products of z = x - mp of the children of the node each
+        row stopped at (and mq - mp, index k), whose corrected draw is child + factor (mq - mp)."""
         raise NotImplementedError
 
     def __str__(self) -> str:
         return self.name
 
 
-def parent_of_commit(state) -> torch.Tensor | list[int]:
+def parent_of_commit(tree: TreeTables, walk: Walk, leaves: bool) -> np.ndarray:
     """The evaluated node closest above the committed state: the node whose verification ended the
     round, or the committed leaf itself when the leaves were evaluated."""
-    lay = state.layout
-    if lay.max_width == 1:  # a chain: node e - 1 (depth e - 1) ended a corrected round; a kept round's
-        # leaf (node e) if it was evaluated, else its parent, node e - 1
-        return [e - 1 if c or not state.evaluate_leaves else e for e, c in zip(state.end_host, state.corrected_host)]
-    if state.evaluate_leaves:
-        return state.cur
-    return torch.where(state.corrected, state.cur, lay.parent[state.cur])
+    kept_leaf = walk.node if leaves else np.maximum(tree.parent[walk.node], 0)
+    return np.where(walk.corrected, walk.node, kept_leaf)
 
 
 class ParentOutput(Prefetch):
     name = "parent"
 
-    def source(self, state):
-        return parent_of_commit(state)
+    def source(self, tree, walk, leaves, sibling_gram, factor, k):
+        return parent_of_commit(tree, walk, leaves)
 
 
 class Reevaluate(Prefetch):
     name = "none"
 
-    def source(self, state):
+    def source(self, tree, walk, leaves, sibling_gram, factor, k):
         return None
 
 
 class NearestSibling(Prefetch):
     name = "nearest"
 
-    def source(self, state):
+    def source(self, tree, walk, leaves, sibling_gram, factor, k):
         """Where a corrected draw ended the round, the evaluated child of its parent (a rejected
-        sibling, at the same step) nearest to it, if the level was evaluated."""
-        lay, cur = state.layout, state.cur
-        if lay.max_width == 1:  # a chain: the one sibling is the rejected child (node e, at the corrected
-            # draw's step), if evaluated; else the parent of the commit
-            evaluated = lay.evaluated_depth
-            return [e if c and e <= evaluated else p
-                    for e, c, p in zip(state.end_host, state.corrected_host, parent_of_commit(state))]
-        fallback = parent_of_commit(state)
-        width = lay.max_width
-        sib = lay.first_child[cur][:, None] + torch.arange(width, device=cur.device)
-        valid = (torch.arange(width, device=cur.device)[None] < lay.num_children[cur][:, None]) \
-            & (lay.node_depth[cur] < state.evaluated_depth)[:, None] & state.corrected[:, None]
-        sib = torch.where(valid, sib, 0)
-        ar = torch.arange(cur.numel(), device=cur.device)[:, None]
-        dist = (state.x[ar, sib] - state.y_new[:, None]).flatten(2).norm(dim=2)
-        best = torch.where(valid, dist, float("inf")).argmin(1)
-        return torch.where(valid.any(1), sib[ar[:, 0], best], fallback)
+        sibling, at the same step) nearest to it, if the level was evaluated: with z = x - mp,
+        ||x_j - y||^2 = ||z_j - z_c||^2 - 2 f <z_j - z_c, mq - mp> + f^2 ||mq - mp||^2 for the draw
+        y = x_c + f (mq - mp)."""
+        fallback = parent_of_commit(tree, walk, leaves)
+        evaluated = tree.depth if leaves else tree.depth - 1
+        stop = walk.node
+        level_evaluated = walk.corrected & (tree.node_depth[stop] + 1 <= evaluated)
+        if not level_evaluated.any():
+            return fallback
+        g = sibling_gram
+        r = np.arange(g.shape[0])
+        c = tree.position[walk.child]
+        diag = np.diagonal(g, axis1=1, axis2=2)[:, :k]  # ||z_j||^2
+        dist = (diag + diag[r, c][:, None] - 2 * g[r, c, :k] - 2 * factor[:, None] * (g[:, :k, k] - g[r, c, k][:, None])
+                + (factor**2 * g[:, k, k])[:, None])
+        width = tree.num_children[np.minimum(stop, tree.num_parents - 1)]
+        dist = np.where(np.arange(k)[None] < width[:, None], dist, np.inf)
+        nearest = tree.first_child[np.minimum(stop, tree.num_parents - 1)] + dist.argmin(1)
+        return np.where(level_evaluated, nearest, fallback)
 
 
 class EvaluatedLeaves(NearestSibling):

@@ -1,7 +1,7 @@
 """What a run records of its rounds, when asked for a trace: one RoundTrace per round and topology.
 
 Figures are drawn from these records alone (numpy arrays, JSON-serialisable through `to_json`).
-The driver builds them from a round's state after its walk (`round_trace`).
+The driver builds them from a round's walks after its commit (`round_trace`).
 """
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
+import torch
+
+from ..trees.tables import tables
 
 # node status in a round's tree
 UNVISITED, ACCEPTED, REJECTED, CORRECTED, ROOT = range(5)
@@ -65,80 +68,36 @@ class RoundTrace:
         return out
 
 
-def _trace_tree_walk(state, delta, node_acc, child_acc, status) -> None:
-    """A whole tree weighed path by path: on each path, its committed nodes accepted and the first
-    one not committed rejected, each with P(eta >= i | the path) (at the node and at its parent),
-    and delta at their parents."""
-    record, a = state.tree_record, state.count
-    parent = state.tree.parent.numpy()
-    inner = state.layout.num_parents
-    deltas = record.red.delta.view(a, inner).cpu().numpy()
-    for path, length, eta, accept, live in record.walk.paths:
-        path, eta, accept = path.cpu().numpy(), eta.cpu().numpy(), accept.cpu().numpy()
-        seen = np.minimum(eta + 1, length.cpu().numpy())
-        rows, j = np.nonzero((np.arange(path.shape[1])[None] < seen[:, None]) & live.cpu().numpy()[:, None])
-        nodes = path[rows, j]
-        above = parent[nodes]
-        delta[rows, above] = deltas[rows, above]
-        node_acc[rows, above] = child_acc[rows, nodes] = accept[rows, j]
-        status[rows, nodes] = np.where(j < eta[rows], ACCEPTED, REJECTED)
-
-
-def round_trace(state, run) -> RoundTrace:
-    """The RoundTrace of a walked, corrected and committed RoundState (specdemo.sampling.phases)."""
-    tree, lay, a = state.tree, state.layout, state.count
-    full = tree.num_nodes  # the corrected draw's slot
-    ends = np.asarray(state.end_host)
-    corrected = np.asarray(state.corrected_host)
-    nan = lambda: np.full((a, full + 1), np.nan)
-    delta, node_acc, child_acc = nan(), nan(), nan()
-    status = np.full((a, full + 1), UNVISITED, dtype=np.int8)
+def round_trace(run, ws, slots: np.ndarray, tree, leaves: bool, walk) -> RoundTrace:
+    """The RoundTrace of the trajectories in `slots` that shared `tree` in a committed round: the
+    walk's record (verifiers/base.py WalkTrace), with the nodes' states read from the workspace."""
+    t = tables(tree)
+    a, full = slots.size, t.num_nodes  # node `full`: the corrected draw's slot
+    corrected, ends = walk.corrected, walk.end_depth
+    extend = lambda v, fill: np.concatenate([v, np.full((a, 1), fill, dtype=v.dtype)], 1)
+    w = walk.trace
+    status = np.full((a, full), UNVISITED, dtype=np.int8)
+    status[w.rejected] = REJECTED
+    status[w.accepted] = ACCEPTED
     status[:, 0] = ROOT
-    if state.tree_record is not None:
-        _trace_tree_walk(state, delta, node_acc, child_acc, status)
-    for rec in state.records:
-        s_len = rec.segment.levels
-        nodes, kids = rec.nodes.cpu().numpy(), rec.kid_index.cpu().numpy()
-        kept = rec.decision.kept.view(a, s_len).cpu().numpy()
-        if state.chain_verdict is not None:  # a chain weighed at once: P(eta >= i) at node i and its parent
-            accept = state.chain_verdict.accept_prob
-            child = accept[..., None]
-        else:  # the closed form where the verifier left it to the records
-            accept = rec.decision.accept_prob
-            accept = run.verifier.acceptance(rec.red.delta, rec.segment.width) if accept is None else accept
-            child = rec.decision.child_accept_prob
-        child_p = child.reshape(a, s_len, -1).cpu().numpy()
-        # the levels of this segment that the row's walk verified
-        rows, j = np.nonzero(rec.segment.first + np.arange(s_len)[None] < ends[:, None])
-        delta[rows, nodes[rows, j]] = rec.red.delta.view(a, s_len).cpu().numpy()[rows, j]
-        node_acc[rows, nodes[rows, j]] = accept.reshape(a, s_len).cpu().numpy()[rows, j]
-        examined = ~np.isnan(child_p[rows, j])
-        er, ek = np.nonzero(examined)
-        child_nodes = kids[rows[er], j[er], ek]
-        child_acc[rows[er], child_nodes] = child_p[rows[er], j[er], ek]
-        status[rows[er], child_nodes] = REJECTED
-        ok = kept[rows, j] >= 0
-        status[rows[ok], kids[rows[ok], j[ok], kept[rows[ok], j[ok]]]] = ACCEPTED
+    status = extend(status, UNVISITED)
     status[corrected, full] = CORRECTED
-    cur = state.cur.cpu().numpy()
-    node_depth = tree.node_depth.numpy()
+    n0 = run.n[slots] - ends
+    known = run.root_known_before[slots]
     evaluated = np.zeros((a, full + 1), dtype=bool)
-    evaluated[:, :full] = node_depth[None] <= state.evaluated_depth
-    evaluated[:, 0] = not state.root_known
+    evaluated[:, :full] = t.node_depth[None] <= (t.depth if leaves else t.depth - 1)
+    evaluated[:, 0] = ~known
     states = None
     if run.trace_states:
+        rows = torch.from_numpy(np.arange(full)[None] * ws.capacity + slots[:, None]).to(run.device)
         states = np.full((a, full + 1, *run.shape), np.nan, dtype=np.float32)
-        states[:, :lay.num_drafted_nodes] = state.x.float().cpu().numpy()
-        last = state.records[-1] if state.records else None
-        if last is not None and last.segment.lazy:  # leaves the walk never reached were never drawn: NaN
-            reached = np.flatnonzero(ends == tree.depth)
-            kids = last.kid_index.cpu().numpy()[reached, 0]
-            states[reached[:, None], kids] = last.kids.float().cpu().numpy()[reached, 0]
-        states[corrected, full] = state.y_new.float().cpu().numpy()[corrected]
+        states[:, :full] = ws.x_flat[rows].view(a, full, *run.shape).float().cpu().numpy()
+        states[corrected, full] = run.y[torch.from_numpy(slots[corrected]).to(run.device)].float().cpu().numpy()
     return RoundTrace(
-        round=run.cost.rounds, trajectories=np.asarray(run.indices)[run.slot_traj[state.slot_list]],
-        step=state.step.cpu().numpy(), root_known=np.full(a, state.root_known), depth=np.full(a, tree.depth),
-        parent=np.append(tree.parent.numpy(), -1), node_depth=np.append(node_depth, -1),
-        corrected_parent=np.where(corrected, cur, -1), status=status, evaluated=evaluated, delta=delta,
-        node_accept_prob=node_acc, child_accept_prob=child_acc, committed_steps=ends, states=states,
+        round=run.cost.rounds, trajectories=np.asarray(run.indices)[run.slot_traj[slots]],
+        step=n0, root_known=known, depth=np.full(a, t.depth),
+        parent=np.append(t.parent, -1), node_depth=np.append(t.node_depth, -1),
+        corrected_parent=np.where(corrected, walk.node, -1), status=status, evaluated=evaluated,
+        delta=extend(w.delta, np.nan), node_accept_prob=extend(w.node_accept_prob, np.nan),
+        child_accept_prob=extend(w.child_accept_prob, np.nan), committed_steps=ends, states=states,
     )

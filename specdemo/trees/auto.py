@@ -67,11 +67,10 @@ from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
-import torch
 
 from ..errors import SpecdemoError
-from ..verifiers import DELTA_FLOOR, TreeVerifier, Verifier
-from ..verifiers.block import path_weights, select_root_child
+from ..verifiers import Verifier
+from ..verifiers.block import log_ratios, path_weights, select_root_child
 from .cost_model import CostModel
 from .plan import TopologyPlan
 from .topology import MAX_DEPTH, Topology
@@ -118,10 +117,9 @@ class DeltaStats:
 
 @lru_cache(maxsize=None)
 def _acceptance_curves(verifier_type: type, max_width: int) -> np.ndarray:
-    grid = torch.tensor(DELTA_GRID, dtype=torch.float64)
     verifier = verifier_type()
     widths = range(1, min(verifier.max_children or max_width, max_width) + 1)
-    return np.stack([verifier.acceptance(grid, w).numpy() for w in widths])
+    return np.stack([verifier.acceptance(DELTA_GRID, w) for w in widths])
 
 
 def acceptance_curves(verifier: Verifier, max_width: int) -> np.ndarray:
@@ -182,9 +180,9 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
                            else chains.choice(pooled(n + d - 1, d), BLOCK_PLAN_CHAINS)
                            for d in range(1, length + 1)], 1)
         widths = 1 if first_exact else min(BLOCK_FAN_WIDTHS, max_width)
-        return block_fan_stop_probabilities(torch.from_numpy(deltas), torch.from_numpy(chains.standard_normal(deltas.shape)),
-                                            torch.from_numpy(chains.standard_normal((BLOCK_PLAN_CHAINS, widths))),
-                                            torch.from_numpy(chains.random(BLOCK_PLAN_CHAINS)))
+        return block_fan_stop_probabilities(deltas, chains.standard_normal(deltas.shape),
+                                            chains.standard_normal((BLOCK_PLAN_CHAINS, widths)),
+                                            chains.random(BLOCK_PLAN_CHAINS))
 
     value = np.zeros((num_steps + 1, 2))  # V(n, k) in the objective's unit
     calls = np.zeros((num_steps + 1, 2))  # expected target calls to the end under the plan
@@ -205,7 +203,7 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
         for known in (0, 1):
             first_exact = known and exact_known_root
             ahead = value[n:]
-            if isinstance(verifier, TreeVerifier):
+            if verifier.weighs_whole_tree:
                 longest = min(horizon, budget + known)  # a chain of L nodes has L - k rows, and a leaf row
                 fans = block_stops(n, longest, first_exact)
                 after, widths, leaves = _best_block_round(fans, ahead, budget - 1 + known, leaf_options,
@@ -354,32 +352,29 @@ def _width_options(max_width: int, budget: int) -> _WidthOptions:
     return _WidthOptions(counts, index, left >= 0, np.maximum(left, 0))
 
 
-def block_stop_probabilities(delta: torch.Tensor, u: torch.Tensor) -> np.ndarray:
+def block_stop_probabilities(delta: np.ndarray, u: np.ndarray) -> np.ndarray:
     """P[L - 1, j] = P(eta = j | the chain truncated at L), L = 1..L_max, j = 0..L (zero past L),
     averaged over chains whose delta_d and u_d (S, L_max) are given (module docstring)."""
-    same = ~(delta >= DELTA_FLOOR)
-    return _stop_matrices(torch.where(same, 0.0, delta * u - 0.5 * delta**2), delta).mean(0).numpy()
+    return _stop_matrices(log_ratios(delta, u), delta).mean(0)
 
 
-def _stop_matrices(log_rho: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+def _stop_matrices(log_rho: np.ndarray, delta: np.ndarray) -> np.ndarray:
     """block_stop_probabilities per chain, from log rho_d (S, L_max): (S, L_max, L_max + 1)."""
     s, top = delta.shape
-    log_p, h = path_weights(log_rho, delta, torch.full((s,), top))
-    p = log_p.exp()
+    log_p, h = path_weights(log_rho, delta, np.full(s, top))
+    p = np.exp(log_p)
     # (1 - h_i) for i < L, 1 at and past L: tail[., L - 1, j] = prod_{j < i < L} (1 - h_i)
-    below = torch.arange(top)[None, :] < torch.arange(1, top + 1)[:, None]  # [L - 1, i]: i < L
-    miss = torch.where(below[None], (1 - h[:, None, :top]), 1.0)
-    tail = torch.cat([torch.flip(torch.cumprod(torch.flip(miss, [2]), 2), [2])[:, :, 1:],
-                      torch.ones((s, top, 1), dtype=miss.dtype)], 2)
-    stop = h[:, None, :top] * tail * (1 - p[:, 1:, None])
-    stop = torch.where(below[None], stop, 0.0)
-    probs = torch.cat([stop, torch.zeros((s, top, 1), dtype=stop.dtype)], 2)
-    probs[:, torch.arange(top), torch.arange(1, top + 1)] = p[:, 1:]
+    below = np.arange(top)[None, :] < np.arange(1, top + 1)[:, None]  # [L - 1, i]: i < L
+    miss = np.where(below[None], 1 - h[:, None, :top], 1.0)
+    tail = np.concatenate([np.flip(np.cumprod(np.flip(miss, 2), 2), 2)[:, :, 1:], np.ones((s, top, 1))], 2)
+    stop = np.where(below[None], h[:, None, :top] * tail * (1 - p[:, 1:, None]), 0.0)
+    probs = np.concatenate([stop, np.zeros((s, top, 1))], 2)
+    probs[:, np.arange(top), np.arange(1, top + 1)] = p[:, 1:]
     return probs
 
 
-def block_fan_stop_probabilities(delta: torch.Tensor, u: torch.Tensor, kids: torch.Tensor,
-                                 rank_uniform: torch.Tensor) -> np.ndarray:
+def block_fan_stop_probabilities(delta: np.ndarray, u: np.ndarray, kids: np.ndarray,
+                                 rank_uniform: np.ndarray) -> np.ndarray:
     """F[K - 1, L - 1, j] for the fans (K, 1, ..., 1) of depth L, K = 1..K_max, under whole-tree block
     verification (verifiers/block.py): the probability that the round ends with eta = j on the
     weighed path (j = 0: 1 step, the root's residual; 0 < j < L: j + 1 steps; L: the leaf), averaged
@@ -388,13 +383,12 @@ def block_fan_stop_probabilities(delta: torch.Tensor, u: torch.Tensor, kids: tor
     K children (kids[:, :K], rank_uniform (S,)), and its ratio phi(u - delta) / g(u) replaces the
     first node's; the rest of the chain is the same for every K, so every K and L come from K chain
     weighings."""
-    same = ~(delta >= DELTA_FLOOR)
-    log_rho = torch.where(same, 0.0, delta * u - 0.5 * delta**2)
+    log_rho = log_ratios(delta, u)
     fans = [_stop_matrices(log_rho, delta).mean(0)]
     for k in range(2, kids.shape[1] + 1):
         log_rho[:, 0] = select_root_child(delta[:, 0], kids[:, :k], rank_uniform).log_ratio
         fans.append(_stop_matrices(log_rho, delta).mean(0))
-    return torch.stack(fans).numpy()
+    return np.stack(fans)
 
 
 def _best_block_round(fans: np.ndarray, calls_ahead: np.ndarray, budget: int, leaf_options: tuple[bool, ...],

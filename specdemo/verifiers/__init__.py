@@ -1,8 +1,9 @@
 """Verifiers: couplings between the draft and target kernels at one node (NodeVerifier: RMC, D-GRS,
-rank-aware; algorithms.md section 3), and block verification of a whole chain or tree (TreeVerifier)."""
+rank-aware; algorithms.md section 3), and block verification of a whole chain or tree. Each owns the
+walk of a round (Verifier.walk), on the host, from the scalars the round reduced its nodes to."""
 
 from ..errors import SpecdemoError
-from .base import DELTA_FLOOR, TreeVerifier, Decision, NodeVerifier, RankOne, Verdict, Verifier
+from .base import DELTA_FLOOR, Decision, NodeVerifier, RankOne, Verdict, Verifier, Walk, WalkTrace
 from .block import BlockVerification
 from .dgrs import GreedyRejectionSampling
 from .rank import RankAwareSelection
@@ -19,5 +20,6 @@ def get_verifier(name: str) -> Verifier:
         raise SpecdemoError(f"unknown verifier {name!r}; accepted: {', '.join(VERIFIERS)}") from None
 
 
-__all__ = ["Verifier", "NodeVerifier", "TreeVerifier", "Decision", "Verdict", "RankOne", "DELTA_FLOOR", "ReflectionMaximalCoupling", "GreedyRejectionSampling",
-           "RankAwareSelection", "BlockVerification", "VERIFIERS", "get_verifier"]
+__all__ = ["Verifier", "NodeVerifier", "Decision", "Verdict", "RankOne", "Walk", "WalkTrace", "DELTA_FLOOR",
+           "ReflectionMaximalCoupling", "GreedyRejectionSampling", "RankAwareSelection", "BlockVerification",
+           "VERIFIERS", "get_verifier"]

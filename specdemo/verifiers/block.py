@@ -32,7 +32,7 @@ the accepted nodes are returned bit for bit. Sun et al. show that no valid verif
 block accepts more of it in expectation, node-by-node maximal coupling (RMC) included.
 A block of one node is a node coupling with RMC's acceptance 2 Phi(-delta/2), which is what
 `acceptance` gives; the auto planner models whole blocks (trees/auto.py). The residual is drawn only
-for the rows whose round it ends (`residual`), once the driver knows them.
+for the rows whose round it ends.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
-from .base import DELTA_FLOOR, RankOne, TreeVerifier, normal_sf, std_normal_log_pdf
+from .base import DELTA_FLOOR, Verifier, Walk, WalkTrace, normal_sf, std_normal_log_pdf
 from .dgrs import sample_residual
-from .rank import PROPOSALS_PER_DRAW, RankAwareSelection, log_order_stat_mixture
+from .rank import PROPOSALS_PER_DRAW, log_order_stat_mixture, rank_residual, select_rank
 from .rmc import ReflectionMaximalCoupling
 
 # p_eta below exp(-LOG_WEIGHT_FLOOR) gives r_eta = 0 in float64, so such an eta is never chosen; the
@@ -52,161 +52,115 @@ from .rmc import ReflectionMaximalCoupling
 LOG_WEIGHT_FLOOR = 600.0
 
 
-@dataclass
-class BlockVerdict:
-    """The outcome of weighing one chain per row.
-
-    eta: (A,) the number of drafted nodes committed as they are.
-    log_p: (A, L + 1) float64, log p_i for i = 0..L (the residual where eta < L_b uses log p_eta).
-    h: (A, L + 1) float64, the coins' thresholds h_i.
-    depth: (A,) each row's L_b, or None where every chain has the full length L.
-    """
-
-    eta: torch.Tensor
-    log_p: torch.Tensor
-    h: torch.Tensor
-    depth: torch.Tensor | None
-
-    @property
-    def accept_prob(self) -> torch.Tensor:
-        """(A, L) P(eta >= i | the drafted chain) for i = 1..L: the probability that node i was
-        committed, given everything drafted (NaN past a row's depth). The coins are independent
-        given the chain: P(eta >= i) = 1 - prod_{j >= i} (1 - h_j)."""
-        top = self.h.shape[1] - 1
-        committed = commit_probabilities(self.h)
-        if self.depth is None:
-            return committed
-        inside = torch.arange(1, top + 1, device=self.h.device)[None] <= self.depth[:, None]
-        return torch.where(inside, committed, float("nan"))
-
-
-def commit_probabilities(h: torch.Tensor) -> torch.Tensor:
-    """(A, L) P(eta >= i | the weighed chain) for i = 1..L from the coins' thresholds h (A, L + 1):
+def commit_probabilities(h: np.ndarray) -> np.ndarray:
+    """(R, L) P(eta >= i | the weighed chain) for i = 1..L from the coins' thresholds h (R, L + 1):
     the coins are independent given the chain, so P(eta >= i) = 1 - prod_{j >= i} (1 - h_j)."""
-    return 1 - torch.flip(torch.cumprod(torch.flip(1 - h, [1]), 1), [1])[:, 1:]
+    return 1 - np.flip(np.cumprod(np.flip(1 - h, 1), 1), 1)[:, 1:]
 
 
-def block_weights(delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p_i and h_i for i = 0..L, both (A, L + 1) float64, from delta_i, u_i (A, L), i = 1..L.
+def log_ratios(delta: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """log rho = delta u - delta^2 / 2 of children drawn from P against Q; 0 where P = Q to float64
+    precision (delta below DELTA_FLOOR, or NaN)."""
+    with np.errstate(invalid="ignore"):
+        same = ~(delta >= DELTA_FLOOR)
+        return np.where(same, 0.0, delta * u - 0.5 * delta**2)
+
+
+def block_weights(delta: np.ndarray, u: np.ndarray, depth: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """log p_i and h_i for i = 0..L, both (R, L + 1) float64, from delta_i, u_i (R, L), i = 1..L.
 
     Entries past a row's depth L_b (NaN inputs there) get h = 0, and h_{L_b} = p_{L_b}; depth None:
     every row's chain has the full length L.
     """
-    same = ~(delta >= DELTA_FLOOR)  # P_i = Q_i to float64 precision (NaN past the depth too): rho_i = 1
-    return path_weights(torch.where(same, 0.0, delta * u - 0.5 * delta**2), delta, depth)
+    return path_weights(log_ratios(delta, u), delta, depth)
 
 
-def path_weights(log_rho: torch.Tensor, delta: torch.Tensor,
-                 depth: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """block_weights from log rho_i (A, L) instead of u_i: the first node's ratio may be taken
-    against a residual (TreeWalk); deeper ones are Gaussian, so r_i needs only delta_{i+1}."""
-    a, top = delta.shape
-    same = ~(delta >= DELTA_FLOOR)
-    # log p_j = min(0, log p_{j-1} + log rho_j) = c_j - max(c_0..c_j), c the running sum of log rho (c_0 = 0)
-    c = torch.cat([torch.zeros_like(log_rho[:, :1]), log_rho.cumsum(1)], 1)
-    log_p = (c - c.cummax(1).values).clamp_max(0.0)
-    p = log_p.exp()
-    d_next = torch.where(same, 1.0, delta)  # delta_{i+1} for i = 0..L-1, a placeholder where it is 0
-    t = d_next / 2 - log_p[:, :top] / d_next
-    r = torch.where(same, 0.0, (p[:, :top] * normal_sf(t - d_next) - normal_sf(t)).clamp_min(0.0))
-    h = torch.where(log_p[:, :top] == 0, 1.0, r / (r - torch.expm1(log_p[:, :top])))
+def path_weights(log_rho: np.ndarray, delta: np.ndarray, depth: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """block_weights from log rho_i (R, L) instead of u_i: the first node's ratio may be taken
+    against a residual (weigh_tree); deeper ones are Gaussian, so r_i needs only delta_{i+1}."""
+    r, top = delta.shape
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        same = ~(delta >= DELTA_FLOOR)
+        # log p_j = min(0, log p_{j-1} + log rho_j) = c_j - max(c_0..c_j), c the running sum of log rho (c_0 = 0)
+        c = np.concatenate([np.zeros((r, 1)), np.cumsum(log_rho, 1)], 1)
+        log_p = np.minimum(c - np.maximum.accumulate(c, 1), 0.0)
+        p = np.exp(log_p)
+        d_next = np.where(same, 1.0, delta)  # delta_{i+1} for i = 0..L-1, a placeholder where it is 0
+        t = d_next / 2 - log_p[:, :top] / d_next
+        rest = np.where(same, 0.0, np.maximum(p[:, :top] * normal_sf(t - d_next) - normal_sf(t), 0.0))
+        h = np.where(log_p[:, :top] == 0, 1.0, rest / (rest - np.expm1(log_p[:, :top])))
     if depth is None:
-        return log_p, torch.cat([h, p[:, top:]], 1)
-    i = torch.arange(top + 1, device=delta.device)
-    h = torch.cat([h, torch.zeros_like(h[:, :1])], 1)
-    last = depth[:, None] == i[None]
-    h = torch.where(last, p, torch.where(i[None] < depth[:, None], h, 0.0))
+        return log_p, np.concatenate([h, p[:, top:]], 1)
+    i = np.arange(top + 1)
+    h = np.concatenate([h, np.zeros((r, 1))], 1)
+    h = np.where(depth[:, None] == i[None], p, np.where(i[None] < depth[:, None], h, 0.0))
     return log_p, h
 
 
-def residual_mass(log_lam: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+def residual_mass(log_lam: np.ndarray, delta: np.ndarray) -> np.ndarray:
     """G(lambda) = integral of (P - lambda Q)_+ = Phibar(tau - delta/2) - lambda Phibar(tau + delta/2),
     tau = ln(lambda) / delta (float64; G(0) = 1; 1 - lambda where P = Q)."""
-    same = ~(delta >= DELTA_FLOOR)
-    d = torch.where(same, 1.0, delta)
-    tau = log_lam / d
-    mass = normal_sf(tau - d / 2) - log_lam.exp() * normal_sf(tau + d / 2)
-    return torch.where(same, -torch.expm1(log_lam), mass).clamp_min(0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = ~(delta >= DELTA_FLOOR)
+        d = np.where(same, 1.0, delta)
+        tau = log_lam / d
+        mass = normal_sf(tau - d / 2) - np.exp(log_lam) * normal_sf(tau + d / 2)
+        return np.maximum(np.where(same, -np.expm1(log_lam), mass), 0.0)
 
 
-def residual_log_ratio(log_rho: torch.Tensor, log_lam: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+def residual_log_ratio(log_rho: np.ndarray, log_lam: np.ndarray, delta: np.ndarray) -> np.ndarray:
     """log of R_lambda(x) / Q(x) = (rho - lambda)_+ / G(lambda), R_lambda = (P - lambda Q)_+ / G(lambda)
     the residual after rejections up to level lambda; -inf where rho <= lambda (or G = 0). At
     lambda = 0 it is log rho."""
-    excess = log_rho + torch.log(-torch.expm1((log_lam - log_rho).clamp_max(0.0)))  # log(rho - lambda)
-    out = torch.where(log_lam < log_rho, excess, -math.inf) - residual_mass(log_lam, delta).log()
-    return torch.where(torch.isneginf(log_lam), log_rho, out.nan_to_num(-math.inf))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        excess = log_rho + np.log(-np.expm1(np.minimum(log_lam - log_rho, 0.0)))  # log(rho - lambda)
+        out = np.where(log_lam < log_rho, excess, -math.inf) - np.log(residual_mass(log_lam, delta))
+    return np.where(np.isneginf(log_lam), log_rho, np.nan_to_num(out, nan=-math.inf))
 
 
-@dataclass(frozen=True)
-class TreeTables:
-    """A topology's indices for the tree walk (on one device): node n's leftmost descent
-    leftmost[n, j] (n itself at j = 0, the leaf repeated past it) and its length to the leaf
-    (nodes, n included), first_child, num_children, and max_attempts = 1 + sum_d (w_d - 1), the
-    most paths one walk can weigh (each path after the first takes a child other than the first
-    of a node on the committed path)."""
+@dataclass
+class RootSelection:
+    """Rank-aware selection among the root's K children (verifiers/rank.py): the selected child (R,) in
+    0..K-1, its log ratio log phi(u - delta) - log g(u) against the selection's density g, and the
+    log-weights (R, K) of g, which the residual (phi(. - delta) - g)_+ needs."""
 
-    leftmost: torch.Tensor
-    length: torch.Tensor
-    first_child: torch.Tensor
-    num_children: torch.Tensor
-    max_attempts: int
+    child: np.ndarray
+    log_ratio: np.ndarray
+    log_w: np.ndarray
 
-    @classmethod
-    def of(cls, tree, device: torch.device) -> "TreeTables":
-        depth, node_depth = tree.depth, tree.node_depth
-        first = tree.first_child.clamp_max(tree.num_nodes - 1)
-        leftmost = torch.arange(tree.num_nodes)[:, None].repeat(1, depth)
-        for j in range(1, depth):
-            deeper = node_depth + j <= depth
-            leftmost[:, j] = torch.where(deeper, first[leftmost[:, j - 1]], leftmost[:, j - 1])
-        widths = torch.tensor((*tree.widths, 0), dtype=torch.long)
-        return cls(leftmost.to(device), (depth - node_depth + 1).to(device), tree.first_child.to(device),
-                   widths[node_depth].to(device), 1 + sum(w - 1 for w in tree.widths))
+
+def select_root_child(delta: np.ndarray, u: np.ndarray, uniform: np.ndarray) -> RootSelection:
+    """A rank drawn with w(delta, K) before the children are looked at (uniform (R,)), applied to the
+    root's children sorted by u (R, K); P = Q (delta below DELTA_FLOOR): child 1, ratio 1."""
+    chosen, u_sel, log_w, _ = select_rank(np.nan_to_num(delta), u, uniform)
+    log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]
+    same = ~(delta >= DELTA_FLOOR)
+    return RootSelection(np.where(same, 0, chosen), np.where(same, 0.0, log_ratio), log_w)
 
 
 @dataclass
 class TreeWalk:
     """The outcome of weighing a whole tree per row.
 
-    cur: (A,) the committed leaf, or the node whose residual the corrected draw comes from;
-    corrected: (A,) bool; log_lam: (A,) float64, that residual's level lambda (R_lambda at cur);
-    paths: for each weighed path (one per attempt), (nodes (A, L), length (A,), eta (A,),
-    P(eta >= i | the path) (A, L), live (A,): the rows that weighed it).
+    cur: (R,) the committed leaf, or the node whose residual the corrected draw comes from;
+    corrected: (R,) bool; log_lam: (R,) float64, that residual's level lambda (R_lambda at cur);
+    paths: for each weighed path (one per attempt), (nodes (R, L), length (R,), eta (R,),
+    P(eta >= i | the path) (R, L), live (R,): the rows that weighed it).
     """
 
-    cur: torch.Tensor
-    corrected: torch.Tensor
-    log_lam: torch.Tensor
-    paths: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
-    selected: "RootSelection | None" = None
+    cur: np.ndarray
+    corrected: np.ndarray
+    log_lam: np.ndarray
+    paths: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    selected: RootSelection | None = None
 
 
-@dataclass
-class RootSelection:
-    """Rank-aware selection among the root's K children (verifiers/rank.py): the selected child
-    (A,) in 0..K-1, its log ratio log phi(u - delta) - log g(u) against the selection's density g,
-    and the log-weights (A, K) of g, which the residual (phi(. - delta) - g)_+ needs."""
-
-    child: torch.Tensor
-    log_ratio: torch.Tensor
-    log_w: torch.Tensor
-
-
-def select_root_child(delta: torch.Tensor, u: torch.Tensor, uniform: torch.Tensor) -> RootSelection:
-    """A rank drawn with w(delta, K) before the children are looked at (uniform (A,)), applied to
-    the root's children sorted by u (A, K); P = Q (delta below DELTA_FLOOR): child 1, ratio 1."""
-    chosen, u_sel, log_w, _ = RankAwareSelection()._select(RankOne(delta, u, None, None), uniform[:, None])
-    log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]
-    same = ~(delta >= DELTA_FLOOR)
-    return RootSelection(torch.where(same, 0, chosen), torch.where(same, 0.0, log_ratio), log_w)
-
-
-def weigh_tree(log_rho: torch.Tensor, delta: torch.Tensor, coins: torch.Tensor, tables: TreeTables,
+def weigh_tree(log_rho: np.ndarray, delta: np.ndarray, coins: np.ndarray, tree,
                selected: RootSelection | None = None) -> TreeWalk:
-    """Block verification of a whole tree (algorithms.md section 3, "whole trees"). log_rho (A, M):
-    log rho_n of each node n against its parent's kernels (column 0 unused); delta (A, M) at the
-    nodes with children (ignored elsewhere); coins (A, M) uniforms, node n's in column n.
+    """Block verification of a whole tree (algorithms.md section 3, "whole trees"). log_rho (R, M):
+    log rho_n of each node n against its parent's kernels (column 0 unused); delta (R, M) at the
+    nodes with children (ignored elsewhere); coins (R, M) uniforms, node n's in column n; tree: the
+    topology's TreeTables.
 
     selected: rank-aware selection among a branching root's children, whose path is weighed first
     (its ratio against the selection's density); its eta = 0 ends the round with the selection's
@@ -217,87 +171,143 @@ def weigh_tree(log_rho: torch.Tensor, delta: torch.Tensor, coins: torch.Tensor, 
     stairs) and the next child is tried. 0 < eta < its length: the path is committed down to its
     eta-th node w, whose residual is (p_eta P - Q)_+, i.e. lambda = 1 / p_eta, and w's next child
     is tried. The leaf reached: committed. A node whose children are all tried ends the round with
-    a draw from R_lambda there. No host synchronisation: max_attempts masked iterations."""
-    a = log_rho.shape[0]
-    device = log_rho.device
-    ar = torch.arange(a, device=device)
-    v = torch.zeros(a, dtype=torch.long, device=device)
-    k = torch.zeros_like(v)
-    cur = torch.zeros_like(v)
-    log_lam = torch.full((a,), -math.inf, dtype=torch.float64, device=device)
-    done = torch.zeros(a, dtype=torch.bool, device=device)
-    corrected = torch.zeros_like(done)
+    a draw from R_lambda there. max_attempts masked iterations."""
+    r = log_rho.shape[0]
+    ar = np.arange(r)
+    v = np.zeros(r, dtype=np.int64)
+    k = np.zeros_like(v)
+    cur = np.zeros_like(v)
+    log_lam = np.full(r, -math.inf)
+    done = np.zeros(r, dtype=bool)
+    corrected = np.zeros_like(done)
     paths = []
-    for attempt in range(tables.max_attempts):
+    top = tree.depth
+    for attempt in range(tree.max_attempts):
         live = ~done
         root_pick = attempt == 0 and selected is not None  # the root's one selected child
-        c = 1 + selected.child if root_pick else torch.where(live, tables.first_child[v] + k, 1)
-        path, length = tables.leftmost[c], tables.length[c]
-        top = path.shape[1]
-        inside = torch.arange(top, device=device)[None] < length[:, None]
-        above = torch.cat([v[:, None], path[:, :-1]], 1)
-        d = torch.where(inside, delta.gather(1, above), math.nan)
-        lr = log_rho.gather(1, path)
+        c = 1 + selected.child if root_pick else np.where(live, tree.first_child[v] + k, 1)
+        path, length = tree.leftmost[c, :top], tree.length[c]
+        inside = np.arange(top)[None] < length[:, None]
+        above = np.concatenate([v[:, None], path[:, :-1]], 1)
+        d = np.where(inside, np.take_along_axis(delta, above, 1), np.nan)
+        lr = np.take_along_axis(log_rho, path, 1)
         first = selected.log_ratio[:, None] if root_pick else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])
-        lr = torch.cat([first, lr[:, 1:]], 1)
-        log_p, h = path_weights(torch.where(inside, lr, 0.0), d, length)
-        hits = coins.gather(1, path) < h[:, 1:]
-        eta = top - torch.cat([torch.ones_like(hits[:, :1]), hits], 1).flip(1).int().argmax(1)
-        paths.append((path, length, eta, torch.where(inside, commit_probabilities(h), math.nan), live))
+        lr = np.concatenate([first, lr[:, 1:]], 1)
+        log_p, h = path_weights(np.where(inside, lr, 0.0), d, length)
+        hits = np.take_along_axis(coins, path, 1) < h[:, 1:]
+        eta = top - np.concatenate([np.ones((r, 1), bool), hits], 1)[:, ::-1].argmax(1)
+        paths.append((path, length, eta, np.where(inside, commit_probabilities(h), np.nan), live))
         leaf, rejected = eta == length, eta == 0
-        w = path.gather(1, (eta - 1).clamp_min(0)[:, None])[:, 0]
-        stepped = torch.logaddexp(log_lam, residual_mass(log_lam, d[:, 0]).log())
-        weighted = -log_p.gather(1, eta[:, None])[:, 0].clamp_min(-LOG_WEIGHT_FLOOR)
-        v_next = torch.where(rejected, v, w)
-        k_next = torch.where(rejected, k + 1, 1)
-        exhausted = (k_next >= tables.num_children[v_next]) | (rejected if root_pick else False)
+        w = path[ar, np.maximum(eta - 1, 0)]
+        with np.errstate(divide="ignore"):
+            stepped = np.logaddexp(log_lam, np.log(residual_mass(log_lam, d[:, 0])))
+        weighted = -np.maximum(log_p[ar, eta], -LOG_WEIGHT_FLOOR)
+        v_next = np.where(rejected, v, w)
+        k_next = np.where(rejected, k + 1, 1)
+        exhausted = (k_next >= tree.num_children[v_next]) | (rejected if root_pick else False)
         ends = live & (leaf | exhausted)
-        cur = torch.where(live & leaf, path[ar, length - 1], torch.where(ends, v_next, cur))
+        cur = np.where(live & leaf, path[ar, length - 1], np.where(ends, v_next, cur))
         corrected |= ends & ~leaf
-        v, k = torch.where(live, v_next, v), torch.where(live, k_next, k)
-        log_lam = torch.where(live, torch.where(rejected, stepped, weighted), log_lam)
+        v, k = np.where(live, v_next, v), np.where(live, k_next, k)
+        log_lam = np.where(live, np.where(rejected, stepped, weighted), log_lam)
         done |= ends
     return TreeWalk(cur, corrected, log_lam, paths, selected)
 
 
-class BlockVerification(TreeVerifier):
+class BlockVerification(Verifier):
     name = "block"
+    weighs_whole_tree = True
 
-    def uniforms_per_tree(self, tree) -> int:
+    def uniforms_per_round(self, tree) -> int:
         # a coin per node (a chain's U_0..U_L; the root's draws the rank of a branching root), the
         # residual's, and the proposals of a branching root's residual
         return tree.num_nodes + 1 + (2 * PROPOSALS_PER_DRAW if tree.widths[0] > 1 else 0)
 
-    def verify_chain(self, delta: torch.Tensor, u: torch.Tensor, depth: torch.Tensor | None,
-                     uniforms: torch.Tensor) -> BlockVerdict:
-        """delta, u: (A, L) float64, delta_i and u_i of each row's chain (NaN past its depth L_b;
-        depth None: every chain is full); uniforms (A, M), M >= L + 2, on [0, 1): columns 0..L are
-        the coins U_i, the last one is the residual's (so that a row's draws do not depend on the
-        longest chain of its batch)."""
-        top = delta.shape[1]
-        log_p, h = block_weights(delta, u, depth)
+    def walk(self, tree, delta, u, uniforms, rng, trace=False):
+        if tree.is_chain:
+            return self._walk_chain(tree, delta, u, uniforms, trace)
+        return self._walk_tree(tree, delta, u, uniforms, rng, trace)
+
+    def _walk_chain(self, tree, delta, u, uniforms, trace) -> Walk:
+        """Weigh each row's chain at once: delta_i, u_i of nodes i = 1..L, coins U_0..U_L, the residual's
+        uniform last."""
+        top = tree.depth
+        log_p, h = block_weights(delta, u[:, 1:])
         coins = uniforms[:, :top + 1] < h
-        eta = top - coins.flip(1).int().argmax(1)  # the last i with U_i < h_i (h_0 = 1: always one)
-        return BlockVerdict(eta=eta, log_p=log_p, h=h, depth=depth)
+        eta = top - coins[:, ::-1].argmax(1)  # the last i with U_i < h_i (h_0 = 1: always one)
+        corrected = eta < top
+        r = delta.shape[0]
+        ar = np.arange(r)
+        stop = np.minimum(eta, top - 1)
+        u_new = np.full(r, np.nan)
+        if corrected.any():  # lambda = 1 / p_eta at node eta, keeping z_perp of node eta + 1
+            rows = ar[corrected]
+            u_new[rows] = self.residual(delta[rows, stop[rows]], -log_p[rows, eta[rows]], uniforms[rows, top + 1])
+        end = np.where(corrected, eta + 1, top)
+        node = np.where(corrected, eta, top)
+        record = None
+        if trace:
+            record = WalkTrace.empty(r, tree.num_nodes)
+            accept = commit_probabilities(h)  # (R, L): P(eta >= i), at node i and its parent
+            rows, j = np.nonzero(np.arange(top)[None] < end[:, None])
+            record.delta[rows, j] = delta[rows, j]
+            record.node_accept_prob[rows, j] = record.child_accept_prob[rows, j + 1] = accept[rows, j]
+            record.accepted[rows, j + 1] = j < eta[rows]
+            record.rejected[rows, j + 1] = j >= eta[rows]
+        return Walk(end, corrected, node, np.where(corrected, eta + 1, top), u_new, record)
 
-    def weigh_tree(self, log_rho: torch.Tensor, delta: torch.Tensor, uniforms: torch.Tensor,
-                   tables: TreeTables, root_u: torch.Tensor) -> TreeWalk:
-        """A tree that is not a chain (weigh_tree); uniforms (A, uniforms_per_tree), node n's coin in
-        column n; root_u (A, K) the projections of the root's children."""
-        m = log_rho.shape[1]
-        selected = select_root_child(delta[:, 0], root_u, uniforms[:, 0]) if root_u.shape[1] > 1 else None
-        return weigh_tree(log_rho, delta, uniforms[:, :m], tables, selected)
+    def _walk_tree(self, tree, delta, u, uniforms, rng, trace) -> Walk:
+        """A tree that is not a chain (weigh_tree): every node's log rho against its parent, node n's coin
+        in column n, the residual's in column M, a branching root's proposals after it."""
+        m = tree.num_nodes
+        r = delta.shape[0]
+        node_delta = np.full((r, m), np.nan)
+        node_delta[:, :tree.num_parents] = delta
+        log_rho = log_ratios(node_delta[:, np.maximum(tree.parent, 0)], u)
+        root_width = tree.widths[0]
+        selected = None
+        if root_width > 1:
+            selected = select_root_child(delta[:, 0], u[:, 1:1 + root_width], uniforms[:, 0])
+        walk = weigh_tree(log_rho, node_delta, uniforms[:, :m], tree, selected)
+        cur, corrected = walk.cur, walk.corrected
+        end = np.where(corrected, tree.node_depth[cur] + 1, tree.depth)
+        child = np.where(corrected, tree.first_child[np.minimum(cur, tree.num_parents - 1)], cur)
+        u_new = np.full(r, np.nan)
+        if corrected.any():
+            rows = np.flatnonzero(corrected)
+            at_root = rows[end[rows] == 1] if selected is not None else rows[:0]
+            if at_root.size:  # the selection's residual (phi - g)_+, keeping the selected child's z_perp
+                child[at_root] = 1 + selected.child[at_root]
+                u_new[at_root] = rank_residual(delta[at_root, 0], selected.log_w[at_root], uniforms[at_root, m + 1:],
+                                               rng, at_root)
+            rows = np.setdiff1d(rows, at_root)
+            if rows.size:  # R_lambda at cur, keeping z_perp of its first child
+                u_new[rows] = self.residual(delta[rows, cur[rows]], walk.log_lam[rows], uniforms[rows, m])
+        record = _trace_tree_walk(walk, node_delta, tree, r) if trace else None
+        return Walk(end, corrected, cur, child, u_new, record)
 
-    def root_residual(self, delta, log_w, uniforms, rng, rows) -> torch.Tensor:
-        """u_new from (phi(. - delta) - g)_+ where the selected child's path gave eta = 0 (rank-aware
-        selection's residual; uniforms (A, 2 PROPOSALS_PER_DRAW))."""
-        return RankAwareSelection._residual(delta, log_w, uniforms, rng, rows)
-
-    def residual(self, delta: torch.Tensor, log_lam: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-        """u_new from the residual R_lambda = (P - lambda Q)_+ / G(lambda) where a round stops: delta
-        and log lambda (A,) of those rows (a chain's first node not committed: lambda = 1 / p_eta),
-        and each row's residual uniform."""
-        return sample_residual(delta, log_lam.clamp_max(LOG_WEIGHT_FLOOR).exp(), uniform)
+    def residual(self, delta: np.ndarray, log_lam: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+        """u_new from the residual R_lambda = (P - lambda Q)_+ / G(lambda) where a round stops: delta and
+        log lambda (R,) of those rows (a chain's first node not committed: lambda = 1 / p_eta), and each
+        row's residual uniform."""
+        return sample_residual(delta, np.exp(np.minimum(log_lam, LOG_WEIGHT_FLOOR)), uniform)
 
     def acceptance(self, delta, k=1):
         return ReflectionMaximalCoupling().acceptance(delta, k)
+
+
+def _trace_tree_walk(walk: TreeWalk, delta: np.ndarray, tree, r: int) -> WalkTrace:
+    """A whole tree weighed path by path: on each path, its committed nodes accepted and the first
+    one not committed rejected, each with P(eta >= i | the path) (at the node and at its parent),
+    and delta at their parents."""
+    record = WalkTrace.empty(r, tree.num_nodes)
+    for path, length, eta, accept, live in walk.paths:
+        seen = np.minimum(eta + 1, length)
+        rows, j = np.nonzero((np.arange(path.shape[1])[None] < seen[:, None]) & live[:, None])
+        nodes = path[rows, j]
+        above = tree.parent[nodes]
+        record.delta[rows, above] = delta[rows, above]
+        record.node_accept_prob[rows, above] = record.child_accept_prob[rows, nodes] = accept[rows, j]
+        record.accepted[rows, nodes] = j < eta[rows]
+        record.rejected[rows, nodes] = j >= eta[rows]
+    return record

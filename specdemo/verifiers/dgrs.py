@@ -15,22 +15,24 @@ children are examined in drafting order only: another order would not be exact.
 
 from __future__ import annotations
 
-import torch
+import numpy as np
+from scipy import special
 
-from .base import DELTA_FLOOR, Decision, NodeVerifier, RankOne, normal_sf, std_normal_pdf
+from .base import DELTA_FLOOR, Decision, NodeVerifier, normal_sf, std_normal_pdf
 
 MAX_ITERATIONS = 100  # safeguarded Newton needs under 20; the bracket alone halves every step
 
 
-def grs_levels(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """lambda (A, K + 1) for k = 0..K and G (A, K + 1) for k = 1..K+1 (float64)."""
-    lam = [torch.zeros_like(delta)]
-    reach = [torch.ones_like(delta)]
-    for _ in range(k):
-        lam.append(lam[-1] + reach[-1])
-        tau = lam[-1].log() / delta
-        reach.append((normal_sf(tau - delta / 2) - lam[-1] * normal_sf(tau + delta / 2)).clamp_min(0.0))
-    return torch.stack(lam, 1), torch.stack(reach, 1)
+def grs_levels(delta: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """lambda (R, K + 1) for k = 0..K and G (R, K + 1) for k = 1..K+1 (float64)."""
+    delta = np.asarray(delta, dtype=np.float64)
+    lam, reach = [np.zeros_like(delta)], [np.ones_like(delta)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(k):
+            lam.append(lam[-1] + reach[-1])
+            tau = np.log(lam[-1]) / delta
+            reach.append(np.maximum(normal_sf(tau - delta / 2) - lam[-1] * normal_sf(tau + delta / 2), 0.0))
+    return np.stack(lam, -1), np.stack(reach, -1)
 
 
 def residual_survival(x, delta, lam):
@@ -38,7 +40,7 @@ def residual_survival(x, delta, lam):
     return normal_sf(x - delta) - lam * normal_sf(x)
 
 
-def sample_residual(delta: torch.Tensor, lam: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def sample_residual(delta: np.ndarray, lam: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Invert the residual's survival function at v * (total mass), v uniform.
 
     Newton steps on the closed-form survival function S, kept inside a bracket that shrinks every
@@ -47,22 +49,25 @@ def sample_residual(delta: torch.Tensor, lam: torch.Tensor, v: torch.Tensor) -> 
     left, which the residual's lambda Phibar(x) term only moves down: about 4 iterations (7.5 from
     N(delta, 1)'s v-quantile, 60 for bisection alone).
     """
-    lo = lam.log() / delta + delta / 2
+    delta, lam, v = (np.asarray(a, dtype=np.float64) for a in (delta, lam, v))
+    with np.errstate(divide="ignore"):
+        lo = np.log(lam) / delta + delta / 2
     total = residual_survival(lo, delta, lam)
     target = v * total
     tolerance = 1e-14 * total + 1e-15  # S is a difference of two O(1) survival values
-    hi = torch.maximum(lo, delta) + 40.0
-    x = (delta - torch.special.ndtri(target.clamp(1e-300, 1.0))).clamp(lo, hi)
+    hi = np.maximum(lo, delta) + 40.0
+    x = np.clip(delta - special.ndtri(np.clip(target, 1e-300, 1.0)), lo, hi)
     for _ in range(MAX_ITERATIONS):
         f = residual_survival(x, delta, lam) - target  # decreasing in x
-        done = f.abs() <= tolerance
-        if bool(done.all()):
+        done = np.abs(f) <= tolerance
+        if done.all():
             break
         right = f > 0
-        lo, hi = torch.where(right, x, lo), torch.where(right, hi, x)
-        newton = x + f / (std_normal_pdf(x - delta) - lam * std_normal_pdf(x))
-        step = torch.where((newton > lo) & (newton < hi), newton, 0.5 * (lo + hi))
-        x = torch.where(done, x, step)
+        lo, hi = np.where(right, x, lo), np.where(right, hi, x)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            newton = x + f / (std_normal_pdf(x - delta) - lam * std_normal_pdf(x))
+        step = np.where((newton > lo) & (newton < hi), newton, 0.5 * (lo + hi))
+        x = np.where(done, x, step)
     return x
 
 
@@ -72,23 +77,22 @@ class GreedyRejectionSampling(NodeVerifier):
     def uniforms_per_node(self, k: int) -> int:
         return k + 1  # one per child, and the residual's
 
-    def _decide(self, red: RankOne, uniforms) -> Decision:
-        k = red.u.shape[1]
-        delta = red.delta
+    def _decide(self, delta, u, uniforms) -> Decision:
+        k = u.shape[1]
         lam, reach = grs_levels(delta, k)
-        excess = torch.exp((delta[:, None] * red.u - 0.5 * delta[:, None] ** 2).clamp(max=700.0)) - lam[:, :k]
-        p = (excess.clamp_min(0.0) / reach[:, :k]).nan_to_num(0.0).clamp(max=1.0)
+        excess = np.exp(np.minimum(delta[:, None] * u - 0.5 * delta[:, None] ** 2, 700.0)) - lam[:, :k]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.minimum(np.nan_to_num(np.maximum(excess, 0.0) / reach[:, :k], nan=0.0), 1.0)
         accepted = uniforms[:, :k] < p
         any_accepted = accepted.any(1)
-        kept = torch.where(any_accepted, accepted.int().argmax(1), -1)
-        examined = torch.arange(k, device=p.device)[None] <= torch.where(any_accepted, kept, k - 1)[:, None]
-        return Decision(kept=kept, child_accept_prob=torch.where(examined, p, float("nan")),
-                        accept_prob=1 - reach[:, k])
+        kept = np.where(any_accepted, accepted.argmax(1), -1)
+        examined = np.arange(k)[None] <= np.where(any_accepted, kept, k - 1)[:, None]
+        return Decision(kept=kept, child_accept_prob=np.where(examined, p, np.nan), accept_prob=1 - reach[:, k])
 
-    def correct(self, red: RankOne, uniforms, rng, rows):
-        k = red.u.shape[1]
-        lam = grs_levels(red.delta, k)[0][:, k]
-        return torch.zeros_like(red.u[:, 0], dtype=torch.long), sample_residual(red.delta, lam, uniforms[:, k])
+    def correct(self, delta, u, uniforms, rng, rows):
+        k = u.shape[1]
+        lam = grs_levels(delta, k)[0][:, k]
+        return np.zeros(len(delta), dtype=np.int64), sample_residual(delta, lam, uniforms[:, k])
 
-    def acceptance(self, delta, k):
-        return 1 - grs_levels(delta.double().clamp_min(DELTA_FLOOR), k)[1][:, k]
+    def acceptance(self, delta, k=1):
+        return 1 - grs_levels(np.maximum(np.asarray(delta, dtype=np.float64), DELTA_FLOOR), k)[1][..., k]

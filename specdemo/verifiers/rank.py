@@ -24,10 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import torch
-from scipy import optimize, sparse
+from scipy import optimize, sparse, special
 
-from .base import DELTA_FLOOR, Decision, NodeVerifier, RankOne, std_normal_log_pdf
+from .base import DELTA_FLOOR, Decision, NodeVerifier, std_normal_log_pdf
 
 DELTA_BUCKET_RATIO = 1.04  # weights are solved at the geometric centre of [ratio^b, ratio^(b+1))
 DELTA_MIN, DELTA_MAX = 1e-3, 64.0
@@ -37,19 +36,19 @@ WEIGHT_TABLE = Path(__file__).with_name("rank_weights.npz")
 PROPOSALS_PER_DRAW = 16
 
 
-def log_order_stat_mixture(u: torch.Tensor, log_w: torch.Tensor) -> torch.Tensor:
-    """log g(u) for u (A, M) and log-weights (A, K) (float64)."""
+def log_order_stat_mixture(u: np.ndarray, log_w: np.ndarray) -> np.ndarray:
+    """log g(u) for u (R, M) and log-weights (R, K) (float64)."""
     k = log_w.shape[-1]
-    r = torch.arange(1, k + 1, dtype=torch.float64, device=u.device)
-    log_binom = torch.lgamma(torch.tensor(k, dtype=torch.float64)) - torch.lgamma(r) - torch.lgamma(k - r + 1)
-    log_cdf, log_sf = torch.special.log_ndtr(u)[..., None], torch.special.log_ndtr(-u)[..., None]
-    log_f = math.log(k) + log_binom + (r - 1) * log_cdf + (k - r) * log_sf + std_normal_log_pdf(u)[..., None]
-    return (log_w[:, None, :] + log_f).logsumexp(-1)
+    r = np.arange(1, k + 1, dtype=np.float64)
+    log_binom = special.gammaln(k) - special.gammaln(r) - special.gammaln(k - r + 1)
+    log_cdf, log_sf = special.log_ndtr(u)[..., None], special.log_ndtr(-u)[..., None]
+    log_f = np.log(k) + log_binom + (r - 1) * log_cdf + (k - r) * log_sf + std_normal_log_pdf(u)[..., None]
+    return special.logsumexp(log_w[:, None, :] + log_f, axis=-1)
 
 
-def delta_buckets(delta: torch.Tensor) -> torch.Tensor:
+def delta_buckets(delta: np.ndarray) -> np.ndarray:
     """Bucket b holds delta in [ratio^b, ratio^(b+1)), delta clamped to [DELTA_MIN, DELTA_MAX]."""
-    return (delta.clamp(DELTA_MIN, DELTA_MAX).log() / math.log(DELTA_BUCKET_RATIO)).floor().long()
+    return np.floor(np.log(np.clip(delta, DELTA_MIN, DELTA_MAX)) / math.log(DELTA_BUCKET_RATIO)).astype(np.int64)
 
 
 def solve_rank_weights(bucket: int, k: int) -> tuple[float, ...]:
@@ -61,11 +60,11 @@ def solve_rank_weights(bucket: int, k: int) -> tuple[float, ...]:
     if k == 1:
         return (1.0,)
     delta = DELTA_BUCKET_RATIO ** (bucket + 0.5)
-    u = torch.linspace(-9.0, delta + 9.0, GRID_POINTS, dtype=torch.float64)
+    u = np.linspace(-9.0, delta + 9.0, GRID_POINTS)
     h = float(u[1] - u[0])
-    eye = torch.eye(k, dtype=torch.float64).clamp_min(1e-300).log()
-    f = log_order_stat_mixture(u.expand(k, -1), eye).exp().T.numpy()  # (M, K): f_(r)(u_i)
-    target = std_normal_log_pdf(u - delta).exp().numpy()
+    eye = np.log(np.maximum(np.eye(k), 1e-300))
+    f = np.exp(log_order_stat_mixture(np.broadcast_to(u, (k, GRID_POINTS)), eye)).T  # (M, K): f_(r)(u_i)
+    target = np.exp(std_normal_log_pdf(u - delta))
     m = GRID_POINTS
     ident = sparse.identity(m, format="csr")
     a_ub = sparse.vstack([sparse.hstack([sparse.csr_matrix((m, k)), ident]), sparse.hstack([sparse.csr_matrix(-f), ident])])
@@ -91,13 +90,13 @@ def _shipped_table() -> dict:
         return {}
 
 
-def _edges(bucket: int) -> torch.Tensor:
-    return torch.tensor([DELTA_BUCKET_RATIO**bucket, DELTA_BUCKET_RATIO ** (bucket + 1)], dtype=torch.float64)
+def _edges(bucket: int) -> np.ndarray:
+    return np.array([DELTA_BUCKET_RATIO**bucket, DELTA_BUCKET_RATIO ** (bucket + 1)])
 
 
 def _solve(bucket: int, k: int) -> tuple[tuple[float, ...], tuple[float, float]]:
     w = solve_rank_weights(bucket, k)
-    return w, tuple(integrated_acceptance(_edges(bucket), torch.tensor([w, w], dtype=torch.float64)).tolist())
+    return w, tuple(integrated_acceptance(_edges(bucket), np.array([w, w])).tolist())
 
 
 def rank_weights(bucket: int, k: int) -> tuple[float, ...]:
@@ -118,7 +117,7 @@ def _bucket(bucket: int, k: int):
 def write_weight_table(path: Path = WEIGHT_TABLE) -> None:
     """Solve every (bucket, K) of the shipped range and save it (about a minute). Rebuild with
     python -c "from specdemo.verifiers.rank import write_weight_table; write_weight_table()"."""
-    lo, hi = delta_buckets(torch.tensor([DELTA_MIN, DELTA_MAX], dtype=torch.float64)).tolist()
+    lo, hi = delta_buckets(np.array([DELTA_MIN, DELTA_MAX])).tolist()
     keys = [(b, k) for k in range(2, TABLE_MAX_K + 1) for b in range(lo, hi + 1)]
     solved = [_solve(b, k) for b, k in keys]
     weights = np.zeros((len(keys), TABLE_MAX_K))
@@ -129,40 +128,71 @@ def write_weight_table(path: Path = WEIGHT_TABLE) -> None:
 
 
 @lru_cache(maxsize=None)
-def _dense_table(k: int, device: torch.device) -> tuple[int, torch.Tensor, torch.Tensor]:
+def _dense_table(k: int) -> tuple[int, np.ndarray, np.ndarray]:
     """(first bucket, weights (B, K), acceptance at each bucket's ends (B, 2)) over every bucket of
-    [DELTA_MIN, DELTA_MAX], on `device`: rows are gathered by bucket, with no host round trip."""
-    lo, hi = delta_buckets(torch.tensor([DELTA_MIN, DELTA_MAX], dtype=torch.float64)).tolist()
+    [DELTA_MIN, DELTA_MAX]: rows are gathered by bucket."""
+    lo, hi = delta_buckets(np.array([DELTA_MIN, DELTA_MAX])).tolist()
     rows = [_bucket(b, k) for b in range(lo, hi + 1)]
-    weights = torch.tensor([w for w, _ in rows], dtype=torch.float64, device=device)
-    ends = torch.tensor([a for _, a in rows], dtype=torch.float64, device=device)
-    return lo, weights, ends
+    return lo, np.array([w for w, _ in rows]), np.array([a for _, a in rows])
 
 
-def weights_for(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, K) weights for each row's delta (float64), and the acceptance they give: the integral
+def weights_for(delta: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(R, K) weights for each row's delta (float64), and the acceptance they give: the integral
     of min(phi(. - delta), g), interpolated in log delta between the bucket's ends."""
-    buckets = delta_buckets(delta)
+    delta = np.asarray(delta, dtype=np.float64)
+    buckets = delta_buckets(np.nan_to_num(delta, nan=DELTA_MIN))
     if k <= TABLE_MAX_K:  # the shipped range: one gather
-        first, table, ends = _dense_table(k, delta.device)
-        index = (buckets - first).clamp_(0, len(table) - 1)  # a NaN delta (refused after the walk) indexes row 0
+        first, table, ends = _dense_table(k)
+        index = np.clip(buckets - first, 0, len(table) - 1)
     else:  # wider nodes: solve the buckets met, once each
-        uniq, index = buckets.unique(return_inverse=True)
-        table = torch.tensor([rank_weights(b, k) for b in uniq.tolist()], dtype=torch.float64, device=delta.device)
-        ends = torch.tensor([bucket_acceptance(b, k) for b in uniq.tolist()], dtype=torch.float64, device=delta.device)
-    lo = DELTA_BUCKET_RATIO ** buckets.double()
-    frac = ((delta.clamp_min(DELTA_MIN) / lo).log() / math.log(DELTA_BUCKET_RATIO)).clamp(0.0, 1.0)
-    acceptance = torch.lerp(ends[index, 0], ends[index, 1], frac)
+        uniq, index = np.unique(buckets, return_inverse=True)
+        table = np.array([rank_weights(b, k) for b in uniq.tolist()])
+        ends = np.array([bucket_acceptance(b, k) for b in uniq.tolist()])
+    lo = DELTA_BUCKET_RATIO ** buckets.astype(np.float64)
+    frac = np.clip(np.log(np.maximum(delta, DELTA_MIN) / lo) / math.log(DELTA_BUCKET_RATIO), 0.0, 1.0)
+    acceptance = ends[index, 0] + frac * (ends[index, 1] - ends[index, 0])
     return table[index].reshape(-1, k), acceptance
 
 
-def integrated_acceptance(delta: torch.Tensor, w: torch.Tensor, points: int = 4001) -> torch.Tensor:
+def integrated_acceptance(delta: np.ndarray, w: np.ndarray, points: int = 4001) -> np.ndarray:
     """The integral of min(phi(. - delta), g) per row, by the trapezoidal rule on [-10, delta + 10]."""
-    t = torch.linspace(0.0, 1.0, points, dtype=torch.float64, device=delta.device)
+    t = np.linspace(0.0, 1.0, points)
     u = -10.0 + t[None] * (delta[:, None] + 20.0)
-    log_g = log_order_stat_mixture(u, w.clamp_min(1e-300).log())
-    dens = torch.minimum(std_normal_log_pdf(u - delta[:, None]), log_g).exp()
-    return torch.trapezoid(dens, u, dim=1)
+    log_g = log_order_stat_mixture(u, np.log(np.maximum(w, 1e-300)))
+    dens = np.exp(np.minimum(std_normal_log_pdf(u - delta[:, None]), log_g))
+    return np.trapezoid(dens, u, axis=1)
+
+
+def select_rank(delta: np.ndarray, u: np.ndarray, uniform: np.ndarray):
+    """The selected child (R,), its u, the log-weights (R, K) of g and their acceptance: a rank drawn
+    with w(delta, K) before the children are looked at (uniform (R,)), applied to the children sorted
+    by u (R, K)."""
+    r, k = u.shape
+    w, acceptance = weights_for(delta, k)
+    order = np.argsort(u, axis=1, kind="stable")
+    rank = np.minimum((np.cumsum(w, 1) <= uniform[:, None]).sum(1), k - 1)
+    ar = np.arange(r)
+    chosen = order[ar, rank]
+    return chosen, u[ar, chosen], np.log(np.maximum(w, 1e-300)), acceptance
+
+
+def rank_residual(delta: np.ndarray, log_w: np.ndarray, draws: np.ndarray, rng, rows: np.ndarray) -> np.ndarray:
+    """Draw u from (phi(. - delta) - g)_+ normalised, by rejection from N(delta, 1): the first
+    PROPOSALS_PER_DRAW proposals from `draws`, more from the rows' streams (rng.uniform(rows, count)) in
+    the rare case that none of them is accepted."""
+    out = np.empty_like(delta)
+    todo = np.arange(delta.size)
+    while todo.size:
+        # half a grid step keeps the uniforms inside (0, 1), where ndtri is finite
+        v = delta[todo, None] + special.ndtri(draws[:, :PROPOSALS_PER_DRAW] + 2.0**-54)
+        g_over_target = np.exp(log_order_stat_mixture(v, log_w[todo]) - std_normal_log_pdf(v - delta[todo, None]))
+        ok = draws[:, PROPOSALS_PER_DRAW:] < 1 - g_over_target
+        found = ok.any(1)
+        out[todo[found]] = v[found, ok.argmax(1)[found]]
+        todo = todo[~found]
+        if todo.size:
+            draws = np.asarray(rng.uniform(rows[todo], 2 * PROPOSALS_PER_DRAW))
+    return out
 
 
 class RankAwareSelection(NodeVerifier):
@@ -171,51 +201,22 @@ class RankAwareSelection(NodeVerifier):
     def uniforms_per_node(self, k: int) -> int:
         return 2 + 2 * PROPOSALS_PER_DRAW  # the rank, the coin, then the residual's first proposals
 
-    def _select(self, red: RankOne, uniforms):
-        """The selected child, its u, and log-weights: a rank drawn with w(delta, K) before the children
-        are looked at, applied to the children sorted by u."""
-        a, k = red.u.shape
-        w, acceptance = weights_for(red.delta, k)
-        sorted_u, order = red.u.sort(dim=1)
-        rank = (w.cumsum(1) <= uniforms[:, :1]).sum(1).clamp(max=k - 1)
-        ar = torch.arange(a, device=red.u.device)
-        return order[ar, rank], sorted_u[ar, rank], w.clamp_min(1e-300).log(), acceptance
-
-    def _decide(self, red: RankOne, uniforms) -> Decision:
-        a, k = red.u.shape
-        chosen, u_sel, log_w, acceptance = self._select(red, uniforms)
-        log_ratio = std_normal_log_pdf(u_sel - red.delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]
-        p = log_ratio.clamp(max=0.0).exp()
+    def _decide(self, delta, u, uniforms) -> Decision:
+        r, k = u.shape
+        chosen, u_sel, log_w, acceptance = select_rank(delta, u, uniforms[:, 0])
+        log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]
+        p = np.exp(np.minimum(log_ratio, 0.0))
         accept = uniforms[:, 1] < p
-        ar = torch.arange(a, device=red.u.device)
-        child_p = torch.full((a, k), float("nan"), dtype=torch.float64, device=red.u.device)
-        child_p[ar, chosen] = p
-        return Decision(kept=torch.where(accept, chosen, -1), child_accept_prob=child_p, accept_prob=acceptance)
+        child_p = np.full((r, k), np.nan)
+        child_p[np.arange(r), chosen] = p
+        return Decision(kept=np.where(accept, chosen, -1), child_accept_prob=child_p, accept_prob=acceptance)
 
-    def correct(self, red: RankOne, uniforms, rng, rows):
-        chosen, _, log_w, _ = self._select(red, uniforms)
-        return chosen, self._residual(red.delta, log_w, uniforms[:, 2:], rng, rows)
+    def correct(self, delta, u, uniforms, rng, rows):
+        chosen, _, log_w, _ = select_rank(delta, u, uniforms[:, 0])
+        return chosen, rank_residual(delta, log_w, uniforms[:, 2:], rng, rows)
 
-    @staticmethod
-    def _residual(delta, log_w, draws, rng, rows) -> torch.Tensor:
-        """Draw u from (phi(. - delta) - g)_+ normalised, by rejection from N(delta, 1): the first
-        PROPOSALS_PER_DRAW proposals from `draws`, more from the rows' streams in the rare case that
-        none of them is accepted."""
-        out = torch.empty_like(delta)
-        todo = torch.arange(delta.numel(), device=delta.device)
-        while todo.numel():
-            # half a grid step keeps the uniforms inside (0, 1), where ndtri is finite
-            v = delta[todo, None] + torch.special.ndtri(draws[:, :PROPOSALS_PER_DRAW] + 2.0**-54)
-            g_over_target = (log_order_stat_mixture(v, log_w[todo]) - std_normal_log_pdf(v - delta[todo, None])).exp()
-            ok = draws[:, PROPOSALS_PER_DRAW:] < 1 - g_over_target
-            found = ok.any(1)
-            first = ok.int().argmax(1)
-            out[todo[found]] = v[found, first[found]]
-            todo = todo[~found]
-            if todo.numel():
-                draws = rng.uniform(rows[todo], 2 * PROPOSALS_PER_DRAW)
-        return out
-
-    def acceptance(self, delta, k):
-        delta = delta.double().clamp_min(DELTA_FLOOR)
-        return integrated_acceptance(delta, weights_for(delta, k)[0])
+    def acceptance(self, delta, k=1):
+        delta = np.maximum(np.asarray(delta, dtype=np.float64), DELTA_FLOOR)
+        shape = delta.shape
+        delta = delta.reshape(-1)
+        return integrated_acceptance(delta, weights_for(delta, k)[0]).reshape(shape)

@@ -8,9 +8,10 @@ mq + s (z - 2 u e), the reflection of x_1 (projection delta - u, z_perp kept). A
 
 from __future__ import annotations
 
-import torch
+import numpy as np
+from scipy import special
 
-from .base import Decision, NodeVerifier, RankOne
+from .base import Decision, NodeVerifier
 
 
 class ReflectionMaximalCoupling(NodeVerifier):
@@ -20,20 +21,19 @@ class ReflectionMaximalCoupling(NodeVerifier):
     def uniforms_per_node(self, k: int) -> int:
         return 1
 
-    def decide(self, red: RankOne, uniforms) -> Decision:
+    def decide(self, delta, u, uniforms) -> Decision:
         """As delta -> 0 the acceptance min(1, exp(delta u - delta^2 / 2)) -> 1, and the reflection is
         exact at any delta: RMC needs no floor below which child 1 is kept."""
-        return self._decide(red, uniforms)
+        return self._decide(delta, u, uniforms)
 
-    def _decide(self, red: RankOne, uniforms) -> Decision:
-        delta = red.delta
-        p = torch.exp((delta * (red.u[:, 0] - 0.5 * delta)).clamp(max=0.0))
+    def _decide(self, delta, u, uniforms) -> Decision:
+        p = np.exp(np.minimum(delta * (u[:, 0] - 0.5 * delta), 0.0))
         accept = uniforms[:, 0] < p
-        return Decision(kept=torch.where(accept, 0, -1), child_accept_prob=p[:, None], accept_prob=None)
+        return Decision(kept=np.where(accept, 0, -1), child_accept_prob=p[:, None], accept_prob=None)
 
-    def correct(self, red: RankOne, uniforms, rng, rows):
+    def correct(self, delta, u, uniforms, rng, rows):
         # the reflection of x_1 through the hyperplane halfway between mp and mq: u -> delta - u
-        return torch.zeros_like(red.u[:, 0], dtype=torch.long), red.delta - red.u[:, 0]
+        return np.zeros(len(delta), dtype=np.int64), delta - u[:, 0]
 
     def acceptance(self, delta, k=1):
-        return 2 * torch.special.ndtr(-delta / 2)
+        return 2 * special.ndtr(-np.asarray(delta, dtype=np.float64) / 2)
