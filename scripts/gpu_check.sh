@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# On a CUDA machine, in one go: the GPU tests (pytest -m gpu), then the GPU sections of
-# docs/benchmarks.md: "gpu" (fp16 digits and a CIFAR-10-sized UNet at batch 1 and 16: plain, chain,
-# block-verified chain, tree, auto) and "sd_unet" (a Stable-Diffusion-sized UNet at batch 1, 50 steps).
+# On a CUDA machine, in one go (within 10 minutes on an H100 or H200): the GPU tests (pytest -m gpu), then
+# the sections of docs/benchmarks.md: "gpu" (a 1-row call of each UNet eager, as CUDA graphs and compiled;
+# fp16 digits and a CIFAR-10-sized UNet at batch 1 and 16: plain, chain, block-verified chain, tree, auto,
+# with ms per call and the share of time outside the target call), "sd_unet" (a Stable-Diffusion-sized UNet
+# at batch 1, 50 steps) and "launches" (operations per round outside the network, before and now).
 # Needs the packages of requirements.txt (gradio and plotly excepted) and the checkout (benchmarks/ is not
 # installed with the package). With $OUT set (the device tool's output folder) the logs, a fresh report
-# holding the GPU sections and their results (bench_results/gpu.json, sd_unet.json) go there; else the section is written
+# holding these sections and their results (bench_results/gpu.json, sd_unet.json, launches.json) go there; else the section is written
 # into docs/benchmarks.md, its results into docs/bench_results/ and its README block into README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,5 +19,5 @@ python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tee "$out/gpu_tests.log" ||
 # renders the README's blocks from the results (python -m benchmarks.run --readme)
 report=docs/benchmarks.md
 [ "$out" = . ] || report="$out/benchmarks_gpu.md"
-python3 -m benchmarks.run --sections gpu,sd_unet --out "$report" 2>&1 | tee "$out/gpu_bench.log"
+python3 -m benchmarks.run --sections gpu,sd_unet,launches --out "$report" 2>&1 | tee "$out/gpu_bench.log"
 exit $status

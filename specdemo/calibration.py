@@ -85,6 +85,8 @@ def plan_key(problem: Problem) -> dict:
            "guidance_scale": c.guidance_scale}
     if c.objective == "time":
         key["batch"] = problem.slots
+    if problem.device.type == "cuda":  # how the networks are launched prices their calls
+        key["launch"] = c.launch
     return key
 
 

@@ -31,6 +31,7 @@ STARTS = ("cold", "warm")
 OBJECTIVES = ("time", "calls")
 PREDICTIONS = ("epsilon", "v_prediction", "sample")
 DEVICES = ("auto", "cpu", "cuda")
+LAUNCHES = ("auto", "graphs", "compile", "eager")  # specdemo.sampling.graphs
 PRESET_NAMES = ("gm2d", "gm16", "gm512", "banana", "ring")
 EMBEDDED_NAMES = ("digits", "digits-draft", "digits-draft-distilled")
 TOPOLOGY_HELP = (
@@ -124,6 +125,9 @@ class SamplerConfig:
                                           "next (continuous batching; default: all at once)", metavar="B")
     seed: int = setting(0, "same seed, device and --max-batch: same samples")
     device: str = setting("auto", "where to run", choices=DEVICES)
+    launch: str = setting("auto", "how the target network runs on a GPU: graphs (each call size captured once as a "
+                                  "CUDA graph, replayed: one launch a call), compile (torch.compile), eager; auto: "
+                                  "graphs on CUDA, eager on a CPU", choices=LAUNCHES)
     class_label: int | None = setting(None, "class to sample, for class-conditional models such as digits "
                                             "(default 0)", metavar="0..9")
     prompt: str = setting("", "for text-to-image models: what to draw, encoded once per run", metavar="TEXT")

@@ -22,6 +22,7 @@ from .limits import Cancel, Limits
 from .models import Target, resolve_target
 from .parallel import Broadcast, process_state
 from .sampling import Cost, SampleResult, sample
+from .sampling.graphs import launched
 from .trees import Topology, TopologyPlan
 from .trees.auto import DeltaStats
 from .trees.cost_model import PADDED_ROWS, CostModel
@@ -240,7 +241,8 @@ def prepare(config: SamplerConfig, target: Target | None = None, *, draft_target
     if target.text_conditioned:  # the prompts encoded once for the run, every trajectory's rows a view of it
         cond = {**cond, **target.prompt_conditioning(c.prompt, c.negative_prompt, c.guidance_scale, c.num_samples,
                                                      device)}
-    return Problem(c, target, kernel, target.network(kernel, device), tree, draft, verifier, device, cond)
+    return Problem(c, target, kernel, launched(target.network(kernel, device), c.launch, device), tree, draft,
+                   verifier, device, cond)
 
 
 def warm_up(problem: Problem) -> Problem:
@@ -271,7 +273,7 @@ def build_draft(config: SamplerConfig, target: Target, kernel: Kernel, device: t
     if mismatch:
         raise SpecdemoError(f"draft {config.draft!r} cannot draft for {target.name}: {mismatch}")
     network_type = CorrectedNetworkDraft if config.freeze == "residual" else NetworkDraft
-    return network_type(draft_target.network(kernel, device), name=config.draft)
+    return network_type(draft_target.network(kernel, device), name=config.draft)  # eager: its calls take many shapes
 
 
 def generate(config: SamplerConfig, **kwargs) -> tuple[SampleResult, Problem]:

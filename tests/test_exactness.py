@@ -43,8 +43,7 @@ VARIANTS = {
     "chain-rmc-bias3": (Topology.chain(4), ReflectionMaximalCoupling, FrozenDraft(), 3.0),
     "tree-rank-bias3": (Topology((3, 2, 2)), RankAwareSelection, FrozenDraft(), 3.0),
     "tree-dgrs-x0-leaves": (Topology((2, 2)), GreedyRejectionSampling, FrozenDraft("x0"), 0.0),
-    # four siblings drawn lazily at the reached node, often all examined (bias 2): siblings that shared
-    # their noise passed every other case
+    # four siblings, often all examined (bias 2): siblings that shared their noise passed every other case
     "wide-dgrs-bias2": (Topology((4,)), GreedyRejectionSampling, FrozenDraft(), 2.0),
     "chain-block-frozen": (Topology.chain(6), BlockVerification, FrozenDraft(), 0.0),
     # bias 1.5, not 3: there a block often commits nodes with weight p_eta < 1, where a wrong
@@ -60,7 +59,7 @@ VARIANTS = {
     "fan-block-frozen": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft(), 0.0),
     "fan-block-bias1.5": (Topology((4, 1, 1)), BlockVerification, FrozenDraft(), 1.5),
     # second-order freezing: the affine chain (node and chain verifiers, known roots after evaluated
-    # leaves), tree levels and lazy leaves, and an auto table that drafts steps with each of the three forms
+    # leaves), tree levels, and an auto table that drafts steps with each of the three forms
     "chain-rmc-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling, FrozenDraft("x0-linear"), 0.0),
     "chain-block-x0-linear-leaves": (Topology.chain(6), BlockVerification, FrozenDraft("x0-linear"), 0.0),
     "tree-dgrs-x0-linear": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenDraft("x0-linear"), 0.0),
@@ -154,17 +153,21 @@ def test_speculative_matches_plain(problem, variant):
         assert result.cost.speedup_total > 1.0
 
 
-def test_a_known_root_uses_the_committed_leafs_output():
+@pytest.mark.parametrize("bias", [0.0, 1.0])
+def test_a_known_root_uses_the_committed_leafs_output(bias):
     """A chain of one with evaluated leaves: every round after the first starts at a root whose output
-    the last call computed, and drafts and verifies its one node from it (delta 0). Few, long steps make
-    a wrong stored output (the parent's, one step back) change the law clearly (p = 0 with it)."""
+    the last call computed, and drafts its one node from it. The frozen draft is exact there (delta 0,
+    nothing to verify), and the last, deterministic step takes the known output; a draft biased by one
+    scale is verified against the target's mean from that output. Few, long steps make a wrong stored
+    output (the parent's, one step back) change the law clearly."""
     target, kernel = gm2d(), DDPMKernel(default_ddpm_scheduler(), 10)
     net = target.network(kernel)
     plain_samples = sample(net, kernel, target.shape, 10_000, seed=1).samples
-    result = sample(net, kernel, target.shape, 10_000, tree=Topology.chain(1), draft=FrozenDraft("out"),
+    draft = BiasedDraft(FrozenDraft("out"), bias) if bias else FrozenDraft("out")
+    result = sample(net, kernel, target.shape, 10_000, tree=Topology.chain(1), draft=draft,
                     verifier=ReflectionMaximalCoupling(), prefetch="leaves", seed=2)
     # roots were known: one row a round (the leaf), where an unknown root would add its own row
-    assert result.cost.rows_per_trajectory.mean() < 1.5 * kernel.num_steps
+    assert result.cost.rows_per_trajectory.mean() < (1.5 if not bias else 1.9) * kernel.num_steps
     assert min_pvalue_bonferroni(result.samples, plain_samples) > ALPHA
 
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 from scipy import stats
 
-from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft
+from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft, StepwiseDraft
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.sampling import sample
 from specdemo.sampling.reference import sample_one
 from specdemo.targets import GaussianMixture, gm16
-from specdemo.trees import Topology
+from specdemo.trees import Topology, TopologyPlan
 from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection,
                                 ReflectionMaximalCoupling)
 
@@ -33,6 +33,14 @@ def shifted(kernel):
 
 
 ddpm = lambda: DDPMKernel(default_ddpm_scheduler(), 30)  # noqa: E731
+
+
+def mixed_plan(steps: int = 30) -> TopologyPlan:
+    """Chains of 3 at even steps, fans (2, 1, 1) at odd ones, leaves evaluated at every third step: a batch
+    whose trajectories stand at different steps drafts both in one round (two parts, union.py)."""
+    trees = tuple(Topology.chain(3) if n % 2 == 0 else Topology((2, 1, 1)) for n in range(steps))
+    leaves = tuple(n % 3 == 0 for n in range(steps))
+    return TopologyPlan(trees, leaves, trees, leaves, expected_calls=0.0)
 CASES = {
     "chain-rmc-out": (ddpm, Topology.chain(4), ReflectionMaximalCoupling, lambda k: FrozenDraft(), "nearest"),
     "chain-block-x0-leaves": (ddpm, Topology.chain(5), BlockVerification, lambda k: FrozenDraft("x0"), "leaves"),
@@ -48,7 +56,14 @@ CASES = {
                           "nearest"),
     "tree-dgrs-corrected-network": (ddpm, Topology((2, 1, 1)), GreedyRejectionSampling,
                                     lambda k: CorrectedNetworkDraft(shifted(k), "shifted"), "nearest"),
+    # every frozen form by step, a plan of two parts, refills of three slots at a time
+    "plan-block-auto-refills": (ddpm, mixed_plan(), BlockVerification,
+                                lambda k: FrozenDraft("auto", [n % 4 for n in range(30)], start="cold"), "auto"),
+    "plan-rank-stepwise": (ddpm, mixed_plan(), RankAwareSelection,
+                           lambda k: StepwiseDraft(CorrectedNetworkDraft(shifted(k), "shifted"),
+                                                   [n % 5 for n in range(30)]), "auto"),
 }
+MAX_BATCH = {"plan-block-auto-refills": 3}
 
 
 def both(case: str, trajectories: int, seed: int):
@@ -59,7 +74,7 @@ def both(case: str, trajectories: int, seed: int):
     net = row_by_row(target.network(kernel))
     draft = make_draft(kernel)
     fast = sample(net, kernel, target.shape, trajectories, tree=tree, verifier=verifier(), draft=draft,
-                  prefetch=prefetch, seed=seed).samples
+                  prefetch=prefetch, seed=seed, max_batch=MAX_BATCH.get(case)).samples
     slow = torch.stack([sample_one(net, kernel, target.shape, tree=tree, verifier=verifier(), draft=draft,
                                    prefetch=prefetch, seed=seed, index=i) for i in range(trajectories)])
     return fast, slow

@@ -111,11 +111,6 @@ class Draft:
         here once per round, not once per level."""
         raise NotImplementedError
 
-    def means(self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor | None,
-              cond: dict[str, torch.Tensor]) -> torch.Tensor:
-        """m^p_n at the P nodes of each of A trajectories: x (P, A, *shape), n (A,) the nodes' step."""
-        return self.for_round(kernel, n[None], frozen, cond)(0, x)
-
     def check(self, kernel: Kernel) -> None:
         """Refuse a kernel this draft cannot serve, with a reason."""
 

@@ -123,18 +123,20 @@ class FrozenDraft(Draft):
         x0 = kernel.denoised(out, x, n)
         if self.freeze == "x0":
             return x0
+        if earlier is not None:  # the node above: its x0-hat, read by the line and the Gaussian alike
+            out_0, x_0, n_0 = earlier
+            earlier = (kernel.denoised(out_0, x_0, n_0), x_0, n_0)
+        held = lambda at: None if previous is None else previous[:, at + 1]  # noqa: E731
         if self.freeze == "x0-linear":
-            return line(kernel, x0, n, None if previous is None else previous[:, self._line_at + 1], earlier)
+            return line(kernel, x0, n, held(self._line_at), earlier)
         if self.freeze == "gaussian":
-            return gaussian(kernel, x0, x, n, None if previous is None else previous[:, self._gauss_at + 1], earlier)
-        kept = (out, x0)
+            return gaussian(kernel, x0, x, n, held(self._gauss_at), earlier)
+        kept = [out[:, None], x0[:, None]]
         if self.linear:
-            at = self._line_at + 1
-            kept += tuple(line(kernel, x0, n, None if previous is None else previous[:, at], earlier).unbind(1))
+            kept.append(line(kernel, x0, n, held(self._line_at), earlier))
         if self.gaussian:
-            at = self._gauss_at + 1
-            kept += tuple(gaussian(kernel, x0, x, n, None if previous is None else previous[:, at], earlier).unbind(1))
-        return torch.stack(kept, 1)
+            kept.append(gaussian(kernel, x0, x, n, held(self._gauss_at), earlier))
+        return torch.cat(kept, 1)
 
     def for_round(self, kernel, steps, frozen, cond):
         """With the frozen value f plugged in, m^p at depth d is, in the node's state x,
@@ -169,7 +171,7 @@ class FrozenDraft(Draft):
         x0_f = frozen[None]  # x0-hat (1, A, *shape); x0-linear: the line's value at each level's step
         if self.linear:
             intercept, slope_t = frozen[:, 0][None], frozen[:, 1][None]
-            x0_f = torch.addcmul(intercept, lift(kernel.table("freeze-clock", clock(kernel), intercept)[n]), slope_t)
+            x0_f = torch.addcmul(intercept, lift(kernel.table_on("freeze-clock", clock(kernel), n.device, frozen.dtype)[n]), slope_t)
         beta_x0 = lift(b_x0) * x0_f
         if r is not None:
             beta_x0 = beta_x0.addcmul_(lift(c_x0), x0_f.clamp(-r, r))
@@ -245,6 +247,7 @@ def _auto_table(draft: FrozenDraft, kernel, device: torch.device, dtype: torch.d
     return cache[key]
 
 
+@lru_cache(maxsize=16)
 def clock(kernel) -> torch.Tensor:
     """tau_n, the time in which freeze x0-linear extrapolates x0-hat (float64, per step): a flow
     kernel's t, else the negative log signal-to-noise ratio -log(abar / (1 - abar)). (Measured on
@@ -259,17 +262,16 @@ def clock(kernel) -> torch.Tensor:
 def line(kernel, x0: torch.Tensor, n: torch.Tensor, slope: torch.Tensor | None,
          earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
     """(A, 2, *shape): intercept a and slope b of x0-hat(tau) = a + b tau through x0 (A, *shape) at
-    tau(n). The slope is the secant to x0-hat at `earlier` (out, x, step) where that is another step,
-    else the one held before (`slope`; none: 0, x0-hat constant)."""
-    taus = kernel.table("freeze-clock", clock(kernel), x0)
+    tau(n). The slope is the secant to x0-hat at `earlier` (its x0-hat, state, step) where that is another
+    step, else the one held before (`slope`; none: 0, x0-hat constant)."""
+    taus = kernel.table_on("freeze-clock", clock(kernel), x0.device, x0.dtype)
     view = (-1, *[1] * (x0.dim() - 1))
     tau = taus[n].view(view)
     slope = torch.zeros_like(x0) if slope is None else slope
     if earlier is not None:
-        out_0, x_0, n_0 = earlier
+        x0_0, _, n_0 = earlier
         dt = tau - taus[n_0].view(view)
-        secant = (x0 - kernel.denoised(out_0, x_0, n_0)) / torch.where(dt == 0, 1.0, dt)
-        slope = torch.where(dt == 0, slope, secant)
+        slope = torch.where(dt == 0, slope, (x0 - x0_0) / torch.where(dt == 0, 1.0, dt))
     return torch.stack((torch.addcmul(x0, tau, slope, value=-1), slope), 1)
 
 
@@ -281,8 +283,8 @@ def gaussian(kernel, x0: torch.Tensor, x: torch.Tensor, n: torch.Tensor, held: t
     view = (-1, *[1] * (x0.dim() - 1))
     lam = x0.new_zeros(x0.shape[0], dtype=torch.float64) if held is None else held.flatten(1)[:, 0].double()
     if earlier is not None:
-        out_0, x_0, n_0 = earlier
-        lam = torch.where(n_0 == n, lam, fit_lambda(kernel, x0, x, n, kernel.denoised(out_0, x_0, n_0), x_0))
+        x0_0, x_0, n_0 = earlier
+        lam = torch.where(n_0 == n, lam, fit_lambda(kernel, x0, x, n, x0_0, x_0))
     lam = lam.view(view)
     # x0 = (b^2 mu + lambda a x) / (a^2 lambda + b^2) solved for mu, mu = x0 + lambda (a^2 x0 - a x) / b^2, in
     # float64 (b^2 is small at the last steps: |mu| may exceed a half-precision state's range)
@@ -314,7 +316,7 @@ def fit_lambda(kernel, f1: torch.Tensor, x1: torch.Tensor, n1: torch.Tensor, f0:
     return grid[error.argmin(1)]
 
 
-LAMBDA_GRID = torch.cat([torch.zeros(1, dtype=torch.float64), torch.logspace(-4, 4, 2048, dtype=torch.float64)])
+LAMBDA_GRID = torch.cat([torch.zeros(1, dtype=torch.float64), torch.logspace(-4, 4, 2049, dtype=torch.float64)])  # 256 a decade
 
 
 @lru_cache(maxsize=8)

@@ -92,7 +92,8 @@ class Kernel:
         return StepCoefficients(*columns.view(5, *n.shape).unbind(0))
 
     def denoised_scalars(self, n: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-        """(A_n - B_n D_n / E_n, B_n / E_n, C_n) for steps n, each shaped as n (denoised_coefficients)."""
+        """(A_n - B_n D_n / E_n, B_n / E_n, C_n) for steps n, each shaped as n: the mean as a function of x and
+        the denoised estimate, m_n = (A - B D / E) x + (B / E) x0-hat + C clip(x0-hat)."""
         self._needs_denoised()
         columns = torch.index_select(self.table_on("denoised", self._denoised_columns, n.device, dtype), 1, n.reshape(-1))
         return columns.view(3, *n.shape).unbind(0)
@@ -111,13 +112,6 @@ class Kernel:
             rows = torch.cat([self.coefficient_table[:, ROUND_ORDER], self.scales[:, None]], 1)
             table = self._tables[key] = rows.to(device=out.device, dtype=out.dtype)
         return torch.index_select(table, 0, n, out=out)
-
-    def denoised_coefficients(self, n: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(A_n - B_n D_n / E_n, B_n / E_n, C_n): the mean as a function of x and the denoised estimate,
-        m_n = (A - B D / E) x + (B / E) x0-hat + C clip(x0-hat), shaped as coefficients()."""
-        self._needs_denoised()
-        columns = torch.index_select(self.table("denoised", self._denoised_columns, like), 1, n.reshape(-1))
-        return columns.view(3, *n.shape, *[1] * (like.dim() - n.dim())).unbind(0)
 
     def scale(self, n: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """s_n shaped to broadcast against `like`."""

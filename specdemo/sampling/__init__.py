@@ -3,7 +3,8 @@
 driver.py (the round loop, batching, refill, the host's walk), round.py (the round's device work:
 draft, reduce, commit), layout.py (its buffers and views), union.py (the tree a round drafts for every
 slot), prefetch.py (which output starts the next round), rng.py (per-trajectory streams), cost.py
-(calls, rows and time), record.py (RoundTrace).
+(calls, rows and time), record.py (RoundTrace), graphs.py (a network call as one launch on CUDA), and
+reference.py (the same sampler as plain loops over one trajectory, the tests' oracle).
 """
 
 from .cost import Cost

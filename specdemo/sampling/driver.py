@@ -5,17 +5,17 @@ trajectory at step n with r stochastic steps ahead speculates to depth L_b = min
 tree T (its plan's tree at n, cut at the horizon); L = 0 is plain sampling, and a deterministic step
 is a round of depth 0. Every round is one pass over every slot, whatever each one does:
 
-  1. draft (round.py) the round's union tree U, whose width at each depth is the widest of the
-     trees T that speculate (each T is U with the children beyond its own widths left out), for every
-     slot; each trajectory draws the noise of its own tree only, so its draws do not depend on the batch;
+  1. draft (round.py): the trees that speculate are grouped into parts of trees cut from one another
+     (union.py); each part drafts its deepest tree for every slot, each trajectory drawing the noise of
+     its own tree only, so its draws and arithmetic do not depend on the batch;
   2. one batched target call over each trajectory's evaluated nodes (the root unless its output is
      known; leaves where its plan evaluates them) and the roots of plain or deterministic steps;
   3. reduce (round.py): the target's mean at every parent and the inner products of each parent's
      children, read by the host in the round's one host synchronisation, with the call's finiteness;
   4. walk, on the host: each trajectory's verifier decides its own tree (Verifier.walk) from delta, u
      and uniforms drawn for the round, and the prefetch policy picks the output frozen next;
-  5. commit (round.py): new states (the kept leaf, or a child moved along e to the corrected draw),
-     frozen values and known root outputs, as the host wrote them into the round's mailbox.
+  5. commit: new states (the kept leaf, or a child moved along e to the corrected draw), frozen values and
+     known root outputs, as the host wrote them into each part's mailbox (a few gathers and one update).
 
 A trajectory without a frozen output (before its first speculative round, or every round under
 prefetch "none") spends a round on a warm-up: its root alone is evaluated, in the round's batched
@@ -597,8 +597,8 @@ class _Batch:
 
     # ---------------------------------------------------------------- commit
     def commit(self, plan: "RoundPlan", decided: "Decided") -> None:
-        """Phase 5: the new states, frozen values and known root outputs (round.py's formulas, with the
-        host's choices), part by part."""
+        """Phase 5: the new states, frozen values and known root outputs, with the host's choices, part by
+        part."""
         a = self.slots
         direct = plan.direct
         # plain or deterministic steps under a cold start keep their output for the next round; warm-ups too
@@ -658,9 +658,7 @@ class _Batch:
         # the host's state
         self.has_frozen[refresh] = True
         self.has_frozen[decided.unfreeze] = False
-        self.fresh[plan.spec] = False
-        if refresh_roots.size:
-            self.fresh[refresh_roots] = False  # a target output: no guess from here on
+        self.fresh[plan.spec] = False  # a round drafted: no guess from here on (a plain step's output is frozen)
         self.root_known[plan.live] = False
         self.root_known[decided.known] = True
         if direct.size:

@@ -208,9 +208,7 @@ class Workspace:
         self.root_scale = rows[0, :, 5:6]  # (A, 1): s at each root's step
         self.a_c = rows[:, :, 0:5:4]  # (L', A, 2): A and C, an output form's a_d and g_d
         self.b_e = rows[:, :, 1:4:2, None]  # (L', A, 2, 1): B and E, an output form's b_d and o_d over the output
-        self.d_levels = rows[:, :, 2]  # (L', A): D, an output form's h_d
         self.d_next = rows[1:depth, :, 2:3]  # (L - 1, A, 1): h_{d+1}
-        self.d_next_matrix = rows[1:depth, :, 2:3, None]  # (L - 1, A, 1, 1)
         self.d_root = rows[0, :, 2:3]  # (A, 1)
         parent_flat = self.parent_rows.view(np_ * a, COLUMNS)
         self.target_matrix = parent_flat[:, :4].view(np_ * a, 2, 2)  # [[A, B], [D, E]] at each parent's step

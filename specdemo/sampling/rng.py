@@ -51,14 +51,6 @@ class TrajectoryRandom:
         """Fill `out` with standard normals from slot's stream."""
         return out.normal_(generator=self.generators[slot])
 
-    def normal(self, rows: Sequence[int], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """Standard normals, shape (len(rows), *shape); row j from the stream of slot rows[j]."""
-        rows = _slots(rows)
-        out = torch.empty((len(rows), *shape), device=self.device, dtype=dtype)
-        for j, r in enumerate(rows):
-            out[j].normal_(generator=self.generators[r])
-        return out
-
     def uniform(self, rows: Sequence[int], count: int) -> np.ndarray:
         """Uniforms on [0, 1) in float64 on the host, shape (len(rows), count); row j from slot rows[j]."""
         rows = _slots(rows)

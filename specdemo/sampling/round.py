@@ -1,11 +1,12 @@
-"""The fused round's device work (algorithms.md section 4), on a Workspace's buffers (layout.py):
+"""The fused round's device work (algorithms.md section 4, "The fused round"), on a Workspace's buffers
+(layout.py):
 
-  draft      every node of every trajectory's tree: children of node v are m^p(X_v) + s xi;
-  reduce     the target's mean at every parent and the inner products the verifiers need;
-  commit     each trajectory's new state, frozen value and known root output, as the host decided.
+  draft          every node of every trajectory's tree: children of node v are m^p(X_v) + s xi;
+  target_means   the target's mean at every parent;
+  reduce         the inner products the verifiers need.
 
-The target call sits between draft and reduce, the host's walk between reduce and commit
-(driver.py): the round's one host synchronisation reads `gram` and the call's finiteness check.
+The target call sits between draft and target_means; the round's one host synchronisation then reads
+`gram`, and the host's walk and the commit follow (driver.py).
 
 Drafting a piecewise-affine draft (AffineLevels, every frozen form) as one recursion. With
 m^p_d(x) = a_d x + b_d + g_d clip(h_d x + o_d), carry each node's pair (x, c), c = h x + o its clip

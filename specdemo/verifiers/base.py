@@ -5,8 +5,9 @@ At an evaluated node with target mean mq, draft mean mp and scale s, the K child
 i.i.d. from N(mp, s^2 I) before anything was verified. With delta = ||mq - mp|| / s and
 e = (mq - mp) / (s delta), a child x has projection u = <e, (x - mp) / s>; u ~ N(0, 1) under P,
 N(delta, 1) under Q, and the rest of z = (x - mp) / s has the same law under both. A verifier sees
-these scalars only: the sampling round reduces every node on the device, copies delta and u to the
-host once a round, and the verifier's `walk` (numpy, float64) decides the whole round there:
+these scalars only: the sampling round reduces every node on the device to inner products, copies them to
+the host once a round, where delta and u are formed and the verifier's `walk` (numpy, float64) decides the
+whole round:
 
     walk(tree, delta (R, parents), u (R, nodes), uniforms (R, uniforms_per_round(tree)), rng) -> Walk
 
