@@ -99,9 +99,23 @@ class GaussianMixture:
         return MixtureNetwork(self, kernel)
 
 
+def _dot_means(x: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+    """x_r . mu_k per row r and component k, (R, K), each row reduced on its own."""
+    return (x[:, None, :] * mu).sum(-1)
+
+
+def _mix_means(r: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+    """sum_k r_rk mu_k per row r, (R, d), each row reduced on its own."""
+    return (r[:, :, None] * mu).sum(1)
+
+
 class MixtureNetwork:
     """Exact network output of a Gaussian mixture at (x, step n), per row. Follows the Network
-    protocol of specdemo.models: called as net(x [R, d], n [R])."""
+    protocol of specdemo.models: called as net(x [R, d], n [R]).
+
+    Each row is computed on its own: products with the means are elementwise products summed over one
+    axis, not matrix products, whose blocking (and so rounding) depends on the number of rows. A
+    row's output is then the same bit for bit in any batch on a CPU (tests/test_reproducible.py)."""
 
     def __init__(self, mixture: GaussianMixture, kernel: Kernel | None):
         self.mixture, self.kernel = mixture, kernel
@@ -125,7 +139,7 @@ class MixtureNetwork:
         """log pi_k + log N(x; alpha mu_k, v_k I) per row and component; alpha, sigma broadcast (R, 1)."""
         mu, mu_sq, tau2, log_w = self._on(x)
         v = alpha**2 * tau2 + sigma**2  # (R, K)
-        sq = (x * x).sum(-1, keepdim=True) - 2 * alpha * (x @ mu.T) + alpha**2 * mu_sq
+        sq = (x * x).sum(-1, keepdim=True) - 2 * alpha * _dot_means(x, mu) + alpha**2 * mu_sq
         return log_w - 0.5 * sq.clamp_min(0) / v - 0.5 * x.shape[-1] * torch.log(2 * math.pi * v)
 
     def posterior_mean(self, x, alpha, sigma):
@@ -134,14 +148,14 @@ class MixtureNetwork:
         r = self._log_joint(x, alpha, sigma).softmax(-1)  # (R, K)
         gain = alpha * tau2 / (alpha**2 * tau2 + sigma**2)  # (R, K)
         # sum_k r_k (mu_k (1 - alpha gain_k) + gain_k x)
-        return (r * gain).sum(-1, keepdim=True) * x + (r * (1 - alpha * gain)) @ mu
+        return (r * gain).sum(-1, keepdim=True) * x + _mix_means(r * (1 - alpha * gain), mu)
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
         """grad log p(x) of the clean mixture: sum_k r_k(x) (mu_k - x) / tau_k^2."""
         mu, _, tau2, _ = self._on(x)
         one = torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)
         r = self._log_joint(x, one, 0 * one).softmax(-1) / tau2
-        return r @ mu - r.sum(-1, keepdim=True) * x
+        return _mix_means(r, mu) - r.sum(-1, keepdim=True) * x
 
     def __call__(self, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         k = self.kernel
