@@ -267,7 +267,7 @@ def click_work(checked: Checked, chain: bool, plain: bool) -> list[tuple[str, in
     steps, samples = kernel.num_steps, c.num_samples
     auto = c.tree == "auto"
     rows = c.budget if auto else checked.tree.num_nodes
-    pilots = pilot_runs(auto, c.freeze) * c.pilot_samples
+    pilots = pilot_runs(auto, c.freeze, network=c.draft != "frozen") * c.pilot_samples
     chosen = "planned topology" if auto else f"{c.method} {checked.tree}"
     work = [(chosen, samples * steps * (rows + 1) + pilots * steps * (PILOT_DEPTH + 1))]
     if chain and c.method == "tree":

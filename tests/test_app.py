@@ -787,3 +787,17 @@ def test_the_work_estimate_weighs_a_row_by_its_model(text_folders, monkeypatch):
     assert "over the limit of 5;" in message and "costs about 43," in message and "a GPU runs far more" in message
     # the decoding for display is counted too
     assert work.decode_cost(big) > 1000
+
+
+def test_a_clicks_bound_counts_the_draft_networks_pilot():
+    """--freeze auto with a draft network pilots each frozen form and the corrected network: five runs of
+    P trajectories, as the run's own limit counts them (pipeline.check_config)."""
+    from specdemo import SamplerConfig
+    from specdemo.calibration import AUTO_FORMS, PILOT_DEPTH
+    from specdemo.pipeline import check_config
+
+    checked = check_config(SamplerConfig(model="digits", draft="digits-draft", tree="auto", freeze="auto", steps=50,
+                                         num_samples=2, pilot_samples=8, device="cpu"))
+    c = checked.config
+    pilots = (len(AUTO_FORMS) + 1) * c.pilot_samples * 50 * (PILOT_DEPTH + 1)
+    assert runner.click_work(checked, chain=False, plain=False)[0][1] == 2 * 50 * (c.budget + 1) + pilots
