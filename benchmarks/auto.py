@@ -39,7 +39,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     auto = {}
     for method, verifier in (("tree", "rank"), ("tree", "dgrs"), ("chain", "rmc")):
         for freeze, prefetch in (("out", "nearest"), ("x0", "nearest"), ("auto", "nearest"), ("auto", "auto")):
-            problem = build(SamplerConfig(**{**base, "method": method, "verifier": verifier, "tree": "auto",
+            problem = build(SamplerConfig(pilot=True, **{**base, "method": method, "verifier": verifier, "tree": "auto",
                                              "budget": BUDGET, "freeze": freeze, "prefetch": prefetch,
                                              "objective": "calls", "start": "warm"}))  # as the authors count
             cost = problem.run().cost

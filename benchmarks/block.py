@@ -67,7 +67,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
                          f"{percent_gain(shown(tree), shown(block))} against the block-verified one "
                          f"({shown(block):.2f}x; {block['target_calls_per_sample']:.1f} calls per trajectory, "
                          f"{block['planned_calls']:.1f} planned).")
-    gm = {v: run_cell(SamplerConfig(model="gm512", method="chain", tree="1x5", verifier=v, num_samples=trajectories,
+    gm = {v: run_cell(SamplerConfig(pilot=True, model="gm512", method="chain", tree="1x5", verifier=v, num_samples=trajectories,
                                     device="cpu")) for v in ("rmc", "block")}
     lines.append(
         f"- `gm512` (chain 1x5, freeze out, frozen draft): block {gm['block']['speedup']:.2f}x against RMC's "

@@ -107,7 +107,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     rows = []
     for steps, families in (((10, FAMILIES), (12, FAMILIES[:2])) if quick else SETTINGS):
         for name, extra in DRAFTS:
-            cfg = SamplerConfig(model="digits", steps=steps, num_samples=4 if quick else 32, device="cpu", seed=0,
+            cfg = SamplerConfig(pilot=True, model="digits", steps=steps, num_samples=4 if quick else 32, device="cpu", seed=0,
                                 class_label=3, method="tree", tree="auto", budget=budget, verifier="block",
                                 **BY_CALLS, **extra)
             problem = build(cfg)

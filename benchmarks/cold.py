@@ -27,7 +27,7 @@ SEEDS = 8  # one-sample runs a repeat times
 
 
 def digits_config(steps: int, samples: int, **settings) -> SamplerConfig:
-    return SamplerConfig(model="digits", steps=steps, num_samples=samples, device="cpu", seed=0, class_label=3,
+    return SamplerConfig(pilot=True, model="digits", steps=steps, num_samples=samples, device="cpu", seed=0, class_label=3,
                          **settings)
 
 
@@ -84,7 +84,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     runs = []
     for model, steps, count, label, settings in cells:
         for start in STARTS:
-            cfg = (SamplerConfig(model="gm512", num_samples=count, device="cpu", seed=0, start=start, **settings)
+            cfg = (SamplerConfig(pilot=True, model="gm512", num_samples=count, device="cpu", seed=0, start=start, **settings)
                    if model == "gm512" else digits_config(steps, count, start=start, **settings))
             s = run_cell(cfg, with_pilot=settings.get("tree") == "auto")
             runs.append({"label": label, **s})

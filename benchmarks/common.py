@@ -48,7 +48,7 @@ def image_rows(model: str, steps: int, samples: int, device: str, configs, class
     """Markdown cells (from the method on) and the run's summary per configuration (display name,
     settings), each against the plain sampler run first, all in one process (target, with_pilot: as
     run_cell's). The first configuration, the plain sampler, also runs once untimed before the rows."""
-    cfgs = [SamplerConfig(model=model, steps=steps, num_samples=samples, device=device, seed=0,
+    cfgs = [SamplerConfig(pilot=True, model=model, steps=steps, num_samples=samples, device=device, seed=0,
                           class_label=class_label, **settings) for _, settings in configs]
     # the first run of a model in a process pays the device's lazy set-up (on CUDA the context, the
     # kernels' loading and autotuning, the clocks' ramp): an untimed run keeps it out of every row

@@ -29,7 +29,7 @@ CONFIGS = [
 
 def delta_by_step(config: SamplerConfig, samples: int = 8) -> list[tuple[int, float]]:
     """Median delta of the frozen draft at the root's children (depth 1), by step, from a chain run."""
-    result = build(SamplerConfig(**{**config.to_dict(), "num_samples": samples, "method": "chain", "tree": "1x4",
+    result = build(SamplerConfig(pilot=True, **{**config.to_dict(), "num_samples": samples, "method": "chain", "tree": "1x4",
                                     "verifier": "rmc", "draft": "frozen"})).run(trace=True, trace_states=False)
     by_step: dict[int, list[float]] = {}
     for rnd in result.trace:
@@ -71,7 +71,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         speculative = [r for r in at if r["config"]["method"] != "target"]
         fig.add_bar(x=[r["name"] for r in speculative], y=[shown(r) for r in speculative], name=f"{steps} steps",
                     text=[f"{shown(r):.1f}x" for r in speculative], textposition="outside")
-    deltas = delta_by_step(SamplerConfig(model="digits", steps=100, class_label=3, device="cpu"))
+    deltas = delta_by_step(SamplerConfig(pilot=True, model="digits", steps=100, class_label=3, device="cpu"))
     lines += ["", "Delta of the frozen draft (freeze out) at the root's children, by step (100 DDPM steps, median "
               "of 8 trajectories): " + ", ".join(f"{s}: {d:.2f}" for s, d in deltas[:: max(1, len(deltas) // 12)]) + "."]
     fig.update_layout(title="digits: speedup in target calls", template="plotly_white", barmode="group",

@@ -31,7 +31,7 @@ IMAGES = 256
 
 
 def config(draft: str, steps: int, samples: int, seed: int) -> SamplerConfig:
-    return SamplerConfig(model="digits", steps=steps, num_samples=samples, device="cpu", seed=seed, class_label=3,
+    return SamplerConfig(pilot=True, model="digits", steps=steps, num_samples=samples, device="cpu", seed=seed, class_label=3,
                          method="tree", tree="auto", budget=BUDGET, verifier="block", freeze="auto",
                          objective="calls", draft=draft)
 

@@ -23,7 +23,7 @@ PLANNED = [("gm512", 30, GM512_TRAJECTORIES, 85), ("digits", 100, 32, 48), ("dig
 def config(model: str, steps: int, samples: int, **settings) -> SamplerConfig:
     """gm512's cells start warm, as the authors' code they are set against counts its calls."""
     label = {"class_label": 3} if model == "digits" else {"start": "warm"}
-    return SamplerConfig(model=model, steps=steps, num_samples=samples, device="cpu", seed=0, **label, **settings)
+    return SamplerConfig(pilot=True, model=model, steps=steps, num_samples=samples, device="cpu", seed=0, **label, **settings)
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:

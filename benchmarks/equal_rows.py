@@ -71,7 +71,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     rows = []
     for steps, count in samples.items():
         for name, extra in DRAFTS:
-            cfg = SamplerConfig(model="digits", steps=steps, num_samples=count, device="cpu", seed=0, class_label=3,
+            cfg = SamplerConfig(pilot=True, model="digits", steps=steps, num_samples=count, device="cpu", seed=0, class_label=3,
                                 method="tree", tree="auto", budget=top, verifier="block", **BY_CALLS, **extra)
             tree = build(cfg)
             # the chain's pilot would be the same run (pilots are chains with their own seed); method chain plans chains

@@ -21,7 +21,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
              "|---|---|---|---|---|---|---|"]
     plain, runs = None, []
     for method, tree, verifier in METHODS:
-        s = run_cell(SamplerConfig(model="gm2d", steps=steps, method=method, tree=tree, verifier=verifier,
+        s = run_cell(SamplerConfig(pilot=True, model="gm2d", steps=steps, method=method, tree=tree, verifier=verifier,
                                    num_samples=trajectories, device="cpu"), repeats=3)
         plain = plain or s
         runs.append({"method": method, "tree": tree, "verifier": verifier, **s})

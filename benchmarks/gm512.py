@@ -37,7 +37,7 @@ def cell_keys(quick: bool):
 def cell_config(trajectories: int, verifier: str, k: int, depth: int, leaves: bool, seed: int = 0,
                 freeze: str | None = None) -> SamplerConfig:
     """A cell as the authors' table counts it: the warm-up call spent and counted (start warm)."""
-    return SamplerConfig(model="gm512", num_samples=trajectories, seed=seed, device="cpu",
+    return SamplerConfig(pilot=True, model="gm512", num_samples=trajectories, seed=seed, device="cpu",
                          method="chain" if k == 1 else "tree", tree=f"{k}x{depth}", verifier=verifier,
                          prefetch="leaves" if leaves else "nearest", freeze=freeze, start="warm")
 
@@ -54,7 +54,7 @@ def drafting_floor(trajectories: int, tree: Topology, repeats: int = 20) -> dict
     """Median times of the target call on a full round's internal rows, and of the least drafting
     that round needs: normals for its drafted internal nodes from each trajectory's generator, and
     one draft mean and one scaled add per node."""
-    problem = build(SamplerConfig(model="gm512", num_samples=trajectories, device="cpu"))
+    problem = build(SamplerConfig(pilot=True, model="gm512", num_samples=trajectories, device="cpu"))
     kernel, net, dim = problem.kernel, problem.network, problem.target.shape[0]
     internal = tree.rows_per_round()
     gens = [torch.Generator().manual_seed(i) for i in range(trajectories)]
@@ -127,7 +127,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             f"{s['speedup']:.2f} | {ref or ''} | {diff} | "
             f"{s['acceptance']:.3f} | {s['wall_ms_per_sample']:.2f} | {100 * s['non_target_fraction']:.0f}% |"
         )
-    plain = run_cell(SamplerConfig(**base, method="target"))
+    plain = run_cell(SamplerConfig(pilot=True, **base, method="target"))
     lines += ["", f"Plain target sampling: {plain['wall_ms_per_sample']:.2f} ms per trajectory, 30 target calls."]
 
     # the authors' cells again with the authors' trajectory counts, so that the two estimates' standard

@@ -32,7 +32,7 @@ CONFIGS = [("plain target", PLAIN),
 
 def call_ms(model: str, launch: str, label: int | None, rows: int = 1, repeats: int = 50) -> float:
     """Milliseconds of one target call of `rows` rows with the networks launched as `launch` (median)."""
-    problem = build(SamplerConfig(model=model, method="target", steps=100, num_samples=rows, device="cuda",
+    problem = build(SamplerConfig(pilot=True, model=model, method="target", steps=100, num_samples=rows, device="cuda",
                                   launch=launch, class_label=label))
     x = torch.randn((rows, *problem.target.shape), device="cuda", dtype=problem.dtype)
     n = torch.full((rows,), 50, device="cuda")

@@ -88,7 +88,7 @@ def driver_side_by_side(cells: list[tuple[int, str, str]], alternations: int = 5
 
 def one_row_call_ms(repeats: int = 50, threads: int | None = None) -> float:
     """A 1-row call of the digits UNet (median), on `threads` threads (None: the process's)."""
-    problem = build(SamplerConfig(model="digits", method="target", steps=100, num_samples=1, device="cpu"))
+    problem = build(SamplerConfig(pilot=True, model="digits", method="target", steps=100, num_samples=1, device="cpu"))
     x, n, label = torch.randn(1, 1, 16, 16), torch.tensor([50]), torch.tensor([3])
     times, before = [], torch.get_num_threads()
     torch.set_num_threads(threads or before)
@@ -132,7 +132,7 @@ def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], lis
     """Rows of the digits table for one step count and batch; each run's figures with its configuration."""
     rows, runs, plain = [], [], None
     for name, extra in _configs(steps):
-        config = SamplerConfig(model="digits", steps=steps, num_samples=samples, device="cpu", seed=0, class_label=3,
+        config = SamplerConfig(pilot=True, model="digits", steps=steps, num_samples=samples, device="cpu", seed=0, class_label=3,
                                **extra)
         problem = build(config)
         run = _timed(problem, repeats)
@@ -166,8 +166,8 @@ def cli_runs(steps: int, cache: Path, repeats: int = 5) -> dict:
                 "--num-samples", "1", *extra, "--cache-dir", str(cache)]
         done = subprocess.run(args, capture_output=True, text=True, check=True, env={**os.environ, "SPECDEMO_CACHE": str(cache)})
         return json.loads(done.stdout.strip().splitlines()[-1])
-    # --replan: the first run pilots (the package ships plans of these settings); the others take the cache's
-    runs = {"first": [cli("--method", "tree", "--tree", "auto", "--replan")], "second": [], "target": []}
+    # --replan --pilot: the first run pilots (the package ships plans of these settings); the others take the cache's
+    runs = {"first": [cli("--method", "tree", "--tree", "auto", "--replan", "--pilot")], "second": [], "target": []}
     for _ in range(repeats):
         runs["second"].append(cli("--method", "tree", "--tree", "auto"))
         runs["target"].append(cli("--method", "target"))
@@ -188,7 +188,7 @@ def cifar_rows(repeats: int) -> list[str]:
                             ("chain 1x5 (rmc, freeze out)", {"method": "chain", "tree": "1x5"}),
                             ("auto (the defaults: time), pilot of 4", {"method": "tree", "tree": "auto",
                                                                         "pilot_samples": 4})):
-            problem = build(SamplerConfig(model=folder, steps=100, num_samples=1, device="cpu", seed=0, **extra))
+            problem = build(SamplerConfig(pilot=True, model=folder, steps=100, num_samples=1, device="cpu", seed=0, **extra))
             run = _timed(problem, repeats)
             cost = run["cost"]
             plain = plain or run
@@ -206,10 +206,10 @@ def defaults_rows(repeats: int) -> list[str]:
     changes = [("the defaults", {}), ("verifier block", {"verifier": "block"}), ("verifier rmc", {"verifier": "rmc"}), ("verifier rank (trees)", {"verifier": "rank"}),
                ("freeze x0", {"freeze": "x0"}), ("freeze out", {"freeze": "out"}), ("prefetch nearest", {"prefetch": "nearest"}),
                ("budget 8", {"budget": 8}), ("budget 32", {"budget": 32})]
-    plain = _timed(build(SamplerConfig(**{**base, "method": "target"})), repeats)["cost"]
+    plain = _timed(build(SamplerConfig(pilot=True, **{**base, "method": "target"})), repeats)["cost"]
     rows = []
     for name, change in changes:
-        problem = build(SamplerConfig(**{**base, **change}))
+        problem = build(SamplerConfig(pilot=True, **{**base, **change}))
         run = _timed(problem, repeats)
         c = problem.config
         verifier = f"auto: {problem.verifier.name}" if c.verifier == "auto" else c.verifier

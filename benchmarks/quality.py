@@ -25,7 +25,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
              "library's plain sampler), read by an RBF SVM fitted on scikit-learn's 8x8 digits "
              f"({classifier.held_out_accuracy:.1%} on held-out real digits).", "",
              "| digit | " + " | ".join(map(str, range(NUM_CLASSES))) + " | all |", "|---" * (NUM_CLASSES + 2) + "|"]
-    problem = build(SamplerConfig(model="digits", steps=100, method="target", num_samples=per_class * NUM_CLASSES,
+    problem = build(SamplerConfig(pilot=True, model="digits", steps=100, method="target", num_samples=per_class * NUM_CLASSES,
                                   device="cpu"))
     labels = torch.arange(NUM_CLASSES).repeat_interleave(per_class)
     predicted = classifier.predict(replace(problem, cond={"class_labels": labels}).run().samples)

@@ -31,7 +31,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
              "GPU), not with this closed-form target on a CPU.", "",
              "| slots | batching | batch target calls | samples per second | rows per call (batch) |",
              "|---|---|---|---|---|"]
-    problem = build(SamplerConfig(model="gm512", method="tree", tree="auto", budget=85, verifier="rank", freeze="auto", **BY_CALLS,
+    problem = build(SamplerConfig(pilot=True, model="gm512", method="tree", tree="auto", budget=85, verifier="rank", freeze="auto", **BY_CALLS,
                                   num_samples=total, device="cpu"))
     runs = []
     for slots in (total, total // 4, total // 16):

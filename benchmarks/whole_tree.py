@@ -20,7 +20,7 @@ FIXED = [("1x9", "block"), ("2,1,1,1,1", "block"), ("1x10", "block"), ("3,1,1,1"
 
 
 def gm512_config(trajectories: int, **settings) -> SamplerConfig:
-    return SamplerConfig(model="gm512", num_samples=trajectories, device="cpu", seed=0, **settings)
+    return SamplerConfig(pilot=True, model="gm512", num_samples=trajectories, device="cpu", seed=0, **settings)
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
@@ -56,7 +56,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
               "|---|---|---|---|---|---|---|"]
     for budget in digits["budgets"]:
         for label, settings in PLANNED:
-            s = run_cell(SamplerConfig(model="digits", steps=digits["steps"], num_samples=digits["samples"], device="cpu",
+            s = run_cell(SamplerConfig(pilot=True, model="digits", steps=digits["steps"], num_samples=digits["samples"], device="cpu",
                                        seed=0, class_label=3, tree="auto", budget=budget, freeze="auto",
                                        **BY_CALLS, **settings), with_pilot=True)
             runs.append({"label": f"digits {label} {budget}", **s})

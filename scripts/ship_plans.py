@@ -42,7 +42,8 @@ def main() -> None:
     configs.append(app_default())
     for config, threads in configs:
         torch.set_num_threads(threads)
-        problem = build(SamplerConfig(**{**config.to_dict(), "cache_dir": str(SHIPPED_PLANS), "replan": True}))
+        problem = build(SamplerConfig(**{**config.to_dict(), "cache_dir": str(SHIPPED_PLANS), "replan": True,
+                                             "pilot": True}))
         print(f"{config.model} {problem.kernel.num_steps} steps, {config.num_samples} sample(s), {threads} thread(s): "
               f"{problem.pilot.target_calls} pilot calls, {problem.calibration_s:.0f} s; expected "
               f"{problem.tree.expected_s:.3f} s, {problem.tree.expected_calls:.1f} calls")

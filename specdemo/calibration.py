@@ -1,17 +1,23 @@
-"""What a run measures before it samples, and keeps: pilot runs, the cost of a round, the plan.
+"""What a run measures and keeps to plan its setting: the runs' own deltas (or pilot runs), the cost of a
+round, the plan.
 
-An auto topology (--tree auto) is planned per step from the deltas a pilot run measured
-(trees/auto.py); --freeze auto picks, per step, what the frozen draft freezes from four pilots; the
-time objective prices each round with the target's measured cost of a call by its rows and the
-driver's own cost (trees/cost_model.py). All of that is stored per setting in a plan cache (a JSON
-file per key), so that the second run of the same setting pays no pilot; plans of the app's
-default settings ship with the package (specdemo/plans/).
+An auto topology (--tree auto) is planned per step from measured deltas (trees/auto.py); the time
+objective prices each round with the target's measured cost of a call by its rows and the driver's
+own cost (trees/cost_model.py). The deltas come, by default, from the setting's own runs: until
+config.pilot_samples trajectories have been measured, a run samples with the online plan (a block
+chain as deep as the budget, a fixed draft form: online_problem) and adds the deltas of its verified
+paths to the plan cache (learn); the run after that plans from them and stores the plan. No run pays
+a pilot. With --pilot, pilot runs measure them before the first run instead, and --freeze auto picks,
+per step, what the frozen draft freezes from a pilot of each form. Plans and statistics are stored per
+setting in a plan cache (a JSON file per key); plans of the app's default settings ship with the
+package (specdemo/plans/).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import statistics
 import time
@@ -31,6 +37,7 @@ from .errors import SpecdemoError
 from .limits import Cancel
 from .sampling import Cost, sample
 from .trees import Topology, TopologyPlan
+from .trees.topology import MAX_DEPTH
 from .trees.auto import DeltaStats, plan_topology
 from .trees.cost_model import CostModel, call_size
 from .verifiers import get_verifier
@@ -43,13 +50,16 @@ PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
 AUTO_FORMS = ("out", "x0", "x0-linear", "gaussian")  # --freeze auto: the forms the pilots compare, a pilot each
 
 
-def pilot_runs(tree_auto: bool, freeze: str | None, network: bool = False) -> int:
-    """The pilot runs a setting pays before sampling: one per form of AUTO_FORMS under --freeze auto, and
-    one more for the corrected draft network with a draft network (they serve --tree auto too), else one
-    chain pilot for --tree auto."""
+def pilot_runs(tree_auto: bool, freeze: str | None, network: bool = False, pilot: bool = False) -> int:
+    """The pilot runs a setting pays before sampling: none without --pilot (plans are learnt from runs);
+    with it one per form of AUTO_FORMS under --freeze auto, and one more for the corrected draft network
+    with a draft network (they serve --tree auto too), else one chain pilot for --tree auto."""
+    if not pilot:
+        return 0
     return len(AUTO_FORMS) + network if freeze == "auto" else int(tree_auto)
 LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
 PLAN_FORMAT = "specdemo-plan/6"
+KEPT_PER_CELL = 64  # deltas a stored statistics record keeps per (step, depth): DeltaStats.pooled reads 24
 SHIPPED_PLANS = Path(__file__).with_name("plans")
 CALL_REPEATS = 5
 DRIVER_REPEATS = 3  # timed runs of each chain _driver_costs prices rounds and levels from, the median kept
@@ -140,14 +150,17 @@ def plan_from_dict(d: dict) -> TopologyPlan:
 
 # ---------------------------------------------------------------------------------------------- calibration
 def calibrate(problem: Problem, cancel: Cancel | None = None, share: Broadcast | None = None) -> Problem:
-    """What needs pilot runs: --freeze auto (a per-step choice among freezing the output, x0-hat,
-    x0-hat extrapolated in time and the fitted Gaussian, and with a draft network that network corrected
-    by the target's residual) and --tree auto (widths planned per step, specdemo.trees.auto,
-    priced by a measured cost model for the time objective). Returns the calibrated problem, from the plan cache when
-    this setting was calibrated before; pilots are chains with their own seeds, their cost is kept
-    in problem.pilot, apart from the run's. cancel stops the pilots between rounds. share: under
-    accelerate launch, the main process calibrates and the others take its calibration, so that every
-    process samples with the same plan (a plan priced by time differs with each process's measurements)."""
+    """What is planned from measurements: --tree auto (widths planned per step, specdemo.trees.auto,
+    priced by a measured cost model for the time objective) and --freeze auto (a per-step choice among
+    freezing the output, x0-hat, x0-hat extrapolated in time and the fitted Gaussian, and with a draft
+    network that network corrected by the target's residual). Returns the calibrated problem: from the
+    plan cache when this setting was planned before; else planned from the deltas its earlier runs left
+    (learn), once they hold config.pilot_samples trajectories; else the online problem, which samples
+    without a plan and learns (online_problem). With --pilot, pilot runs (chains with their own seeds,
+    their cost kept in problem.pilot, apart from the run's) measure the deltas instead. cancel stops the
+    pilots between rounds. share: under accelerate launch, the main process calibrates and the others
+    take its calibration, so that every process samples with the same plan (a plan priced by time
+    differs with each process's measurements)."""
     c = problem.config
     auto_tree = problem.tree is None
     auto_freeze = isinstance(problem.draft, (FrozenDraft, NetworkDraft)) and c.freeze == "auto"
@@ -164,21 +177,31 @@ def calibrate(problem: Problem, cancel: Cancel | None = None, share: Broadcast |
     folder = cache_folder(c.cache_dir)
     key = plan_key(problem)
     stored = None if c.replan else load_plan(key, folder)
+    learnt = None if c.replan or c.pilot or stored is not None or not auto_tree else load_stats(key, folder)
     if stored is not None:
         problem = _from_record(problem, *stored, auto_tree, auto_freeze)
-    else:
+    elif c.pilot or (learnt is not None and learnt[1] >= c.pilot_samples):
         t0 = time.perf_counter()
-        pilot, options = draft_options(problem, auto_freeze, cancel)
-        stats, draft = options[0]
-        problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
+        if c.pilot:
+            pilot, options = draft_options(problem, auto_freeze, cancel)
+            stats, draft = options[0]
+            problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
+        else:
+            stats, draft = learnt[0], online_draft(problem, auto_freeze)
+            options = [(stats, draft)]
+            problem = replace(problem, draft=draft, stats=stats, plan_source="runs", learnt=True)
         if auto_tree:
             problem = best_plan(planned_options(problem, options), c.objective)
         problem = replace(problem, calibration_s=time.perf_counter() - t0)
         stored = ({"plan": plan_to_dict(problem.tree) if auto_tree else None, "verifier": problem.verifier.name,
                    "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
                    "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
-                   "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s}}, "pilot")
+                   "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s} if c.pilot else None,
+                   "learnt_from": None if c.pilot else learnt[1]}, problem.plan_source)
         store_plan(key, stored[0], folder)
+    else:
+        stored = ({"online": True}, "online")
+        problem = online_problem(problem, auto_tree, auto_freeze)
     if share is not None:
         share.send(stored)
     return _with_bias(problem)
@@ -186,11 +209,94 @@ def calibrate(problem: Problem, cancel: Cancel | None = None, share: Broadcast |
 
 def _from_record(problem: Problem, record: dict, source: str, auto_tree: bool, auto_freeze: bool) -> Problem:
     """The problem calibrated as a stored record says (the plan cache's, or the main process's)."""
+    if record.get("online"):
+        return online_problem(problem, auto_tree, auto_freeze)
     draft = _auto_draft(problem, tuple(record["forms"])) if auto_freeze else problem.draft
     cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
     tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
     return replace(problem, draft=draft, tree=tree, verifier=get_verifier(record["verifier"]), cost_model=cost,
-                   plan_source=source)
+                   plan_source=source, learnt=record.get("learnt_from") is not None)
+
+
+# ---------------------------------------------------------------------------------------------- online
+def online_form(problem: Problem) -> int:
+    """The draft form a setting takes before its table is measured: the corrected draft network where
+    there is one (RESIDUAL), else the fitted Gaussian where the kernel has x0-hat (it holds freezing
+    x0-hat as lambda = 0, and was the best single form on the digits model: docs/benchmarks.md, section
+    online), else the output."""
+    if isinstance(problem.draft, NetworkDraft):
+        return RESIDUAL
+    return FORMS["gaussian"] if problem.kernel.has_denoised else FORMS["out"]
+
+
+def online_draft(problem: Problem, auto_freeze: bool) -> Draft:
+    """The draft a setting samples and plans with without pilots: under --freeze auto its table holds
+    online_form at every step; any other draft as configured."""
+    return _auto_draft(problem, (online_form(problem),) * problem.kernel.num_steps) if auto_freeze else problem.draft
+
+
+def online_plan(problem: Problem) -> TopologyPlan:
+    """The plan of a run that learns: at every step the block-verifiable chain of as many target rows as
+    the budget (one level more where the root's output is known: that level costs no row), leaves not
+    evaluated. Under the calls objective no chain of at most that many rows commits more steps a
+    round; it is the same for every trajectory and every run, so the run's samples depend on nothing
+    measured."""
+    budget, steps = problem.config.budget, problem.kernel.num_steps
+    chain, known = Topology.chain(min(budget, MAX_DEPTH)), Topology.chain(min(budget + 1, MAX_DEPTH))
+    return TopologyPlan((chain,) * steps, (False,) * steps, (known,) * steps, (False,) * steps,
+                        expected_calls=math.nan, objective=problem.config.objective, name=f"online({budget} rows)")
+
+
+def online_problem(problem: Problem, auto_tree: bool, auto_freeze: bool) -> Problem:
+    """The problem sampled while its setting has no plan: the online plan (--tree auto) with block
+    verification (under --verifier auto), and online_draft (--freeze auto). Its runs learn."""
+    tree = online_plan(problem) if auto_tree else problem.tree
+    verifier = problem.verifier or get_verifier("block")
+    return replace(problem, tree=tree, draft=online_draft(problem, auto_freeze), verifier=verifier,
+                   plan_source="online" if auto_tree else "default")
+
+
+def learnt_seed(seed: int) -> int:
+    """The seed of a run's random streams under a plan learnt from runs: a hash of its seed, in 0..2**63 - 1.
+    The learning runs drew from the streams of their own seeds; a planned run of the same seed drawing from
+    them again would sample with a plan that is a function of its own draws (docs/algorithms.md, section 6,
+    "Plans learnt from runs")."""
+    digest = hashlib.sha256(f"specdemo-learnt-plan/{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def stats_key(key: dict) -> dict:
+    """Where a setting's learnt deltas are kept: beside its plan, under a key of their own."""
+    return {**key, "record": "stats"}
+
+
+def load_stats(key: dict, folder: Path | None) -> tuple[DeltaStats, int] | None:
+    """The deltas the setting's runs left in the cache, and how many trajectories measured them."""
+    stored = load_plan(stats_key(key), folder)
+    if stored is None or stored[1] != "cache":
+        return None
+    record = stored[0]
+    deltas = {tuple(int(v) for v in cell.split(",")): values for cell, values in record["deltas"].items()}
+    return DeltaStats(deltas, int(record["num_steps"])), int(record["trajectories"])
+
+
+def learn(problem: Problem, trace, trajectories: int) -> None:
+    """Add a run's deltas (its trace: the verified paths' deltas, as a pilot measures them) to the
+    setting's statistics in the plan cache; under --replan they replace the ones kept (and the plan
+    goes, so that the next run plans from the new ones). A cache that cannot be written is skipped."""
+    folder = cache_folder(problem.config.cache_dir)
+    if folder is None:
+        return
+    key = plan_key(problem)
+    kept = None if problem.config.replan else load_stats(key, folder)
+    stats, count = kept if kept is not None else (DeltaStats({}, problem.kernel.num_steps), 0)
+    for cell, values in DeltaStats.from_traces(trace, problem.kernel.num_steps).deltas.items():
+        stats.deltas.setdefault(cell, []).extend(values)
+    if problem.config.replan:
+        (folder / key_name(key)).unlink(missing_ok=True)
+    store_plan(stats_key(key), {"num_steps": stats.num_steps, "trajectories": count + trajectories,
+                                "deltas": {f"{n},{d}": [float(f"{v:.5g}") for v in values[:KEPT_PER_CELL]]
+                                           for (n, d), values in sorted(stats.deltas.items())}}, folder)
 
 
 def _with_bias(problem: Problem) -> Problem:

@@ -98,13 +98,14 @@ def _sample(args) -> int:
             return 0  # the main process writes the outputs
         samples, cost = gathered
     plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
+    planned = plan is not None and problem.plan_source != "online"  # the online plan predicts nothing
     c = problem.config
     summary = {**cost.summary(), "model": c.model, "kernel": problem.kernel.name, "tree": str(problem.tree),
                "verifier": problem.verifier.name if problem.verifier else None, "freeze": c.freeze,
                "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective if plan else None,
                "plan_source": problem.plan_source, "plan_cached": problem.plan_source in ("cache", "shipped")
-               if problem.plan_source else None, "planned_calls": plan.expected_calls if plan else None,
-               "planned_s": plan.expected_s if plan else None, "warmup_s": problem.warmup_s,
+               if problem.plan_source else None, "planned_calls": plan.expected_calls if planned else None,
+               "planned_s": plan.expected_s if planned else None, "warmup_s": problem.warmup_s,
                "device": str(problem.device), "seed": c.seed,
                "processes": state.num_processes if state else 1}
     if args.out:

@@ -95,10 +95,11 @@ class SamplerConfig:
                                    "model: digits-draft, digits-draft-distilled, a folder or a Hub id")
     freeze: str | None = setting(None, "freeze the network output (out), the denoised estimate x0-hat (x0), x0-hat "
                                        "extrapolated in time from the last two target outputs (x0-linear), x0-hat of a "
-                                       "Gaussian fitted to them (gaussian), or choose per step from pilot runs (auto); with a "
-                                       "draft network: the network as it is (out), corrected by the target's residual "
-                                       "(residual), or per step the corrected network or a frozen form, from pilot runs "
-                                       "(auto) (default: out; auto with --tree auto)",
+                                       "Gaussian fitted to them (gaussian), or per step (auto: gaussian until --pilot "
+                                       "runs choose a form per step); with a draft network: the network as it is (out), "
+                                       "corrected by the target's residual (residual), or per step the corrected network "
+                                       "or a frozen form (auto: the corrected network until --pilot runs choose) "
+                                       "(default: out; auto with --tree auto)",
                                  choices=FREEZE)
     start: str | None = setting(None, "how the frozen draft gets a trajectory's first frozen output: cold (no warm-up "
                                       "call: the output of a plain or deterministic step the trajectory took, else "
@@ -111,15 +112,16 @@ class SamplerConfig:
                                          "(re-evaluate the root), leaves (evaluate leaves too), or auto (nearest, "
                                          "leaves evaluated at the steps where --tree auto plans it) (default: "
                                          "nearest; auto with --tree auto)", choices=PREFETCH_NAMES)
-    budget: int | None = setting(None, "with --tree auto: at most R target rows per round; a pilot run measures "
-                                       "delta, then a dynamic programme picks the widths of every step (default: "
-                                       "the fastest measured on the device, 16 on a CPU)", metavar="R",
+    budget: int | None = setting(None, "with --tree auto: at most R target rows per round; the setting's first "
+                                       "runs (or --pilot) measure delta, then a dynamic programme picks the widths "
+                                       "of every step (default: the fastest measured on the device, 16 on a CPU)",
+                                 metavar="R",
                                  range=(1, None), slider=(1, 64))
     objective: str = setting("time", "with --tree auto: minimise the expected wall-clock (time; a call's cost by "
                                      "its rows is measured on the device) or the expected target calls (calls)",
                              choices=OBJECTIVES)
-    pilot_samples: int = setting(32, "trajectories of the pilot runs that plan --tree auto and --freeze auto",
-                                 metavar="P")
+    pilot_samples: int = setting(32, "trajectories whose deltas plan --tree auto: measured by the setting's runs, "
+                                     "or with --pilot by each pilot run", metavar="P")
     num_samples: int = setting(16, "samples to draw", metavar="M")
     max_batch: int | None = setting(None, "at most B trajectories in flight; a finished one frees its slot for the "
                                           "next (continuous batching; default: all at once)", metavar="B")
@@ -138,7 +140,11 @@ class SamplerConfig:
                                                  "7.0 for SD3)", metavar="W")
     cache_dir: str | None = setting(None, "where plans are kept between runs, or off (default: $SPECDEMO_CACHE, "
                                           "else ~/.cache/specdemo)", metavar="DIR")
-    replan: bool = setting(False, "run the pilots and plan again, even if a plan is cached")
+    replan: bool = setting(False, "plan again, even if a plan is cached: learn from this run's deltas (or with "
+                                  "--pilot, from new pilots)")
+    pilot: bool = setting(False, "measure the deltas --tree auto and --freeze auto plan from with pilot runs "
+                                 "before the first run (default: the setting's own runs measure them, and the "
+                                 "run after P trajectories, --pilot-samples, plans from them)")
 
     def validate(self) -> None:
         """What can be checked without the model, each a one-line SpecdemoError naming the setting and

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 
 from .config import KERNEL_NAMES, METHODS, OBJECTIVES, SamplerConfig
-from .calibration import PILOT_DEPTH, call_seconds, call_sizes, calibrate, pilot_runs
+from .calibration import PILOT_DEPTH, call_seconds, call_sizes, calibrate, learn, learnt_seed, pilot_runs
 from .drafts import CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft
 from .errors import SpecdemoError
 from .kernels import Kernel
@@ -58,9 +58,12 @@ class Problem:
     device: torch.device
     cond: dict
     pilot: Cost | None = None  # the pilot runs, when this build ran them (not part of the run's cost)
-    stats: DeltaStats | None = None  # the pilot's deltas, which an auto topology is planned from
+    stats: DeltaStats | None = None  # the measured deltas (a pilot's or the runs'), which an auto topology is planned from
     cost_model: CostModel | None = None  # what a round costs, for the time objective
-    plan_source: str | None = None  # "pilot", "cache" or "shipped", for calibrated settings
+    # for calibrated settings: "pilot", "runs" (planned from earlier runs' deltas), "cache", "shipped", "online"
+    # (no plan yet: the online plan, whose runs learn) or "default" (a fixed tree, --freeze auto's first table)
+    plan_source: str | None = None
+    learnt: bool = False  # the plan was learnt from the setting's runs (stream_seed)
     calibration_s: float = 0.0  # pilots, cost measurement and planning, when this build ran them
     warmup_s: float = 0.0  # setting the target's kernels up for the run's call sizes (pipeline.warm_up)
 
@@ -68,6 +71,13 @@ class Problem:
     def slots(self) -> int:
         """Trajectories in flight at once."""
         return min(self.config.max_batch or self.config.num_samples, self.config.num_samples)
+
+    @property
+    def stream_seed(self) -> int:
+        """The seed the run's random streams are keyed by: config.seed, or under a plan learnt from runs a
+        seed derived from it (calibration.learnt_seed), so that the plan, a function of the learning runs'
+        draws, is independent of this run's draws even at the seed they ran with."""
+        return learnt_seed(self.config.seed) if self.learnt else self.config.seed
 
     @property
     def dtype(self) -> torch.dtype:
@@ -78,13 +88,25 @@ class Problem:
         charge this build's pilot runs to the run's cost (pilot_calls, pilot_s, speedup_total)."""
         num = self.config.num_samples if indices is None else len(indices)
         cond = self.cond if indices is None else {k: v[list(indices)] for k, v in self.cond.items()}
+        learns = self.plan_source == "online" and _learning_process()
+        traced = kwargs.pop("trace", False)
         result = sample(self.network, self.kernel, self.target.shape, num, tree=self.tree, draft=self.draft,
-                        verifier=self.verifier, prefetch=self.config.prefetch, seed=self.config.seed,
+                        verifier=self.verifier, prefetch=self.config.prefetch, seed=self.stream_seed,
                         indices=indices, cond=cond, device=self.device, dtype=self.dtype,
-                        max_batch=self.config.max_batch, **kwargs)
+                        max_batch=self.config.max_batch, trace=traced or learns, **kwargs)
+        if learns:  # the run's deltas plan the setting's later runs (calibration.learn)
+            learn(self, result.trace, num)
+            result.trace = result.trace if traced else None
         if with_pilot and self.pilot is not None:
             result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s
         return result
+
+
+def _learning_process() -> bool:
+    """Whether this process keeps its runs' deltas: the only one, or the main one under accelerate launch
+    (the others sample with the plan it sends them)."""
+    state = process_state()
+    return state is None or state.is_main_process
 
 
 def resolve_device(name: str) -> torch.device:
@@ -186,7 +208,7 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
         if c.start == "cold" and c.draft == "frozen" and not kernel.has_denoised:
             raise SpecdemoError(f"--start cold drafts a first round from x0-hat = 0, which the {kernel.name} kernel has "
                                 "not; use --start warm")
-        pilots = pilot_runs(auto, c.freeze, network=c.draft != "frozen")
+        pilots = pilot_runs(auto, c.freeze, network=c.draft != "frozen", pilot=c.pilot)
         # a warm-up round adds the root's row and commits no step: one more row a round at most
         limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=(c.budget if auto else tree.num_nodes) + 1,
                      pilot_runs=pilots, pilot_samples=c.pilot_samples, pilot_rows_per_round=PILOT_DEPTH + 1)
@@ -222,7 +244,7 @@ def check_prompts(c: SamplerConfig, default_guidance: float) -> float:
 
 def build(config: SamplerConfig, target: Target | None = None, *, draft_target: Target | None = None,
           limits: Limits | None = None, cancel: Cancel | None = None, share: Broadcast | None = None) -> Problem:
-    """Check a configuration (check_config), then calibrate it (pilots and plans, or the plan cache);
+    """Check a configuration (check_config), then calibrate it (a plan, learnt or from pilots, or the plan cache);
     cancel stops the pilots between rounds. target, draft_target: the models config.model and
     config.draft name, already loaded (by default they are loaded here). share: under accelerate
     launch, every process takes the main process's calibration (calibration.calibrate)."""

@@ -43,6 +43,7 @@ NOT_OFFERED = {
     "max_batch": "every sample of a click runs at once (the samples limit bounds them)",
     "cache_dir": "the server's plan cache is its owner's",
     "replan": "the server's plan cache is its owner's",
+    "pilot": "plans are learnt from the runs themselves; pilot runs are for the library and the command line",
     "start": "the frozen draft starts cold (no warm-up call); warm is the authors' accounting, for benchmarks",
     "launch": "the server's GPU runs its networks the fastest way measured (auto)",
 }
@@ -79,8 +80,8 @@ WIDGETS: dict[str, tuple[type, dict]] = {
     "tree": (gr.Textbox, dict(label="topology", elem_id="topology", max_lines=1,
                               info="auto, or widths per depth such as 3,2,1, 4x4, 1x5 (Enter runs it)")),
     "budget": (gr.Slider, dict(**span("budget"), step=1, label="rows per round (auto)",
-                               info=f"target rows a round may use; widths planned per step from a pilot of "
-                                    f"{PILOT_SAMPLES} trajectories")),
+                               info=f"target rows a round may use; widths planned per step from the deltas of "
+                                    f"the first {PILOT_SAMPLES} trajectories run with these settings")),
     "objective": (gr.Radio, dict(choices=OBJECTIVE_CHOICES, label="the plan minimises (auto)")),
     "verifier": (gr.Dropdown, dict(choices=VERIFIER_CHOICES, label="verifier")),
     "kernel": (gr.Dropdown, dict(label="kernel")),  # the model's own kernels: kernel_choices

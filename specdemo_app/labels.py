@@ -82,7 +82,7 @@ def headline(comp: Comparison) -> str:
                  f"The {h['chain']}, at the plan's mean of {rows} target rows per round,")
         if theirs > ours * (1 + TIE):
             text += f" {chain} does better: {shown(theirs)}."
-            text += (f" *The plan is fitted on a pilot of {comp.config.pilot_samples} trajectories and does not always "
+            text += (f" *The plan is fitted on the deltas of {comp.config.pilot_samples} trajectories and does not always "
                      "find the best topology; with few samples, try another seed too.*" if comp.plan is not None else
                      " *Drafts are mostly accepted here, so depth pays more than width: try the topology auto "
                      "(widths planned per step), or a draft bias of 2 or more to see width pay.*")
@@ -103,6 +103,10 @@ def headline(comp: Comparison) -> str:
                  "settings pays none")
     elif chosen.plan_source in ("cache", "shipped"):
         text += "; the plan came from the plan cache (no pilot)"
+    elif chosen.plan_source == "runs":
+        text += f"; planned from the deltas of the first {comp.config.pilot_samples} trajectories of these settings (no pilot)"
+    elif chosen.plan_source == "online":
+        text += "; these settings have no plan yet (see the plan below)"
     if not by_time and h["time_chosen"] > h["time_plain"]:
         text += (f". Wall-clock {h['time_chosen']:.2f} s against {h['time_plain']:.2f} s plain: here the extra rows, "
                  "the drafts and the verification cost more than the calls saved; the saving shows in time when a "
@@ -115,7 +119,7 @@ def plan_text(comp: Comparison, max_segments: int = 7) -> str:
     """One line on the topology: a fixed tree, or the planned trees along the steps."""
     chosen, c = comp.chosen, comp.config
     freeze = {"out": "the network output", "x0": "x0-hat", "x0-linear": "x0-hat extrapolated in time",
-              "gaussian": "x0-hat of a fitted Gaussian", "auto": "the form chosen per step by pilots"}
+              "gaussian": "x0-hat of a fitted Gaussian", "auto": "the form chosen per step (the fitted Gaussian until a plan chooses)"}
     draft = (f"frozen draft keeping {freeze.get(c.freeze, c.freeze)}" if c.draft == "frozen"
              else f"draft network {c.draft}" + (" corrected by the target's residual" if c.freeze == "residual" else "")) \
         + (f", biased by {c.draft_bias:g}" if c.draft_bias else "")
@@ -124,6 +128,10 @@ def plan_text(comp: Comparison, max_segments: int = 7) -> str:
     if comp.plan is None:
         return (f"**Topology** `{chosen.tree}` at every step: {rows_text(chosen.rows_per_round)} target rows a round "
                 f"(cut short near the end) · {draft}.")
+    if chosen.plan_source == "online":
+        return (f"**No plan yet** for these settings: a chain `{comp.plan.trees[0]}` at every step (cut short near the "
+                f"end), {c.budget} target rows a round · {verifier} verifier · {draft}. The deltas of the first "
+                f"{c.pilot_samples} trajectories run with these settings plan the later runs (no pilot).")
     segments = plan_segments(comp.plan)
     branching = sum(1 for t in comp.plan.trees if t.widths and not t.is_chain)
     speculative = sum(1 for t in comp.plan.trees if t.widths)

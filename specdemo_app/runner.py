@@ -188,7 +188,7 @@ class Comparison:
             chain = self.runs[1]
             out.update(chain=chain.label, speedup_chain=chain.cost.speedup_over(base.cost),
                        speedup_time_chain=chain.cost.time_speedup_over(base.cost))
-        if self.plan is not None:
+        if self.plan is not None and math.isfinite(self.plan.expected_calls):  # the online plan predicts nothing
             out.update(planned_calls=self.plan.expected_calls, planned_s=self.plan.expected_s)
         return out
 
@@ -267,7 +267,7 @@ def click_work(checked: Checked, chain: bool, plain: bool) -> list[tuple[str, in
     steps, samples = kernel.num_steps, c.num_samples
     auto = c.tree == "auto"
     rows = c.budget if auto else checked.tree.num_nodes
-    pilots = pilot_runs(auto, c.freeze, network=c.draft != "frozen") * c.pilot_samples
+    pilots = pilot_runs(auto, c.freeze, network=c.draft != "frozen", pilot=c.pilot) * c.pilot_samples
     chosen = "planned topology" if auto else f"{c.method} {checked.tree}"
     work = [(chosen, samples * steps * (rows + 1) + pilots * steps * (PILOT_DEPTH + 1))]
     if chain and c.method == "tree":
@@ -326,9 +326,9 @@ def check_click(config: SamplerConfig, target: Target, limits: Limits, *, chain:
 
 def plan_expects(problem: Problem) -> tuple[float | None, float | None]:
     """A planned run's expected seconds and sequential target calls (the plan's calls per trajectory
-    for each batch of slots); (None, None) for a fixed topology."""
+    for each batch of slots); (None, None) for a fixed topology and the online plan."""
     plan = problem.tree
-    if not isinstance(plan, TopologyPlan):
+    if not isinstance(plan, TopologyPlan) or not math.isfinite(plan.expected_calls):
         return None, None
     return plan.expected_s, plan.expected_calls * math.ceil(problem.config.num_samples / problem.slots)
 
@@ -354,9 +354,8 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     method = speculative_method(config.tree)
     config = replace(config, method=method)
     check_click(config, target, limits or Limits.from_env(), chain=baselines, plain=baselines)
-    if progress is not None and (is_auto(config.tree) or (config.freeze == "auto" and config.draft == "frozen")):
-        progress(0.0, f"pilot run of {config.pilot_samples} trajectories: planning the "
-                      + ("topology" if is_auto(config.tree) else "frozen draft"))
+    if progress is not None and is_auto(config.tree):
+        progress(0.0, "planning the topology (from the deltas of earlier runs of these settings, if any)")
     problem = build(config, target, draft_target=draft_target, limits=limits, cancel=cancel)
     config = problem.config  # every default resolved
     kind = target_kind(target)
@@ -367,11 +366,11 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
         if method == "tree":
             chain_cfg = config.with_method("chain", matched_chain(problem.tree, stochastic, config.prefetch == "leaves"))
             if config.freeze == "auto" and config.draft == "frozen":
-                # the per-step freeze table comes from chain pilots seeded by the run's seed, whatever the
-                # topology: building the chain would run the same two pilots again and find the same table
+                # the chain drafts with the run's own per-step freeze table (a plan's, or the first one), which
+                # building the chain alone would not find
                 chain_cfg = replace(chain_cfg, verifier="rmc")
                 others.append(("chain", replace(problem, config=chain_cfg, tree=Topology.parse(chain_cfg.tree),
-                                                verifier=get_verifier("rmc"))))
+                                                verifier=get_verifier("rmc"), plan_source=None)))  # it learns nothing
             else:
                 others.append(("chain", build(chain_cfg, target, draft_target=draft_target, limits=limits,
                                               cancel=cancel)))

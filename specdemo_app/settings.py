@@ -94,7 +94,7 @@ DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: d
                  *[(f"draft network: {c.name} (for {', '.join(m.name for m in CURATED if m.draft == c.repo)}, "
                     f"{c.size})", c.repo) for c in CURATED if any(m.draft == c.repo for m in CURATED)]]
 FREEZE_CHOICES = [("network output", "out"), ("x0-hat", "x0"), ("x0-hat extrapolated in time", "x0-linear"),
-                  ("x0-hat of a fitted Gaussian", "gaussian"), ("auto (pilot per step)", "auto"),
+                  ("x0-hat of a fitted Gaussian", "gaussian"), ("auto (per step where planned)", "auto"),
                   ("the target's residual (a draft network)", "residual")]
 
 
@@ -209,7 +209,7 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
         raise SpecdemoError(f"unknown freeze {freeze!r}; accepted: {', '.join(v for _, v in FREEZE_CHOICES)}")
     if draft != "frozen" and freeze != "residual":
         # the page hides what to freeze for a draft network: it drafts as it is (the per-step choice, freeze auto,
-        # pilots five drafts, more than a click's baselines account for; the library and the CLI offer it)
+        # needs pilots of five drafts, more than a click's baselines account for; the library and the CLI offer it)
         freeze = "out"
     kernel = s.get("kernel")
     if draft == "frozen" and freeze != "out" and not has_denoised(model, kernel):

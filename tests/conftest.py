@@ -2,7 +2,8 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-# plans are not kept between tests (each build pilots afresh); the cache's own tests give a folder
+# plans are not kept between tests (a build samples with the online plan, or pilots afresh with --pilot);
+# the cache's own tests give a folder
 os.environ.setdefault("SPECDEMO_CACHE", "off")
 
 import pytest  # noqa: E402

@@ -367,11 +367,27 @@ def test_a_block_verified_chain_next_to_the_same_chain_under_rmc():
 def test_auto_topology_on_a_2d_target_with_freeze_auto():
     out = H.run(**click(tree="auto", budget=6, freeze="auto", steps=16, num_samples=8), progress=no_progress)
     comp = out[9]
-    assert comp.plan is not None and comp.config.freeze == "auto" and comp.chosen.pilot is not None
+    # no plan yet: the online plan, no pilot; the run's deltas plan a later click of the same settings
+    assert comp.plan is not None and comp.config.freeze == "auto" and comp.chosen.pilot is None
+    assert comp.chosen.plan_source == "online" and "No plan yet" in out[1] and "no plan yet" in out[0]
     assert comp.runs[1].tree == f"1x{round(comp.plan.rows_per_round())}"
     assert comp.chosen.rows_per_round == pytest.approx(comp.plan.rows_per_round())
-    assert "the form chosen per step by pilots" in out[1] and "pilot" in out[0]
+    assert "the fitted Gaussian until a plan chooses" in out[1]
     assert all(t.rows_per_round() <= 6 for t in comp.plan.trees if t.widths)
+
+
+def test_a_clicks_deltas_plan_the_next_click_of_the_same_settings(monkeypatch, tmp_path):
+    """With a plan cache, the first click of an unplanned setting samples with the online plan and keeps the
+    deltas of its own run alone (not its chain baseline's); the next click plans from them, with no pilot."""
+    monkeypatch.setenv("SPECDEMO_CACHE", str(tmp_path))
+    settings = click(tree="auto", budget=6, freeze="auto", steps=16, num_samples=S.PILOT_SAMPLES)
+    first = H.run(**settings, progress=no_progress)[9]
+    assert first.chosen.plan_source == "online" and first.chosen.pilot is None
+    kept = [json.loads(f.read_text()) for f in tmp_path.glob("*.json")]
+    assert [r["trajectories"] for r in kept if r["key"].get("record") == "stats"] == [S.PILOT_SAMPLES]
+    second = H.run(**settings, progress=no_progress)[9]
+    assert second.chosen.plan_source == "runs" and second.chosen.pilot is None
+    assert any(t.depth > 1 for t in second.plan.trees)
 
 
 def test_local_models_are_off_whatever_the_path_names(tmp_path):
@@ -797,7 +813,7 @@ def test_a_clicks_bound_counts_the_draft_networks_pilot():
     from specdemo.pipeline import check_config
 
     checked = check_config(SamplerConfig(model="digits", draft="digits-draft", tree="auto", freeze="auto", steps=50,
-                                         num_samples=2, pilot_samples=8, device="cpu"))
+                                         num_samples=2, pilot_samples=8, device="cpu", pilot=True))
     c = checked.config
     pilots = (len(AUTO_FORMS) + 1) * c.pilot_samples * 50 * (PILOT_DEPTH + 1)
     assert runner.click_work(checked, chain=False, plain=False)[0][1] == 2 * 50 * (c.budget + 1) + pilots

@@ -110,7 +110,7 @@ def test_no_leaf_row_at_step_n(leaf_options):
 
 
 def test_auto_plans_every_step_within_the_budget():
-    problem = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="auto", budget=15, verifier="dgrs",
+    problem = build(SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="auto", budget=15, verifier="dgrs",
                                   freeze="out", prefetch="nearest", objective="calls", num_samples=8, device="cpu"))
     plan = problem.tree
     assert len(plan.trees) == len(plan.known_trees) == 40
@@ -122,7 +122,7 @@ def test_auto_plans_every_step_within_the_budget():
 
 
 def test_replanning_from_the_pilot_reproduces_the_plan_and_more_rows_never_cost_calls():
-    problem = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="auto", budget=6, verifier="rank",
+    problem = build(SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="auto", budget=6, verifier="rank",
                                   freeze="out", prefetch="nearest", objective="calls", num_samples=8, device="cpu"))
     again = plan(problem, 6)
     assert again.trees == problem.tree.trees and again.known_trees == problem.tree.known_trees
@@ -130,13 +130,13 @@ def test_replanning_from_the_pilot_reproduces_the_plan_and_more_rows_never_cost_
     wider = plan(problem, 20)  # every plan within 6 rows is within 20: the best is no worse
     assert wider.expected_calls <= again.expected_calls and max(t.rows_per_round() for t in wider.trees) > 6
     assert max(t.rows_per_round() for t in wider.trees) <= 20
-    fixed = build(SamplerConfig(model="gm2d", steps=40, method="tree", tree="2,2", num_samples=8, device="cpu"))
+    fixed = build(SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="2,2", num_samples=8, device="cpu"))
     with pytest.raises(SpecdemoError, match="pilot's deltas"):
         plan(fixed, 6)
 
 
 def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_plan():
-    problem = build(SamplerConfig(model="gm2d", steps=60, method="tree", tree="auto", budget=10, verifier="rank",
+    problem = build(SamplerConfig(pilot=True, model="gm2d", steps=60, method="tree", tree="auto", budget=10, verifier="rank",
                                   freeze="x0", prefetch="auto", objective="calls", num_samples=64, device="cpu", seed=3))
     plan = problem.tree
     assert any(plan.leaves) and not plan.leaves[59]  # no leaves where the horizon is 0 (the deterministic last step)
@@ -161,22 +161,22 @@ def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_
 
 def test_auto_alone_takes_the_fastest_measured_settings():
     """--tree auto with nothing else: the device's AUTO_DEFAULTS, a plan priced in seconds."""
-    problem = build(SamplerConfig(model="gm2d", method="tree", tree="auto", steps=30, num_samples=4, device="cpu"))
+    problem = build(SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", steps=30, num_samples=4, device="cpu"))
     best = AUTO_DEFAULTS["cpu"]
     c = problem.config
     assert (c.freeze, c.prefetch, c.verifier, c.budget, c.objective) == (
         best["freeze"], best["prefetch"], best["verifier"], best["budget"], "time")
     assert problem.tree.objective == "time" and problem.tree.expected_s > 0 and problem.cost_model is not None
     with pytest.raises(SpecdemoError, match="budget"):
-        build(SamplerConfig(model="gm2d", method="tree", tree="auto", budget=0, device="cpu"))
+        build(SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", budget=0, device="cpu"))
 
 
 @pytest.mark.parametrize("method,verifier,objective", [("tree", "rank", "calls"), ("chain", "block", "calls"),
                                                        ("tree", "rank", "time"), ("tree", "block", "time")])
 def test_a_planned_run_is_exact(method, verifier, objective):
     base = dict(model="gm2d", steps=40, num_samples=10_000, device="cpu")
-    plain = build(SamplerConfig(**base, method="target", seed=1)).run(keep_steps=[20])
-    problem = build(SamplerConfig(**base, method=method, tree="auto", budget=12, verifier=verifier, freeze="auto",
+    plain = build(SamplerConfig(pilot=True, **base, method="target", seed=1)).run(keep_steps=[20])
+    problem = build(SamplerConfig(pilot=True, **base, method=method, tree="auto", budget=12, verifier=verifier, freeze="auto",
                                   prefetch="auto", draft_bias=1.0, objective=objective, seed=2))
     leaves = problem.tree.leaves[:39]  # the stochastic steps
     assert objective == "time" or (any(leaves) and not all(leaves))  # leaves evaluated at some steps only
@@ -191,7 +191,7 @@ def test_a_planned_run_is_exact(method, verifier, objective):
 
 def test_prefetch_auto_needs_a_planned_topology():
     with pytest.raises(SpecdemoError, match="prefetch auto .* needs --tree auto"):
-        build(SamplerConfig(model="gm2d", method="tree", tree="2,1", prefetch="auto", device="cpu"))
+        build(SamplerConfig(pilot=True, model="gm2d", method="tree", tree="2,1", prefetch="auto", device="cpu"))
 
 
 def test_delta_stats_leave_out_the_exact_first_level_of_a_known_root():

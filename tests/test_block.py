@@ -174,7 +174,7 @@ def test_the_block_plan_predicts_its_calls():
     with RMC's per-node acceptance expects 19% more calls than block verification of its own chains
     needs (21.4 against 18.0)."""
     base = dict(model="gm2d", steps=60, method="chain", tree="auto", budget=16, draft_bias=1.0, num_samples=2000,
-                freeze="out", prefetch="nearest", objective="calls", device="cpu", seed=4)
+                freeze="out", prefetch="nearest", objective="calls", device="cpu", seed=4, pilot=True)
     block = build(SamplerConfig(**base, verifier="block"))
     assert all(t.is_chain for t in block.tree.topologies)
     plan = block.tree

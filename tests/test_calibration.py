@@ -41,7 +41,7 @@ def test_cost_model_interpolates_and_extrapolates():
 @pytest.fixture(scope="module")
 def piloted():
     """A built problem whose pilot's deltas the planners below reuse."""
-    return build(SamplerConfig(**AUTO, objective="calls", cache_dir="off"))
+    return build(SamplerConfig(pilot=True, **AUTO, objective="calls", cache_dir="off"))
 
 
 def replan(problem, cost, network_steps=None):
@@ -93,7 +93,7 @@ def test_levels_drafted_by_a_network_are_priced_at_their_steps(piloted):
 
 
 def test_the_plan_cache_spares_the_second_run_its_pilot(tmp_path):
-    config = SamplerConfig(**AUTO, cache_dir=str(tmp_path))
+    config = SamplerConfig(pilot=True, **AUTO, cache_dir=str(tmp_path))
     first_result, first = generate(config)
     assert first.plan_source == "pilot" and first.pilot.target_calls > 0 and first.cost_model is not None
     assert first_result.cost.pilot_calls == first.pilot.target_calls and first_result.cost.pilot_s > 0
@@ -110,15 +110,15 @@ def test_the_plan_cache_spares_the_second_run_its_pilot(tmp_path):
     assert second_result.cost.speedup_total == pytest.approx(40 / calls)
     with pytest.raises(SpecdemoError, match="replan"):
         plan(second, 10)  # no pilot deltas behind a cached plan
-    again = build(SamplerConfig(**AUTO, cache_dir=str(tmp_path), replan=True))
+    again = build(SamplerConfig(pilot=True, **AUTO, cache_dir=str(tmp_path), replan=True))
     assert again.plan_source == "pilot"
-    other = build(SamplerConfig(**{**AUTO, "budget": 8}, cache_dir=str(tmp_path)))  # another key
+    other = build(SamplerConfig(pilot=True, **{**AUTO, "budget": 8}, cache_dir=str(tmp_path)))  # another key
     assert other.plan_source == "pilot" and len(list(tmp_path.iterdir())) == 2
 
 
 def test_cli_reports_the_pilot_and_the_plan(tmp_path):
     args = [sys.executable, "-m", "specdemo", "sample", "--model", "gm2d", "--steps", "30", "--tree", "auto",
-            "--budget", "6", "--num-samples", "2", "--pilot-samples", "8", "--cache-dir", str(tmp_path)]
+            "--budget", "6", "--num-samples", "2", "--pilot-samples", "8", "--pilot", "--cache-dir", str(tmp_path)]
     runs = [json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
             for _ in range(2)]
     first, second = runs
@@ -143,20 +143,20 @@ def test_shipped_plans_are_found_and_match_their_keys():
 def test_a_cache_folder_that_cannot_be_written_is_skipped(tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
-    problem = build(SamplerConfig(**AUTO, objective="calls", cache_dir=str(blocked / "plans")))
+    problem = build(SamplerConfig(pilot=True, **AUTO, objective="calls", cache_dir=str(blocked / "plans")))
     assert problem.plan_source == "pilot"
 
 
 def test_objective_and_verifier_refusals():
     with pytest.raises(SpecdemoError, match="objective"):
-        build(SamplerConfig(**{**AUTO, "objective": "speed"}))
+        build(SamplerConfig(pilot=True, **{**AUTO, "objective": "speed"}))
     with pytest.raises(SpecdemoError, match="verifier auto lets the planner choose .* needs --tree auto; with tree "
                                             "3,2 use block, dgrs or rank"):
-        build(SamplerConfig(**{**AUTO, "tree": "3,2", "verifier": "auto"}))
+        build(SamplerConfig(pilot=True, **{**AUTO, "tree": "3,2", "verifier": "auto"}))
     with pytest.raises(SpecdemoError, match="with tree 1x4 use rmc, block"):
-        build(SamplerConfig(**{**AUTO, "method": "chain", "tree": "1x4", "verifier": "auto"}))
+        build(SamplerConfig(pilot=True, **{**AUTO, "method": "chain", "tree": "1x4", "verifier": "auto"}))
     # a side-by-side run of another topology leaves auto to the method's default; a planned one keeps it
-    auto = SamplerConfig(**{**AUTO, "verifier": "auto"})
+    auto = SamplerConfig(pilot=True, **{**AUTO, "verifier": "auto"})
     assert auto.with_method("tree", "3,2").verifier is None and auto.with_method("chain", "auto").verifier is None
     assert auto.with_method("tree", "auto").verifier == "auto"
     assert get_verifier("block").max_children is None  # whole trees too; rmc takes chains only
@@ -167,7 +167,7 @@ def test_freeze_auto_with_a_draft_network_chooses_per_step_between_it_and_the_fr
     """--draft NETWORK --freeze auto: a pilot for each frozen form and one for the network corrected by the
     target's residual; the digits model's table drafts early steps with frozen forms and late ones with the
     corrected network (the stepwise draft), and the cache gives the second run the same table and samples."""
-    config = SamplerConfig(model="digits", steps=20, method="chain", tree="1x4", verifier="block", draft="digits-draft",
+    config = SamplerConfig(pilot=True, model="digits", steps=20, method="chain", tree="1x4", verifier="block", draft="digits-draft",
                            freeze="auto", pilot_samples=8, num_samples=2, class_label=3, device="cpu", seed=0,
                            cache_dir=str(tmp_path))
     first_result, first = generate(config)
@@ -188,7 +188,7 @@ def test_the_time_objective_weighs_the_draft_network_against_the_frozen_forms_al
     weighed = []
     monkeypatch.setattr(calibration, "planned_options",
                         lambda *args, planned=calibration.planned_options: weighed.append(planned(*args)) or weighed[-1])
-    config = SamplerConfig(model="digits", steps=20, method="tree", tree="auto", budget=4, verifier="block",
+    config = SamplerConfig(pilot=True, model="digits", steps=20, method="tree", tree="auto", budget=4, verifier="block",
                            draft="digits-draft", freeze="auto", objective="time", pilot_samples=8, num_samples=1,
                            class_label=3, device="cpu", seed=0, cache_dir=str(tmp_path))
     built = build(config)
@@ -222,7 +222,7 @@ def test_verifier_auto_plans_with_each_verifier_and_keeps_the_faster_plan(tmp_pa
     weighed = []
     monkeypatch.setattr(calibration, "planned_options",
                         lambda *args, planned=calibration.planned_options: weighed.append(planned(*args)) or weighed[-1])
-    config = SamplerConfig(**{**AUTO, "verifier": "auto"}, objective="time", cache_dir=str(tmp_path))
+    config = SamplerConfig(pilot=True, **{**AUTO, "verifier": "auto"}, objective="time", cache_dir=str(tmp_path))
     built = build(config)
     [options] = weighed
     assert [p.verifier.name for p in options] == list(PLANNED_VERIFIERS)
@@ -246,7 +246,7 @@ def test_verifier_auto_by_calls_keeps_the_plan_of_fewer_expected_calls(piloted, 
     chains)."""
     by_verifier = {name: plan(replace(piloted, verifier=get_verifier(name)), 10) for name in PLANNED_VERIFIERS}
     monkeypatch.setattr(calibration, "PLANNED_VERIFIERS", order)
-    built = build(SamplerConfig(**{**AUTO, "verifier": "auto"}, objective="calls", cache_dir="off"))
+    built = build(SamplerConfig(pilot=True, **{**AUTO, "verifier": "auto"}, objective="calls", cache_dir="off"))
     assert built.verifier.name == "block" and by_verifier["block"].expected_calls < by_verifier["rmc"].expected_calls
     assert built.tree.expected_calls == pytest.approx(by_verifier["block"].expected_calls)
 

@@ -249,7 +249,7 @@ def planned():
     depend on the seed alone (a plan for time reads the machine's measured costs, which vary with load)."""
     return run_comparison(SamplerConfig(model="gm2d", tree="auto", budget=8, freeze="x0", verifier="dgrs",
                                           prefetch="nearest", pilot_samples=8, steps=24, objective="calls",
-                                          num_samples=16, seed=2))
+                                          num_samples=16, seed=2, pilot=True))
 
 
 def test_auto_topology_is_compared_with_the_chain_at_its_mean_rows(planned):

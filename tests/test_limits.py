@@ -44,7 +44,7 @@ def test_build_refuses_before_any_work(monkeypatch):
         raise AssertionError("a pilot ran before the limits were checked")
 
     monkeypatch.setattr(calibration, "_pilot", no_pilot)
-    config = SamplerConfig(model="gm2d", method="tree", tree="auto", budget=16, steps=100, num_samples=100,
+    config = SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", budget=16, steps=100, num_samples=100,
                            device="cpu", replan=True)
     # the run's own rows are 100 x 100 x 16 = 160,000; the pilot's 32 x 100 x 13 per pilot run on top
     with pytest.raises(SpecdemoError, match="plus .* for the pilot"):
@@ -102,7 +102,7 @@ def test_a_run_past_its_time_limit_stops():
 def test_build_passes_the_flag_to_the_pilots():
     cancel = Cancel()
     cancel.cancel()
-    config = SamplerConfig(model="gm2d", method="tree", tree="auto", budget=8, steps=20, num_samples=2, device="cpu",
+    config = SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", budget=8, steps=20, num_samples=2, device="cpu",
                            replan=True)
     with pytest.raises(Cancelled):
         build(config, cancel=cancel)

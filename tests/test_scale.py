@@ -56,12 +56,15 @@ def test_two_processes_match_one(tmp_path):
 def test_two_processes_sample_with_the_main_processes_plan(tmp_path):
     """--tree auto priced by time: the main process plans, the others take its plan (each would price
     rounds with its own measurements), so the gathered samples are those one process draws with that
-    plan (here from the plan cache the main process wrote)."""
+    plan (here from the plan cache the main process wrote). The plan is learnt from a first, online run's
+    deltas: every process draws from the learnt plan's streams (Problem.stream_seed)."""
     args = ["--model", "gm2d", "--steps", "30", "--method", "tree", "--tree", "auto", "--budget", "6",
             "--num-samples", "24", "--pilot-samples", "8", "--seed", "5", "--cache-dir", str(tmp_path / "plans")]
-    two = cli(*args, "--replan", "--out", str(tmp_path / "two.npz"), launcher=accelerate_launcher())
+    first = cli(*args, "--out", str(tmp_path / "first.npz"), launcher=[sys.executable])
+    two = cli(*args, "--out", str(tmp_path / "two.npz"), launcher=accelerate_launcher())
     one = cli(*args, "--out", str(tmp_path / "one.npz"), launcher=[sys.executable])
-    assert two["processes"] == 2 and two["plan_source"] == "pilot" and one["plan_source"] == "cache"
+    assert first["plan_source"] == "online" and first["pilot_calls"] == 0
+    assert two["processes"] == 2 and two["plan_source"] == "runs" and one["plan_source"] == "cache"
     assert one["objective"] == "time" and one["planned_s"] == two["planned_s"]
     a, b = np.load(tmp_path / "one.npz")["samples"], np.load(tmp_path / "two.npz")["samples"]
     np.testing.assert_array_equal(a, b)

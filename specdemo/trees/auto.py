@@ -15,8 +15,8 @@ steps committed, the next root's output known iff the leaves were evaluated. So
 
 for 1 - k + w_1 + w_1 w_2 + ... + w_1...w_{L-1} (+ w_1...w_L with leaves) target rows, at most
 the budget. P comes from a_d(w), the probability that a node at depth d - 1 with w children keeps
-one: the verifier's closed-form acceptance (section 3) averaged over the deltas a pilot run
-measured at step n + d - 1 and depth d (`DeltaStats`). With the root's output known the frozen
+one: the verifier's closed-form acceptance (section 3) averaged over the deltas a pilot run (or the
+setting's own runs) measured at step n + d - 1 and depth d (`DeltaStats`). With the root's output known the frozen
 draft's first level is exact (delta = 0, a_1 = 1; not so for a biased draft); deeper levels are
 read as in a round whose root's output was not known (the nearest-sibling prefetch usually
 freezes an output of the root's own step too). Over shapes, for m nodes at depth d - 1 and B rows

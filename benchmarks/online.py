@@ -1,0 +1,144 @@
+"""Section online: plans learnt from runs, against pilots (specdemo/calibration.py, docs/algorithms.md section 6).
+
+Three tables. First runs: the command line in new processes, one sample, each run with a new empty plan cache
+(`--tree auto --replan`), plain sampling alternated with it; and at 100 steps the same first run with
+`--pilot`. Steady state: calls of a run planned from the deltas the first runs left, against a run planned
+from pilots, same seed and calls objective.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from specdemo.pipeline import SamplerConfig, build
+
+TITLE = "Plans without a pilot: learnt from the runs"
+REPEATS = 5
+# (label, model, steps, trajectories, settings): the steady-state cells, the issue's three
+STEADY = (("digits, 100 steps, 16 rows", "digits", 100, 32, {"budget": 16}),
+          ("digits, 1,000 steps, 16 rows", "digits", 1000, 32, {"budget": 16}),
+          ("gm512, 85 rows", "gm512", None, 300, {"budget": 85}))
+
+
+def cli(steps: int, cache: Path, *extra: str) -> dict:
+    """One `specdemo sample` on the digits model, one sample, in a new process: its JSON."""
+    args = [sys.executable, "-m", "specdemo", "sample", "--model", "digits", "--steps", str(steps), "--num-samples", "1",
+            "--cache-dir", str(cache), *extra]
+    done = subprocess.run(args, capture_output=True, text=True, check=True, env={**os.environ, "SPECDEMO_CACHE": str(cache)})
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def first_runs(steps: int, repeats: int, pilot: bool) -> dict:
+    """`repeats` first runs (each with an empty cache) alternated with plain sampling; with pilot, one piloted
+    first run too. Medians of wall-clock; calls are the same every time (the online plan is fixed)."""
+    runs: dict[str, list[dict]] = {"online": [], "plain": [], "pilot": []}
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            runs["online"].append(cli(steps, Path(tmp), "--tree", "auto", "--replan"))
+        runs["plain"].append(cli(steps, Path(tmp), "--method", "target"))
+    if pilot:
+        with tempfile.TemporaryDirectory() as tmp:
+            runs["pilot"].append(cli(steps, Path(tmp), "--tree", "auto", "--replan", "--pilot"))
+    return {name: {"calls": r[0]["target_calls"] + r[0]["pilot_calls"], "speedup_total": r[0].get("speedup_total"),
+                   "wall_s": statistics.median(d["wall_s"] + d["pilot_s"] for d in r), "runs": len(r)}
+            for name, r in runs.items() if r}
+
+
+def steady(model: str, steps: int | None, trajectories: int, settings: dict) -> dict:
+    """Calls per trajectory of a run planned from pilots and of one planned from the deltas an online first run
+    of as many trajectories left (seed 1; the compared runs seed 0), calls objective."""
+    base = dict(model=model, steps=steps, num_samples=trajectories, device="cpu", method="tree", tree="auto",
+                objective="calls", pilot_samples=min(32, trajectories), **settings)
+    if model == "digits":
+        base["class_label"] = 3
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        piloted = build(SamplerConfig(**base, seed=0, pilot=True, cache_dir="off"))
+        out["pilot"] = float(piloted.run().cost.calls_per_trajectory.mean())
+        first = build(SamplerConfig(**base, seed=1, cache_dir=tmp))
+        out["online"] = float(first.run().cost.calls_per_trajectory.mean())
+        learnt = build(SamplerConfig(**base, seed=0, cache_dir=tmp))
+        assert learnt.plan_source == "runs", learnt.plan_source
+        out["learnt"] = float(learnt.run().cost.calls_per_trajectory.mean())
+        out["planned"] = {"pilot": piloted.tree.expected_calls, "learnt": learnt.tree.expected_calls}
+    return out
+
+
+# the page's defaults on the digits model (tree auto, 100 steps, one sample) with one setting changed
+CLICKS = (("the defaults (a shipped plan)", {}), *((f"topology {t}", {"tree": t}) for t in
+          ("3,2,1", "2,2,1", "2x3", "4x4", "2,2,2,1,1", "1x5", "1x10")),
+          ("topology 3,2,1, verifier rank", {"tree": "3,2,1", "verifier": "rank"}),
+          ("topology 3,2,1, verifier block", {"tree": "3,2,1", "verifier": "block"}),
+          ("auto, verifier block", {"verifier": "block"}), ("auto, verifier rmc", {"verifier": "rmc"}),
+          ("auto, draft network digits-draft", {"draft": "digits-draft"}), ("auto, 1,000 steps", {"steps": 1000}))
+
+
+def clicks(quick: bool) -> list[dict]:
+    """Seconds of each click of CLICKS through the app's runner (a first click loads the model), no plan cache."""
+    import torch
+
+    from specdemo_app import controls, runner, settings
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    values = settings.page_values("digits")
+    page = {name: values[name] for name in controls.control_names()}
+    out = []
+    try:
+        for label, change in (("warm-up", {}),) + (CLICKS[:3] if quick else CLICKS):
+            config, target, draft_target, limits = settings.make_config({**page, **change})
+            t0 = time.perf_counter()
+            comp = runner.run_comparison(config, target=target, draft_target=draft_target, limits=limits)
+            out.append({"label": label, "s": time.perf_counter() - t0, "plan_source": comp.chosen.plan_source,
+                        "pilot_calls": comp.chosen.pilot.target_calls if comp.chosen.pilot else 0})
+    finally:
+        torch.set_num_threads(threads)
+    return out[1:]
+
+
+def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
+    repeats = 2 if quick else REPEATS
+    first = {steps: first_runs(steps, repeats, pilot=steps == 100) for steps in ((100,) if quick else (100, 1000))}
+    cells = STEADY[:1] if quick else STEADY
+    steady_runs = [{"label": label, "trajectories": 8 if quick else count,
+                    **steady(model, steps, 8 if quick else count, settings)} for label, model, steps, count, settings in cells]
+    results = {"first": {str(k): v for k, v in first.items()}, "steady": steady_runs, "repeats": repeats,
+               "clicks": clicks(quick)}
+    return report_text(results), results
+
+
+def report_text(results: dict) -> str:
+    lines = ["### First run, nothing cached (digits, one sample, `--tree auto --replan`, new processes, an empty "
+             f"cache each; median of {results['repeats']} wall-clocks, planning included)", "",
+             "| steps | run | target calls (pilot included) | speedup_total | wall-clock s | against plain |",
+             "|---|---|---|---|---|---|"]
+    for steps, runs in results["first"].items():
+        plain = runs["plain"]["wall_s"]
+        for name in ("online", "pilot", "plain"):
+            if name in runs:
+                r = runs[name]
+                total = "" if r["speedup_total"] is None else f"{r['speedup_total']:.2f}"
+                lines.append(f"| {steps} | {name} | {r['calls']} | {total} | {r['wall_s']:.3f} | "
+                             f"{plain / r['wall_s']:.2f}x |")
+    lines += ["", "### Steady state (calls objective; the learnt plan from an online first run of as many "
+              "trajectories, seed 1; compared runs seed 0)", "",
+              "| setting | trajectories | online first run | planned from pilots | planned from the runs | "
+              "learnt against pilot |", "|---|---|---|---|---|---|"]
+    for row in results["steady"]:
+        lines.append(f"| {row['label']} | {row['trajectories']} | {row['online']:.2f} | {row['pilot']:.2f} | "
+                     f"{row['learnt']:.2f} | {100 * (row['learnt'] / row['pilot'] - 1):+.1f}% |")
+    lines += ["", "### The app's clicks (digits, the page's defaults with one setting changed: 100 steps, one sample; "
+              "a click runs plain sampling, the matched chain and the setting; nothing cached, one thread)", "",
+              "| click | seconds | plan | pilot calls |", "|---|---|---|---|"]
+    for row in results["clicks"]:
+        plan = {None: "a fixed tree", "default": "a fixed tree, the first freeze table"}.get(row["plan_source"],
+                                                                                          row["plan_source"])
+        lines.append(f"| {row['label']} | {row['s']:.2f} | {plan} | {row['pilot_calls']} |")
+    return "\n".join(lines)
