@@ -19,7 +19,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from .errors import SpecdemoError
+from .errors import SettingError, SpecdemoError
 
 METHODS = ("target", "chain", "tree")
 KERNEL_NAMES = ("ddpm", "ddim", "euler-ancestral", "flow-churn", "langevin")
@@ -154,16 +154,17 @@ class SamplerConfig:
         for f in fields(self):
             value, choices = getattr(self, f.name), f.metadata.get("choices")
             if choices and value is not None and value not in choices:
-                raise SpecdemoError(f"unknown {f.name} {value!r}; accepted: {', '.join(choices)}")
+                raise SettingError(f.name, value, ", ".join(choices),
+                                   f"unknown {f.name} {value!r}; accepted: {', '.join(choices)}")
             if isinstance(value, float) and not math.isfinite(value):
-                raise SpecdemoError(f"{f.name} must be a finite number, got {value}")
+                raise SettingError(f.name, value, "a finite number", f"{f.name} must be a finite number, got {value}")
             lo, hi = f.metadata.get("range", (None, None))
             if isinstance(value, (int, float)) and not isinstance(value, bool) and (
                     (lo is not None and value < lo) or (hi is not None and value > hi)):
                 accepted = f"in {lo:g}..{hi:g}" if hi is not None else f">= {lo:g}"
-                raise SpecdemoError(f"{f.name} must be {accepted}, got {value:g}")
+                raise SettingError(f.name, value, accepted, f"{f.name} must be {accepted}, got {value:g}")
         if not 0 <= self.seed < 2**63:
-            raise SpecdemoError(f"the seed must be in 0..2**63 - 1, got {self.seed}")
+            raise SettingError("seed", self.seed, "0..2**63 - 1", f"the seed must be in 0..2**63 - 1, got {self.seed}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,4 +1,4 @@
-"""The one exception type users see."""
+"""The exceptions users see: bad input, a setting's value refused, a run over the work limit."""
 
 
 class SpecdemoError(ValueError):
@@ -6,3 +6,21 @@ class SpecdemoError(ValueError):
 
     The CLI prints it as one line and exits non-zero; the app shows it in the page.
     """
+
+
+class SettingError(SpecdemoError):
+    """A setting's value is refused: `setting` (a SamplerConfig field), `value`, and `accepted` (what is, in
+    words). str() is the library's and the command line's wording; a page words the same fields for its own
+    reader (the app: its control's label in place of the option)."""
+
+    def __init__(self, setting: str, value, accepted: str, message: str):
+        self.setting, self.value, self.accepted = setting, value, accepted
+        super().__init__(message)
+
+
+class WorkLimitError(SpecdemoError):
+    """A run that could evaluate `rows` target rows, over `limit` (specdemo.limits)."""
+
+    def __init__(self, rows: int, limit: int, message: str):
+        self.rows, self.limit = rows, limit
+        super().__init__(message)

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, fields, replace
 
-from .errors import SpecdemoError
+from .errors import SettingError, SpecdemoError, WorkLimitError
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,19 @@ class Limits:
         """Refuse a run whose steps, samples or row bound (module docstring) is over a limit, saying
         what to lower."""
         if steps > self.max_steps:  # (a model refuses steps below 1, or beyond its schedule, itself)
-            raise SpecdemoError(f"--steps {steps} is over the limit of {self.max_steps} steps here")
+            raise SettingError("steps", steps, f"at most {self.max_steps}",
+                               f"--steps {steps} is over the limit of {self.max_steps} steps here")
         if not 1 <= num_samples <= self.max_samples:
-            raise SpecdemoError(f"the number of samples must be in 1..{self.max_samples}, got {num_samples}")
+            raise SettingError("num_samples", num_samples, f"1..{self.max_samples}",
+                               f"the number of samples must be in 1..{self.max_samples}, got {num_samples}")
         run_rows = num_samples * steps * rows_per_round
         pilot = pilot_runs * pilot_samples * steps * pilot_rows_per_round
         if run_rows + pilot > self.max_rows:
             parts = f"{num_samples} samples x {steps} steps x {rows_per_round} rows a round"
             if pilot:
                 parts += f", plus {pilot:,} for the pilot"
-            raise SpecdemoError(
+            raise WorkLimitError(
+                run_rows + pilot, self.max_rows,
                 f"this run could evaluate up to {run_rows + pilot:,} target rows ({parts}), over the limit of "
                 f"{self.max_rows:,}; use fewer samples, fewer steps or a smaller tree or budget")
 

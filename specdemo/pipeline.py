@@ -16,7 +16,7 @@ import torch
 from .config import KERNEL_NAMES, METHODS, OBJECTIVES, SamplerConfig
 from .calibration import PILOT_DEPTH, call_seconds, call_sizes, calibrate, learn, learnt_seed, pilot_runs
 from .drafts import CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft
-from .errors import SpecdemoError
+from .errors import SettingError, SpecdemoError
 from .kernels import Kernel
 from .limits import Cancel, Limits
 from .models import Target, resolve_target
@@ -124,7 +124,7 @@ def resolve_device(name: str) -> torch.device:
 
 def _choice(value, accepted, what):
     if value not in accepted:
-        raise SpecdemoError(f"unknown {what} {value!r}; accepted: {', '.join(accepted)}")
+        raise SettingError(what, value, ", ".join(accepted), f"unknown {what} {value!r}; accepted: {', '.join(accepted)}")
 
 
 def resolve(config: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> SamplerConfig:
@@ -169,7 +169,8 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
     limits = limits or Limits.from_env()
     c.validate()
     if not 1 <= c.pilot_samples <= limits.max_samples:
-        raise SpecdemoError(f"pilot_samples must be in 1..{limits.max_samples}, got {c.pilot_samples}")
+        raise SettingError("pilot_samples", c.pilot_samples, f"1..{limits.max_samples}",
+                           f"pilot_samples must be in 1..{limits.max_samples}, got {c.pilot_samples}")
     target = target or resolve_target(c.model)
     defaults = target.defaults
     kernel_name = c.kernel or defaults.get("kernel", target.kernels[0])
@@ -216,7 +217,8 @@ def check_config(config: SamplerConfig, target: Target | None = None, *, limits:
     if target.num_classes:
         label = c.class_label if c.class_label is not None else 0
         if not 0 <= label < target.num_classes:
-            raise SpecdemoError(f"class label {label} is out of range for {target.name}: accepted 0..{target.num_classes - 1}")
+            raise SettingError("class_label", label, f"0..{target.num_classes - 1}",
+                               f"class label {label} is out of range for {target.name}: accepted 0..{target.num_classes - 1}")
         cond["class_labels"] = torch.full((c.num_samples,), label, dtype=torch.long)
     elif c.class_label is not None:
         raise SpecdemoError(f"{target.name} has no classes; leave out --class-label")

@@ -149,6 +149,13 @@ def advanced_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(SamplerConfig) if f.name not in laid_out() and f.name not in NOT_OFFERED)
 
 
+def control_label(name: str) -> str:
+    """The page's name for setting `name`: its control's label (the field's name in words where the page sets
+    it itself)."""
+    own = (WIDGETS.get(name) or (None, {}))[1]
+    return own.get("label", name.replace("_", " "))
+
+
 def control_names() -> tuple[str, ...]:
     """Every control, in the page's order: the settings the Run button sends (by these names)."""
     return laid_out() + advanced_fields()

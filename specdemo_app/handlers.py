@@ -23,11 +23,11 @@ import gradio as gr
 import torch
 
 from specdemo.config import KERNEL_NAMES, PRESET_NAMES, SamplerConfig
-from specdemo.errors import SpecdemoError
+from specdemo.errors import SettingError, SpecdemoError
 from specdemo.limits import Cancel, Cancelled, Limits
 
 from .cancelling import cancellable, watched
-from .controls import LAYOUT, draft_shows, kernel_choices, kernel_shows, model_shows, topology_shows
+from .controls import LAYOUT, control_label, draft_shows, kernel_choices, kernel_shows, model_shows, topology_shows
 from .curated import curated
 from .labels import exactness_text, headline, plan_text
 from .loading import HUB_ID, cached_target, hub_status
@@ -64,6 +64,12 @@ def user_error(message: str, title: str) -> gr.Error:
     return gr.Error(message, title=title, print_exception=False)
 
 
+def setting_words(err: SettingError) -> str:
+    """A refused setting in the page's words: its control's label, not the command line's option."""
+    value = repr(err.value) if isinstance(err.value, str) else str(err.value)
+    return f"{control_label(err.setting)}: {value[:80]} is not accepted here; accepted: {err.accepted}"
+
+
 def readable_errors(fn):
     """Every failure becomes a gr.Error the page shows; the server never goes down with it."""
 
@@ -75,6 +81,8 @@ def readable_errors(fn):
             raise
         except Cancelled as err:
             raise user_error(str(err), "Stopped") from None
+        except SettingError as err:
+            raise user_error(setting_words(err), "Cannot run this") from None
         except SpecdemoError as err:
             raise user_error(str(err), "Cannot run this") from None
         except (MemoryError, torch.OutOfMemoryError):

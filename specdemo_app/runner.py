@@ -18,6 +18,7 @@ import torch
 
 from specdemo import SamplerConfig, SpecdemoError, Target, build, check_config, get_verifier
 from specdemo.calibration import PILOT_DEPTH, pilot_runs
+from specdemo.errors import WorkLimitError
 from specdemo.limits import Cancel, Limits
 from specdemo.pipeline import Checked, Problem
 from specdemo.sampling import Cost, RoundTrace, SampleResult
@@ -305,13 +306,11 @@ def check_click(config: SamplerConfig, target: Target, limits: Limits, *, chain:
     refusal for rows says how costly the model's rows are where they are (weighed_rows)."""
     try:
         checked = check_config(config, target, limits=limits)
-    except SpecdemoError as err:
-        if "target rows" in str(err):
-            from specdemo.pipeline import resolve_device
+    except WorkLimitError as err:
+        from specdemo.pipeline import resolve_device
 
-            raise SpecdemoError(f"{err}{weighed_rows(target, limits, config.guidance_scale, resolve_device(config.device))}"
-                                ) from None
-        raise
+        why = weighed_rows(target, limits, config.guidance_scale, resolve_device(config.device))
+        raise WorkLimitError(err.rows, err.limit, f"{err}{why}") from None
     work = click_work(checked, chain, plain)
     total = sum(rows for _, rows in work)
     if total > limits.max_rows:

@@ -161,12 +161,14 @@ def finite(value, what: str) -> float:
 
 def read_field(f: Field, value):
     """A control's value as its field's: blank (or DEFAULT) is the field's default; a whole number for
-    an int field, a finite one for a float field; text stripped. Refusals name the field as the
-    command line does (--num-samples)."""
+    an int field, a finite one for a float field; text stripped. Refusals name the field by its
+    control's label, as the page shows it."""
+    from .controls import control_label  # controls lays out the choices defined here
+
     blank = isinstance(value, str) and (not value.strip() or (value == DEFAULT and f.metadata.get("choices")))
     if value is None or blank:
         return f.default
-    kind, option = field_kind(f), f"--{f.name.replace('_', '-')}"
+    kind, option = field_kind(f), control_label(f.name)
     if kind is bool:
         return bool(value)
     if kind is int:

@@ -62,7 +62,7 @@ def test_a_new_config_field_is_an_option_and_a_control(extended):
     assert isinstance(config_, Extended) and (config_.temperature, config_.passes) == (0.25, 2)
     config_, *_ = settings.make_config(small_click(demo))
     assert (config_.temperature, config_.passes) == (1.0, None)
-    with pytest.raises(SpecdemoError, match="--passes must be a whole number"):
+    with pytest.raises(SpecdemoError, match="passes must be a whole number"):
         settings.make_config(small_click(demo, passes="2.5"))
 
 

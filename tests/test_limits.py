@@ -125,3 +125,25 @@ def test_the_cli_stops_past_specdemo_max_seconds(monkeypatch, capsys):
     code = main(["sample", "--model", "gm2d", "--steps", "50", "--num-samples", "4", "--method", "chain"])
     err = capsys.readouterr().err
     assert code == 2 and "longer than its limit" in err and len(err.strip().splitlines()) == 1
+
+
+def test_refusals_are_typed_with_the_setting_its_value_and_what_is_accepted():
+    """A refused setting carries its fields (the app words them with its own labels); the library's and the
+    command line's message is unchanged; a run over the work limit carries its rows and the limit."""
+    from specdemo import SettingError, WorkLimitError
+
+    with pytest.raises(SettingError, match="eta must be in 0..1, got 2") as err:
+        SamplerConfig(eta=2.0).validate()
+    assert (err.value.setting, err.value.value, err.value.accepted) == ("eta", 2.0, "in 0..1")
+    with pytest.raises(SettingError) as err:
+        SamplerConfig(verifier="best").validate()
+    assert (err.value.setting, err.value.value) == ("verifier", "best") and "block" in err.value.accepted
+    with pytest.raises(SettingError, match="--steps 50 is over the limit of 10 steps here") as err:
+        Limits(max_steps=10).check(steps=50, num_samples=1, rows_per_round=1)
+    assert (err.value.setting, err.value.value, err.value.accepted) == ("steps", 50, "at most 10")
+    with pytest.raises(WorkLimitError, match="over the limit of 1,000") as err:
+        Limits(max_rows=1000).check(steps=100, num_samples=4, rows_per_round=5)
+    assert (err.value.rows, err.value.limit) == (2000, 1000)
+    with pytest.raises(SettingError) as err:
+        build(SamplerConfig(model="digits", class_label=12, device="cpu"))
+    assert (err.value.setting, err.value.value, err.value.accepted) == ("class_label", 12, "0..9")

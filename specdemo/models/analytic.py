@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from diffusers import DDIMScheduler
 
-from ..errors import SpecdemoError
+from ..errors import SettingError, SpecdemoError
 from ..kernels import DDIMKernel, DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from ..targets import Density, GaussianMixture
 from ..targets.presets import PRESETS
@@ -15,7 +15,8 @@ MAX_STEPS = 100_000
 
 def check_steps(steps: int, low: int, high: int, kernel: str) -> None:
     if not low <= steps <= high:
-        raise SpecdemoError(f"--steps {steps} is out of range for the {kernel} kernel: accepted {low}..{high}")
+        raise SettingError("steps", steps, f"{low}..{high}",
+                           f"--steps {steps} is out of range for the {kernel} kernel: accepted {low}..{high}")
 
 
 class AnalyticTarget(Target):

@@ -20,7 +20,7 @@ import torch
 from diffusers import DDIMScheduler, DDPMScheduler, EulerAncestralDiscreteScheduler, UNet2DModel
 
 from ..config import EMBEDDED_NAMES
-from ..errors import SpecdemoError
+from ..errors import SettingError, SpecdemoError
 from ..kernels import DDIMKernel, DDPMKernel, EulerAncestralKernel, Kernel
 from .base import Target
 
@@ -74,7 +74,8 @@ def vp_kernel(model: str, scheduler_config: dict, name: str, steps: int, eta: fl
     """The ddpm, ddim or euler-ancestral kernel of a model's own scheduler config, at `steps` steps."""
     train_steps = scheduler_config.get("num_train_timesteps", 1000)
     if not 1 <= steps <= train_steps:
-        raise SpecdemoError(f"--steps {steps} is out of range for {model}: accepted 1..{train_steps}")
+        raise SettingError("steps", steps, f"1..{train_steps}",
+                           f"--steps {steps} is out of range for {model}: accepted 1..{train_steps}")
     if name == "ddpm":
         return DDPMKernel(DDPMScheduler.from_config(scheduler_config), steps)
     if name == "euler-ancestral":

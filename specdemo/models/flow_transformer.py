@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
-from ..errors import SpecdemoError
+from ..errors import SettingError, SpecdemoError
 from ..kernels import FlowChurnKernel
 from .latent import TextToImageTarget, load_pipeline
 
@@ -44,7 +44,8 @@ class FlowTransformerTarget(TextToImageTarget):
                                     "accepted: a FlowMatchEulerDiscreteScheduler with a fixed shift")
         train_steps = self.scheduler.config.num_train_timesteps
         if not 2 <= steps <= train_steps:
-            raise SpecdemoError(f"--steps {steps} is out of range for {self.name}: accepted 2..{train_steps}")
+            raise SettingError("steps", steps, f"2..{train_steps}",
+                               f"--steps {steps} is out of range for {self.name}: accepted 2..{train_steps}")
         return FlowChurnKernel(steps, churn, self.scheduler)
 
     def encode(self, pipeline, prompt, negative_prompt, guided):
