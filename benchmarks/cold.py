@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdemo.calibration import plan
+from specdemo.planning import plan_tree
 from specdemo.pipeline import SamplerConfig, build
 
 from specdemo.sampling.cost import time_speedup
@@ -38,7 +38,7 @@ def equal_rows(steps: int, samples: int, start: str) -> dict:
                         start=start, **BY_CALLS)
     tree = build(cfg)
     chain = replace(tree, config=replace(cfg, method="chain"))
-    chain = replace(chain, tree=plan(chain, TOP_ROWS))
+    chain = replace(chain, tree=plan_tree(chain, TOP_ROWS))
     return {"steps": steps, "samples": samples, "start": start, "config": cfg.to_dict(),
             "planned_margin": chain.tree.expected_calls / tree.tree.expected_calls - 1, **run_pair(chain, tree)}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdemo.calibration import plan
+from specdemo.planning import plan_tree
 from specdemo.pipeline import SamplerConfig, build
 from specdemo.trees.auto import DeltaStats
 
@@ -76,9 +76,9 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             tree = build(cfg)
             # the chain's pilot would be the same run (pilots are chains with their own seed); method chain plans chains
             chain = replace(tree, config=replace(cfg, method="chain"))
-            plans = [(plan(chain, b), tree.tree if b == top else plan(tree, b)) for b in budgets]
+            plans = [(plan_tree(chain, b), tree.tree if b == top else plan_tree(tree, b)) for b in budgets]
             margins = [c.expected_calls / t.expected_calls - 1 for c, t in plans]
-            kept = plan(replace(chain, stats=first_level_kept(chain.stats)), top)
+            kept = plan_tree(replace(chain, stats=first_level_kept(chain.stats)), top)
             ceiling = plans[-1][0].expected_calls / kept.expected_calls - 1
             chain = replace(chain, tree=plans[-1][0])
             row = {"steps": steps, "samples": count, "draft": name, "config": cfg.to_dict(), "planned_margins": margins,

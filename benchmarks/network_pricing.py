@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from specdemo.calibration import best_plan, draft_options, plan, planned_options
+from specdemo.planning import best_plan, draft_options, plan_tree, planned_options
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.pipeline import prepare
 
@@ -39,7 +39,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         share = float((stepwise.draft.forms.numpy() == RESIDUAL).mean())
         spread = replace(stepwise, cost_model=replace(cost, level_s=cost.level_s + share * cost.network_level_s,
                                                       network_level_s=0.0))
-        plans = {AT_STEPS: stepwise, SPREAD: replace(spread, tree=plan(spread, BUDGET)), FROZEN: frozen}
+        plans = {AT_STEPS: stepwise, SPREAD: replace(spread, tree=plan_tree(spread, BUDGET)), FROZEN: frozen}
         kept = best_plan([stepwise, frozen], "time")
         walls = {name: [] for name in plans}
         runs = {}

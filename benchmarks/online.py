@@ -1,4 +1,4 @@
-"""Section online: plans learnt from runs, against pilots (specdemo/calibration.py, docs/algorithms.md section 6).
+"""Section online: plans learnt from runs, against pilots (specdemo/planning/, docs/algorithms.md section 6).
 
 Three tables. First runs: the command line in new processes, one sample, each run with a new empty plan cache
 (`--tree auto --replan`), plain sampling alternated with it; and at 100 steps the same first run with

@@ -17,7 +17,7 @@ from .common import NETWORK
 from .drafts import config
 
 TITLE = "Picard-style re-drafting, measured before it is built"
-CHAIN = "1x12"  # the pilots' chain (specdemo/calibration.py, PILOT_DEPTH)
+CHAIN = "1x12"  # the pilots' chain (specdemo/planning/stats.py, PILOT_DEPTH)
 REGIONS = ((0.0, 0.6), (0.6, 0.8), (0.8, 0.9), (0.9, 0.95), (0.95, 1.0))  # fractions of the schedule's steps
 CHUNK = 256  # rows a network call
 # (model, steps, trajectories, draft settings, what the draft is called): the forms that keep no history (the

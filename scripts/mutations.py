@@ -41,7 +41,7 @@ MUTATIONS = [
              "            history = {\"previous\": self.frozen,\n",
              ("tests/test_sampler.py", "-k", "slot_bitwise")),
     Mutation("the planner keeps its first plan, not the one of least expected seconds or calls",
-             "specdemo/calibration.py",
+             "specdemo/planning/planner.py",
              "    return min(planned, key=lambda p: p.tree.expected_s if objective == \"time\" else p.tree.expected_calls)\n",
              "    return planned[0]\n",
              ("tests/test_calibration.py", "-k", "verifier_auto or kept_plan")),

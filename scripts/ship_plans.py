@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specdemo import SamplerConfig, build  # noqa: E402
-from specdemo.calibration import SHIPPED_PLANS  # noqa: E402
+from specdemo.planning import SHIPPED_PLANS  # noqa: E402
 
 
 def app_default() -> tuple[SamplerConfig, int]:

@@ -100,7 +100,7 @@ def _sample(args) -> int:
     plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
     planned = plan is not None and problem.plan_source != "online"  # the online plan predicts nothing
     c = problem.config
-    summary = {**cost.summary(), "model": c.model, "kernel": problem.kernel.name, "tree": str(problem.tree),
+    summary = {**cost.summary(), "method": c.method, "model": c.model, "kernel": problem.kernel.name, "tree": str(problem.tree),
                "verifier": problem.verifier.name if problem.verifier else None, "freeze": c.freeze,
                "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective if plan else None,
                "plan_source": problem.plan_source, "plan_cached": problem.plan_source in ("cache", "shipped")

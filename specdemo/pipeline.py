@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import torch
 
-from .config import KERNEL_NAMES, METHODS, OBJECTIVES, SamplerConfig
-from .calibration import PILOT_DEPTH, call_seconds, call_sizes, calibrate, learn, learnt_seed, pilot_runs
+from .config import KERNEL_NAMES, SamplerConfig
+from .planning import PILOT_DEPTH, Plan, call_seconds, call_sizes, learn, learnt_seed, pilot_runs, plan
 from .drafts import CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft
 from .errors import SettingError, SpecdemoError
 from .kernels import Kernel
@@ -75,13 +75,19 @@ class Problem:
     @property
     def stream_seed(self) -> int:
         """The seed the run's random streams are keyed by: config.seed, or under a plan learnt from runs a
-        seed derived from it (calibration.learnt_seed), so that the plan, a function of the learning runs'
+        seed derived from it (planning.learnt_seed), so that the plan, a function of the learning runs'
         draws, is independent of this run's draws even at the seed they ran with."""
         return learnt_seed(self.config.seed) if self.learnt else self.config.seed
 
     @property
     def dtype(self) -> torch.dtype:
         return torch.float32
+
+    def planned(self, settled: Plan) -> Problem:
+        """The problem as its plan settles it (specdemo.planning.plan)."""
+        return replace(self, tree=settled.tree, draft=settled.draft, verifier=settled.verifier,
+                       plan_source=settled.source, cost_model=settled.cost_model, stats=settled.stats,
+                       pilot=settled.pilot, calibration_s=settled.calibration_s, learnt=settled.learnt)
 
     def run(self, indices=None, *, with_pilot: bool = False, **kwargs) -> SampleResult:
         """Sample every trajectory, or only trajectories `indices` (a process's share). with_pilot:
@@ -94,7 +100,7 @@ class Problem:
                         verifier=self.verifier, prefetch=self.config.prefetch, seed=self.stream_seed,
                         indices=indices, cond=cond, device=self.device, dtype=self.dtype,
                         max_batch=self.config.max_batch, trace=traced or learns, **kwargs)
-        if learns:  # the run's deltas plan the setting's later runs (calibration.learn)
+        if learns:  # the run's deltas plan the setting's later runs (planning.learn)
             learn(self, result.trace, num)
             result.trace = result.trace if traced else None
         if with_pilot and self.pilot is not None:
@@ -246,12 +252,12 @@ def check_prompts(c: SamplerConfig, default_guidance: float) -> float:
 
 def build(config: SamplerConfig, target: Target | None = None, *, draft_target: Target | None = None,
           limits: Limits | None = None, cancel: Cancel | None = None, share: Broadcast | None = None) -> Problem:
-    """Check a configuration (check_config), then calibrate it (a plan, learnt or from pilots, or the plan cache);
+    """Check a configuration (check_config), then plan it (specdemo.planning: learnt, from pilots, or the plan cache);
     cancel stops the pilots between rounds. target, draft_target: the models config.model and
     config.draft name, already loaded (by default they are loaded here). share: under accelerate
-    launch, every process takes the main process's calibration (calibration.calibrate)."""
+    launch, every process takes the main process's plan (specdemo.planning.plan)."""
     problem = prepare(config, target, draft_target=draft_target, limits=limits)
-    return warm_up(problem if problem.config.method == "target" else calibrate(problem, cancel, share))
+    return warm_up(problem if problem.config.method == "target" else problem.planned(plan(problem, cancel, share)))
 
 
 def prepare(config: SamplerConfig, target: Target | None = None, *, draft_target: Target | None = None,

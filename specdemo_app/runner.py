@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from specdemo import SamplerConfig, SpecdemoError, Target, build, check_config, get_verifier
-from specdemo.calibration import PILOT_DEPTH, pilot_runs
+from specdemo.planning import PILOT_DEPTH, pilot_runs
 from specdemo.errors import WorkLimitError
 from specdemo.limits import Cancel, Limits
 from specdemo.pipeline import Checked, Problem

@@ -810,7 +810,7 @@ def test_a_clicks_bound_counts_the_draft_networks_pilot():
     """--freeze auto with a draft network pilots each frozen form and the corrected network: five runs of
     P trajectories, as the run's own limit counts them (pipeline.check_config)."""
     from specdemo import SamplerConfig
-    from specdemo.calibration import AUTO_FORMS, PILOT_DEPTH
+    from specdemo.planning import AUTO_FORMS, PILOT_DEPTH
     from specdemo.pipeline import check_config
 
     checked = check_config(SamplerConfig(model="digits", draft="digits-draft", tree="auto", freeze="auto", steps=50,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specdemo import SamplerConfig, build
-from specdemo.calibration import plan
+from specdemo.planning import plan_tree
 from specdemo.pipeline import AUTO_DEFAULTS
 from specdemo import figures as F
 from specdemo.errors import SpecdemoError
@@ -124,15 +124,15 @@ def test_auto_plans_every_step_within_the_budget():
 def test_replanning_from_the_pilot_reproduces_the_plan_and_more_rows_never_cost_calls():
     problem = build(SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="auto", budget=6, verifier="rank",
                                   freeze="out", prefetch="nearest", objective="calls", num_samples=8, device="cpu"))
-    again = plan(problem, 6)
+    again = plan_tree(problem, 6)
     assert again.trees == problem.tree.trees and again.known_trees == problem.tree.known_trees
     assert again.expected_calls == problem.tree.expected_calls
-    wider = plan(problem, 20)  # every plan within 6 rows is within 20: the best is no worse
+    wider = plan_tree(problem, 20)  # every plan within 6 rows is within 20: the best is no worse
     assert wider.expected_calls <= again.expected_calls and max(t.rows_per_round() for t in wider.trees) > 6
     assert max(t.rows_per_round() for t in wider.trees) <= 20
     fixed = build(SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="2,2", num_samples=8, device="cpu"))
     with pytest.raises(SpecdemoError, match="pilot's deltas"):
-        plan(fixed, 6)
+        plan_tree(fixed, 6)
 
 
 def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_plan():

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from specdemo import SamplerConfig, build, generate
-from specdemo import calibration
-from specdemo.calibration import SHIPPED_PLANS, key_name, plan, plan_key
+from specdemo import planning
+from specdemo.planning import costs, planner
+from specdemo.planning import SHIPPED_PLANS, key_name, plan_key, plan_tree
 from specdemo.config import PLANNED_VERIFIERS
 from specdemo.drafts import FrozenDraft, StepwiseDraft
 from specdemo.drafts.stepwise import RESIDUAL
@@ -109,7 +110,7 @@ def test_the_plan_cache_spares_the_second_run_its_pilot(tmp_path):
     assert first_result.cost.speedup_total == pytest.approx(40 / (calls + first.pilot.target_calls))
     assert second_result.cost.speedup_total == pytest.approx(40 / calls)
     with pytest.raises(SpecdemoError, match="replan"):
-        plan(second, 10)  # no pilot deltas behind a cached plan
+        plan_tree(second, 10)  # no pilot deltas behind a cached plan
     again = build(SamplerConfig(pilot=True, **AUTO, cache_dir=str(tmp_path), replan=True))
     assert again.plan_source == "pilot"
     other = build(SamplerConfig(pilot=True, **{**AUTO, "budget": 8}, cache_dir=str(tmp_path)))  # another key
@@ -186,8 +187,8 @@ def test_the_time_objective_weighs_the_draft_network_against_the_frozen_forms_al
     the table of the frozen forms alone is planned too, with its own driver costs, the run keeps the plan
     of fewer expected seconds, and the plan cache gives the second run the same draft."""
     weighed = []
-    monkeypatch.setattr(calibration, "planned_options",
-                        lambda *args, planned=calibration.planned_options: weighed.append(planned(*args)) or weighed[-1])
+    monkeypatch.setattr(planning, "planned_options",
+                        lambda *args, planned=planning.planned_options: weighed.append(planned(*args)) or weighed[-1])
     config = SamplerConfig(pilot=True, model="digits", steps=20, method="tree", tree="auto", budget=4, verifier="block",
                            draft="digits-draft", freeze="auto", objective="time", pilot_samples=8, num_samples=1,
                            class_label=3, device="cpu", seed=0, cache_dir=str(tmp_path))
@@ -216,12 +217,12 @@ def test_verifier_auto_plans_with_each_verifier_and_keeps_the_faster_plan(tmp_pa
     driver's cost of its own verifier, and the run keeps the plan of fewer expected seconds; made a second
     a level dearer to the driver, either verifier loses to the other. The cache gives the second run the
     verifier with the plan."""
-    driver_costs = calibration._driver_costs
-    monkeypatch.setattr(calibration, "_driver_costs", lambda problem: {
+    driver_costs = planner.driver_costs
+    monkeypatch.setattr(planner, "driver_costs", lambda problem: {
         **driver_costs(problem), **({"level_s": 1.0} if problem.verifier.name == dearer else {})})
     weighed = []
-    monkeypatch.setattr(calibration, "planned_options",
-                        lambda *args, planned=calibration.planned_options: weighed.append(planned(*args)) or weighed[-1])
+    monkeypatch.setattr(planning, "planned_options",
+                        lambda *args, planned=planning.planned_options: weighed.append(planned(*args)) or weighed[-1])
     config = SamplerConfig(pilot=True, **{**AUTO, "verifier": "auto"}, objective="time", cache_dir=str(tmp_path))
     built = build(config)
     [options] = weighed
@@ -244,8 +245,8 @@ def test_verifier_auto_by_calls_keeps_the_plan_of_fewer_expected_calls(piloted, 
     """Under the calls objective, --verifier auto keeps whichever plan expects fewer calls, planned first
     or last: block verification's, which commits at least as much as RMC a round (its fans include the
     chains)."""
-    by_verifier = {name: plan(replace(piloted, verifier=get_verifier(name)), 10) for name in PLANNED_VERIFIERS}
-    monkeypatch.setattr(calibration, "PLANNED_VERIFIERS", order)
+    by_verifier = {name: plan_tree(replace(piloted, verifier=get_verifier(name)), 10) for name in PLANNED_VERIFIERS}
+    monkeypatch.setattr(planner, "PLANNED_VERIFIERS", order)
     built = build(SamplerConfig(pilot=True, **{**AUTO, "verifier": "auto"}, objective="calls", cache_dir="off"))
     assert built.verifier.name == "block" and by_verifier["block"].expected_calls < by_verifier["rmc"].expected_calls
     assert built.tree.expected_calls == pytest.approx(by_verifier["block"].expected_calls)
@@ -256,9 +257,9 @@ def test_the_kept_plan_is_the_one_of_least_expected_seconds_or_calls():
     disagree, each objective keeps its own; the first of equals."""
     fast, frugal, tied = (SimpleNamespace(tree=SimpleNamespace(expected_s=s, expected_calls=n))
                           for s, n in ((1.0, 10.0), (2.0, 5.0), (1.0, 10.0)))
-    assert calibration.best_plan([fast, frugal], "time") is fast
-    assert calibration.best_plan([frugal, fast], "calls") is frugal
-    assert calibration.best_plan([fast, tied], "time") is fast and calibration.best_plan([tied, fast], "calls") is tied
+    assert planning.best_plan([fast, frugal], "time") is fast
+    assert planning.best_plan([frugal, fast], "calls") is frugal
+    assert planning.best_plan([fast, tied], "time") is fast and planning.best_plan([tied, fast], "calls") is tied
 
 
 def test_driver_costs_leave_out_each_chains_first_run_and_a_lone_spike(piloted, monkeypatch):
@@ -274,8 +275,8 @@ def test_driver_costs_leave_out_each_chains_first_run_and_a_lone_spike(piloted, 
         seconds = steady[depth] * (3.0 if runs[depth] == 1 else 1.0) + (5.0 if (depth, runs[depth]) == (8, 3) else 0.0)
         return SimpleNamespace(cost=SimpleNamespace(wall_s=10 * seconds + 1.0, target_s=1.0, rounds=10))
 
-    monkeypatch.setattr(calibration, "sample", timed_sample)
+    monkeypatch.setattr(costs, "sample", timed_sample)
     problem = replace(piloted, config=replace(piloted.config, budget=8), draft=FrozenDraft("x0"))
-    costs = calibration._driver_costs(problem)
-    assert runs == {1: 1 + calibration.DRIVER_REPEATS, 8: 1 + calibration.DRIVER_REPEATS}
-    assert costs == {"round_s": pytest.approx(0.8), "level_s": pytest.approx(0.2), "network_level_s": 0.0}
+    priced = costs.driver_costs(problem)
+    assert runs == {1: 1 + costs.DRIVER_REPEATS, 8: 1 + costs.DRIVER_REPEATS}
+    assert priced == {"round_s": pytest.approx(0.8), "level_s": pytest.approx(0.2), "network_level_s": 0.0}

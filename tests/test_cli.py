@@ -161,6 +161,14 @@ def test_plain_run_in_process(capsys):
     assert summary["target_calls"] == 10 and summary["speedup"] == 1.0 and summary["speedup_total"] == 1.0
 
 
+def test_the_method_is_reported_as_asked(capsys):
+    """A tree method whose topology is a chain (or a plan of chains) is still reported as the tree method."""
+    code, stdout, stderr = in_process(["sample", "--model", "gm2d", "--method", "tree", "--tree", "1x3", "--steps", "10",
+                                       "--num-samples", "2", "--device", "cpu"], capsys)
+    assert code == 0, stderr
+    assert loose_json(stdout)["method"] == "tree"
+
+
 def one_line_error(result):
     code, stdout, stderr = result
     assert code != 0

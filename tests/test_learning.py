@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from specdemo import SamplerConfig, build, generate
-from specdemo import calibration
-from specdemo.calibration import key_name, load_stats, plan_key
+from specdemo import planning
+from specdemo.planning import key_name, load_stats, plan_key
 from specdemo.drafts.frozen import FORMS
 from specdemo.sampling import sample
 from specdemo.trees import TopologyPlan
@@ -129,8 +129,8 @@ def test_the_online_run_and_the_run_planned_from_it_are_exact(learnt, plain_samp
 
 
 def test_the_law_test_catches_an_online_run_that_accepts_every_draft(monkeypatch, tmp_path, plain_samples):
-    online_problem = calibration.online_problem
-    monkeypatch.setattr(calibration, "online_problem",
+    online_problem = planning.online_problem
+    monkeypatch.setattr(planning, "online_problem",
                         lambda *args: replace(online_problem(*args), verifier=AlwaysAccept()))
     result, problem = generate(SamplerConfig(**EXACT, seed=2, cache_dir="off"))
     assert problem.plan_source == "online" and isinstance(problem.verifier, AlwaysAccept)

@@ -8,7 +8,7 @@ import torch
 
 from specdemo import (Cancel, Cancelled, FrozenDraft, Limits, ReflectionMaximalCoupling, SamplerConfig, SpecdemoError,
                       Topology, build, sample)
-from specdemo import calibration
+from specdemo.planning import stats
 from specdemo.kernels import DDPMKernel
 
 
@@ -43,7 +43,7 @@ def test_build_refuses_before_any_work(monkeypatch):
     def no_pilot(*args, **kwargs):
         raise AssertionError("a pilot ran before the limits were checked")
 
-    monkeypatch.setattr(calibration, "_pilot", no_pilot)
+    monkeypatch.setattr(stats, "_pilot", no_pilot)
     config = SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", budget=16, steps=100, num_samples=100,
                            device="cpu", replan=True)
     # the run's own rows are 100 x 100 x 16 = 160,000; the pilot's 32 x 100 x 13 per pilot run on top

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from diffusers import DDIMScheduler
 
-from ..errors import SettingError, SpecdemoError
+from ..errors import SettingError
 from ..kernels import DDIMKernel, DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from ..targets import Density, GaussianMixture
 from ..targets.presets import PRESETS

@@ -1,0 +1,142 @@
+"""Planning: what a run measures and keeps to plan its setting, behind one entry, plan(problem) -> Plan.
+
+An auto topology (--tree auto) is planned per step from measured deltas (planner.py, with trees/auto.py's
+programme); the time objective prices each round with the target's measured cost of a call by its rows and
+the driver's own cost (costs.py). The deltas come, by default, from the setting's own runs (stats.py): until
+config.pilot_samples trajectories have been measured, a run samples with the online plan (a block chain as
+deep as the budget, a fixed draft form: planner.online_problem) and adds the deltas of its verified paths to
+the plan cache (stats.learn); the run after that plans from them and stores the plan. No run pays a pilot.
+With --pilot, pilot runs measure them before the first run instead, and --freeze auto picks, per step, what
+the frozen draft freezes from a pilot of each form. Plans and statistics are kept per setting in the plan
+cache (cache.py); plans of the app's default settings ship with the package (specdemo/plans/).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ..drafts import BiasedDraft, Draft, FrozenDraft, NetworkDraft
+from ..errors import SpecdemoError
+from ..limits import Cancel
+from ..sampling import Cost
+from ..trees import Topology, TopologyPlan
+from ..trees.auto import DeltaStats
+from ..trees.cost_model import CostModel
+from ..verifiers import Verifier, get_verifier
+from .cache import SHIPPED_PLANS, cache_folder, key_name, load_plan, plan_from_dict, plan_key, plan_to_dict, store_plan
+from .costs import call_seconds, call_sizes
+from .planner import auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options
+from .stats import (AUTO_FORMS, PILOT_DEPTH, draft_options, learn, learnt_seed, load_stats, pilot_runs)
+
+if TYPE_CHECKING:
+    from ..parallel import Broadcast
+    from ..pipeline import Problem
+
+__all__ = ["AUTO_FORMS", "PILOT_DEPTH", "SHIPPED_PLANS", "Plan", "best_plan", "call_seconds", "call_sizes",
+           "draft_options", "key_name", "learn", "learnt_seed", "load_stats", "pilot_runs", "plan", "plan_key",
+           "plan_tree", "planned_options"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What planning settles for a problem, which the pipeline applies (Problem.planned): the tree (a fixed
+    one, the online plan or an auto topology), the draft (with its freeze table) and the verifier; source:
+    "pilot", "runs", "cache", "shipped", "online" or "default" (a fixed tree, --freeze auto's first table),
+    None where nothing was planned; the cost model (time objective), the measured deltas and the pilot's cost
+    when this build measured them, the seconds planning took, and whether the plan was learnt from runs
+    (Problem.stream_seed)."""
+
+    tree: Topology | TopologyPlan | None
+    draft: Draft | None
+    verifier: Verifier | None
+    source: str | None = None
+    cost_model: CostModel | None = None
+    stats: DeltaStats | None = None
+    pilot: Cost | None = None
+    calibration_s: float = 0.0
+    learnt: bool = False
+
+    @classmethod
+    def of(cls, problem: Problem) -> "Plan":
+        return cls(problem.tree, problem.draft, problem.verifier, problem.plan_source, problem.cost_model,
+                   problem.stats, problem.pilot, problem.calibration_s, problem.learnt)
+
+
+def plan(problem: Problem, cancel: Cancel | None = None, share: Broadcast | None = None) -> Plan:
+    """The problem's plan (module docstring); cancel stops the pilots between rounds; share: under accelerate
+    launch, the main process plans and the others take its plan."""
+    return Plan.of(_planned(problem, cancel, share))
+
+
+def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -> Problem:
+    """The problem as its plan settles it: from the plan cache when the setting was planned before; else
+    planned from the deltas its earlier runs left (stats.learn), once they hold config.pilot_samples
+    trajectories, or from pilots (--pilot: chains with their own seeds, their cost kept in problem.pilot
+    apart from the run's); else the online problem, which samples without a plan and learns. Under
+    accelerate launch the main process plans and sends its record to the others (a plan priced by time
+    differs with each process's measurements)."""
+    c = problem.config
+    auto_tree = problem.tree is None
+    auto_freeze = isinstance(problem.draft, (FrozenDraft, NetworkDraft)) and c.freeze == "auto"
+    if c.prefetch == "auto" and not auto_tree:
+        raise SpecdemoError("--prefetch auto lets the planner choose leaf evaluation per step, which needs --tree auto; "
+                            f"with tree {problem.tree} use nearest, parent, none or leaves")
+    if auto_freeze and not problem.kernel.has_denoised:
+        raise SpecdemoError(f"--freeze auto chooses between the output and x0-hat, which the {problem.kernel.name} "
+                            "kernel has not; use --freeze out")
+    if not (auto_tree or auto_freeze):
+        return _with_bias(problem)
+    if share is not None and not share.is_main:
+        return _with_bias(_from_record(problem, *share.receive(), auto_tree, auto_freeze))
+    folder = cache_folder(c.cache_dir)
+    key = plan_key(problem)
+    stored = None if c.replan else load_plan(key, folder)
+    learnt = None if c.replan or c.pilot or stored is not None or not auto_tree else load_stats(key, folder)
+    if stored is not None:
+        problem = _from_record(problem, *stored, auto_tree, auto_freeze)
+    elif c.pilot or (learnt is not None and learnt[1] >= c.pilot_samples):
+        t0 = time.perf_counter()
+        if c.pilot:
+            pilot, options = draft_options(problem, auto_freeze, cancel)
+            stats, draft = options[0]
+            problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
+        else:
+            stats, draft = learnt[0], online_draft(problem, auto_freeze)
+            options = [(stats, draft)]
+            problem = replace(problem, draft=draft, stats=stats, plan_source="runs", learnt=True)
+        if auto_tree:
+            problem = best_plan(planned_options(problem, options), c.objective)
+        problem = replace(problem, calibration_s=time.perf_counter() - t0)
+        stored = ({"plan": plan_to_dict(problem.tree) if auto_tree else None, "verifier": problem.verifier.name,
+                   "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
+                   "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
+                   "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s} if c.pilot else None,
+                   "learnt_from": None if c.pilot else learnt[1]}, problem.plan_source)
+        store_plan(key, stored[0], folder)
+    else:
+        stored = ({"online": True}, "online")
+        problem = online_problem(problem, auto_tree, auto_freeze)
+    if share is not None:
+        share.send(stored)
+    return _with_bias(problem)
+
+
+def _from_record(problem: Problem, record: dict, source: str, auto_tree: bool, auto_freeze: bool) -> Problem:
+    """The problem planned as a stored record says (the plan cache's, or the main process's)."""
+    if record.get("online"):
+        return online_problem(problem, auto_tree, auto_freeze)
+    draft = auto_draft(problem, tuple(record["forms"])) if auto_freeze else problem.draft
+    cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
+    tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
+    return replace(problem, draft=draft, tree=tree, verifier=get_verifier(record["verifier"]), cost_model=cost,
+                   plan_source=source, learnt=record.get("learnt_from") is not None)
+
+
+def _with_bias(problem: Problem) -> Problem:
+    c = problem.config
+    draft = BiasedDraft(problem.draft, c.draft_bias) if c.draft_bias and problem.draft is not None else problem.draft
+    if draft is not None:
+        draft.check(problem.kernel)
+    return replace(problem, draft=draft)

@@ -1,0 +1,100 @@
+"""The plan cache: a JSON file per setting (its key), in a folder of the user's, and the plans shipped with the
+package for the app's default settings (specdemo/plans/)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..trees import Topology, TopologyPlan
+
+if TYPE_CHECKING:
+    from ..pipeline import Problem
+
+PLAN_FORMAT = "specdemo-plan/6"
+SHIPPED_PLANS = Path(__file__).parents[1] / "plans"
+
+
+def cache_folder(setting: str | None) -> Path | None:
+    """Where plans are kept: `setting` (a folder, or "off" for none), else $SPECDEMO_CACHE, else
+    $XDG_CACHE_HOME/specdemo, else ~/.cache/specdemo."""
+    setting = setting or os.environ.get("SPECDEMO_CACHE")
+    if setting == "off":
+        return None
+    if setting:
+        return Path(setting).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdemo"
+
+
+def plan_key(problem: Problem) -> dict:
+    """Everything a plan depends on: the model, kernel, draft (its start too), verifier (as configured: auto or a
+    name; the record keeps the one planned with) and budget, the pilot's
+    size, and for the time objective the batch, device and dtype it was priced for. Not the seed:
+    any plan is exact, so a setting's plan serves every seed (and the same seed gives the same
+    samples once the plan is kept)."""
+    c = problem.config
+    from .. import __version__
+
+    key = {"format": PLAN_FORMAT, "version": __version__, "model": c.model, "kernel": problem.kernel.config(),
+           "method": c.method, "tree": c.tree, "verifier": c.verifier, "draft": c.draft, "freeze": c.freeze,
+           "start": c.start,
+           "draft_bias": c.draft_bias, "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective,
+           "class_label": c.class_label, "pilot_samples": c.pilot_samples, "device": problem.device.type,
+           "dtype": str(problem.dtype), "prompt": c.prompt, "negative_prompt": c.negative_prompt,
+           "guidance_scale": c.guidance_scale}
+    if c.objective == "time":
+        key["batch"] = problem.slots
+    if problem.device.type == "cuda":  # how the networks are launched prices their calls
+        key["launch"] = c.launch
+    return key
+
+
+def key_name(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20] + ".json"
+
+
+def load_plan(key: dict, folder: Path | None) -> tuple[dict, str] | None:
+    """A stored calibration for this key: from the cache folder, else shipped with the package."""
+    for where, source in ((folder, "cache"), (SHIPPED_PLANS, "shipped")):
+        if where is None:
+            continue
+        path = where / key_name(key)
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if stored.get("key") == json.loads(json.dumps(key, default=str)):
+            return stored, source
+    return None
+
+
+def store_plan(key: dict, record: dict, folder: Path | None) -> None:
+    """Write atomically; a cache that cannot be written is skipped (the run goes on)."""
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{key_name(key)}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"key": key, **record}, default=str))
+        tmp.replace(folder / key_name(key))
+    except OSError:
+        pass
+
+
+def plan_to_dict(plan: TopologyPlan) -> dict:
+    return {"trees": [list(t.widths) for t in plan.trees], "leaves": list(plan.leaves),
+            "known_trees": [list(t.widths) for t in plan.known_trees], "known_leaves": list(plan.known_leaves),
+            "expected_calls": plan.expected_calls, "expected_s": plan.expected_s, "objective": plan.objective,
+            "name": plan.name}
+
+
+def plan_from_dict(d: dict) -> TopologyPlan:
+    trees = {}
+    topology = lambda widths: trees.setdefault(tuple(widths), Topology(tuple(widths)))
+    return TopologyPlan(trees=tuple(topology(w) for w in d["trees"]), leaves=tuple(d["leaves"]),
+                        known_trees=tuple(topology(w) for w in d["known_trees"]),
+                        known_leaves=tuple(d["known_leaves"]), expected_calls=float(d["expected_calls"]),
+                        expected_s=d["expected_s"], objective=d["objective"], name=d["name"])

@@ -1,0 +1,117 @@
+"""The plan of a setting: the online plan a run samples with before anything is measured, and from measured
+deltas the auto topology (trees/auto.py's programme) for each draft option and verifier, the best kept."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..config import PLANNED_VERIFIERS
+from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft, StepwiseDraft
+from ..drafts.frozen import FORMS
+from ..drafts.stepwise import RESIDUAL
+from ..errors import SpecdemoError
+from ..trees import Topology, TopologyPlan
+from ..trees.auto import DeltaStats, plan_topology
+from ..trees.cost_model import CostModel
+from ..trees.topology import MAX_DEPTH
+from ..verifiers import get_verifier
+from .costs import call_costs, driver_costs
+
+if TYPE_CHECKING:
+    from ..pipeline import Problem
+
+LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
+
+
+def online_form(problem: Problem) -> int:
+    """The draft form a setting takes before its table is measured: the corrected draft network where
+    there is one (RESIDUAL), else the fitted Gaussian where the kernel has x0-hat (it holds freezing
+    x0-hat as lambda = 0, and was the best single form on the digits model: docs/benchmarks.md, section
+    online), else the output."""
+    if isinstance(problem.draft, NetworkDraft):
+        return RESIDUAL
+    return FORMS["gaussian"] if problem.kernel.has_denoised else FORMS["out"]
+
+
+def online_draft(problem: Problem, auto_freeze: bool) -> Draft:
+    """The draft a setting samples and plans with without pilots: under --freeze auto its table holds
+    online_form at every step; any other draft as configured."""
+    return auto_draft(problem, (online_form(problem),) * problem.kernel.num_steps) if auto_freeze else problem.draft
+
+
+def online_plan(problem: Problem) -> TopologyPlan:
+    """The plan of a run that learns: at every step the block-verifiable chain of as many target rows as
+    the budget (one level more where the root's output is known: that level costs no row), leaves not
+    evaluated. Under the calls objective no chain of at most that many rows commits more steps a
+    round; it is the same for every trajectory and every run, so the run's samples depend on nothing
+    measured."""
+    budget, steps = problem.config.budget, problem.kernel.num_steps
+    chain, known = Topology.chain(min(budget, MAX_DEPTH)), Topology.chain(min(budget + 1, MAX_DEPTH))
+    return TopologyPlan((chain,) * steps, (False,) * steps, (known,) * steps, (False,) * steps,
+                        expected_calls=math.nan, objective=problem.config.objective, name=f"online({budget} rows)")
+
+
+def online_problem(problem: Problem, auto_tree: bool, auto_freeze: bool) -> Problem:
+    """The problem sampled while its setting has no plan: the online plan (--tree auto) with block
+    verification (under --verifier auto), and online_draft (--freeze auto). Its runs learn."""
+    tree = online_plan(problem) if auto_tree else problem.tree
+    verifier = problem.verifier or get_verifier("block")
+    return replace(problem, tree=tree, draft=online_draft(problem, auto_freeze), verifier=verifier,
+                   plan_source="online" if auto_tree else "default")
+
+
+def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]]) -> list[Problem]:
+    """The problem planned (--tree auto) with each draft option and each verifier (the configured one, or
+    under --verifier auto each of PLANNED_VERIFIERS: block verification accepts more a round, RMC costs
+    the driver less a level, so which is faster depends on the device and the batch): under the time
+    objective each with the cost model of its own draft and verifier (the target's calls measured once),
+    under the calls objective with the first draft option alone (it accepts at least as much at every
+    step)."""
+    verifiers = [problem.verifier] if problem.verifier else [get_verifier(name) for name in PLANNED_VERIFIERS]
+    if problem.config.objective != "time":
+        stats, draft = options[0]
+        return [replace(planned, tree=plan_tree(planned, problem.config.budget))
+                for planned in (replace(problem, draft=draft, stats=stats, verifier=v, cost_model=None)
+                                for v in verifiers)]
+    calls = call_costs(problem)
+    planned = []
+    for stats, draft in options:
+        for verifier in verifiers:
+            priced = replace(problem, draft=draft, stats=stats, verifier=verifier)
+            priced = replace(priced, cost_model=CostModel(*calls, **driver_costs(priced), batch=problem.slots))
+            planned.append(replace(priced, tree=plan_tree(priced, problem.config.budget)))
+    return planned
+
+
+def best_plan(planned: list[Problem], objective: str) -> Problem:
+    """The planned option of fewest expected seconds (time objective) or calls; the first of equals."""
+    return min(planned, key=lambda p: p.tree.expected_s if objective == "time" else p.tree.expected_calls)
+
+
+def auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
+    """--freeze auto's draft from its per-step table: the frozen draft's forms, and with a draft network
+    the stepwise draft (the network corrected by the target's residual where the table says RESIDUAL; the
+    frozen draft alone where it never does, which spares the network's call at every commit)."""
+    if isinstance(problem.draft, NetworkDraft) and RESIDUAL in forms:
+        return StepwiseDraft(CorrectedNetworkDraft(problem.draft.network, problem.draft.name), forms)
+    return FrozenDraft("auto", forms, start=problem.config.start)
+
+
+def plan_tree(problem: Problem, budget: int) -> TopologyPlan:
+    """The auto topology of the problem's verifier, method and objective for `budget` target rows
+    a round, planned from the pilot's deltas (problem.stats): chains for method chain or a
+    verifier of chains, trees of widths up to 8 (or the verifier's limit) otherwise."""
+    if problem.stats is None:
+        raise SpecdemoError("planning needs the pilot's deltas: build the problem with tree auto and a budget "
+                            "(and replan, not a plan from the cache)")
+    c = problem.config
+    draft = problem.draft.base if isinstance(problem.draft, BiasedDraft) else problem.draft
+    frozen = draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
+    return plan_topology(problem.stats, problem.verifier, budget, problem.kernel.stochastic_run_lengths(),
+                         max_width=1 if c.method == "chain" else 8,
+                         leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
+                         exact_known_root=frozen and not c.draft_bias, warm_up=frozen and not draft.cold_start,
+                         cost=problem.cost_model if c.objective == "time" else None,
+                         network_steps=(draft.forms == RESIDUAL).numpy() if isinstance(draft, StepwiseDraft) else None)

@@ -1,0 +1,142 @@
+"""The deltas a plan is made from: measured by the setting's own runs (learn, kept in the plan cache), or by
+pilot runs before the first run (--pilot: draft_options)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from scipy.special import ndtr
+
+from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft
+from ..drafts.frozen import FORMS
+from ..drafts.stepwise import RESIDUAL
+from ..limits import Cancel
+from ..sampling import Cost, sample
+from ..trees import Topology
+from ..trees.auto import DeltaStats
+from ..verifiers import get_verifier
+from .cache import cache_folder, key_name, load_plan, plan_key, store_plan
+from .planner import auto_draft
+
+if TYPE_CHECKING:
+    from ..pipeline import Problem
+
+PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
+AUTO_FORMS = ("out", "x0", "x0-linear", "gaussian")  # --freeze auto: the forms the pilots compare, a pilot each
+KEPT_PER_CELL = 64  # deltas a stored statistics record keeps per (step, depth): DeltaStats.pooled reads 24
+
+
+def pilot_runs(tree_auto: bool, freeze: str | None, network: bool = False, pilot: bool = False) -> int:
+    """The pilot runs a setting pays before sampling: none without --pilot (plans are learnt from runs);
+    with it one per form of AUTO_FORMS under --freeze auto, and one more for the corrected draft network
+    with a draft network (they serve --tree auto too), else one chain pilot for --tree auto."""
+    if not pilot:
+        return 0
+    return len(AUTO_FORMS) + network if freeze == "auto" else int(tree_auto)
+
+
+def learnt_seed(seed: int) -> int:
+    """The seed of a run's random streams under a plan learnt from runs: a hash of its seed, in 0..2**63 - 1.
+    The learning runs drew from the streams of their own seeds; a planned run of the same seed drawing from
+    them again would sample with a plan that is a function of its own draws (docs/algorithms.md, section 6,
+    "Plans learnt from runs")."""
+    digest = hashlib.sha256(f"specdemo-learnt-plan/{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def stats_key(key: dict) -> dict:
+    """Where a setting's learnt deltas are kept: beside its plan, under a key of their own."""
+    return {**key, "record": "stats"}
+
+
+def load_stats(key: dict, folder: Path | None) -> tuple[DeltaStats, int] | None:
+    """The deltas the setting's runs left in the cache, and how many trajectories measured them."""
+    stored = load_plan(stats_key(key), folder)
+    if stored is None or stored[1] != "cache":
+        return None
+    record = stored[0]
+    deltas = {tuple(int(v) for v in cell.split(",")): values for cell, values in record["deltas"].items()}
+    return DeltaStats(deltas, int(record["num_steps"])), int(record["trajectories"])
+
+
+def learn(problem: Problem, trace, trajectories: int) -> None:
+    """Add a run's deltas (its trace: the verified paths' deltas, as a pilot measures them) to the
+    setting's statistics in the plan cache; under --replan they replace the ones kept (and the plan
+    goes, so that the next run plans from the new ones). A cache that cannot be written is skipped."""
+    folder = cache_folder(problem.config.cache_dir)
+    if folder is None:
+        return
+    key = plan_key(problem)
+    kept = None if problem.config.replan else load_stats(key, folder)
+    stats, count = kept if kept is not None else (DeltaStats({}, problem.kernel.num_steps), 0)
+    for cell, values in DeltaStats.from_traces(trace, problem.kernel.num_steps).deltas.items():
+        stats.deltas.setdefault(cell, []).extend(values)
+    if problem.config.replan:
+        (folder / key_name(key)).unlink(missing_ok=True)
+    store_plan(stats_key(key), {"num_steps": stats.num_steps, "trajectories": count + trajectories,
+                                "deltas": {f"{n},{d}": [float(f"{v:.5g}") for v in values[:KEPT_PER_CELL]]
+                                           for (n, d), values in sorted(stats.deltas.items())}}, folder)
+
+
+def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = None
+                  ) -> tuple[Cost, list[tuple[DeltaStats, Draft]]]:
+    """The pilots' cost and the drafts they leave to choose from, each with its deltas. With --freeze
+    auto, one pilot for each form the frozen draft can take (AUTO_FORMS: the output, x0-hat, its
+    extrapolation in time, the fitted Gaussian), and with a draft network one for that network corrected
+    by the target's residual; the first option drafts each step with the form of highest mean
+    acceptance (a tie goes to the earlier form). Where that gives some steps to the network, the second
+    drafts with the frozen forms alone: a network level costs a draft call, which the time objective
+    weighs (planned_options)."""
+    if not auto_freeze:
+        stats, cost = _pilot(problem, problem.draft, cancel)
+        return cost, [(stats, problem.draft)]
+    n_steps = problem.kernel.num_steps
+    candidates = [(FORMS[mode], FrozenDraft(mode, start=problem.config.start)) for mode in AUTO_FORMS]
+    if isinstance(problem.draft, NetworkDraft):
+        candidates.append((RESIDUAL, CorrectedNetworkDraft(problem.draft.network, problem.draft.name)))
+    pilots = [_pilot(problem, draft, cancel) for _, draft in candidates]
+    acceptance = np.array([[_mean_acceptance(stats, m) for m in range(n_steps)] for stats, _ in pilots])
+    options = []
+    for kinds in (len(candidates), len(AUTO_FORMS)):  # every form, then the frozen forms alone
+        table = tuple(candidates[i][0] for i in acceptance[:kinds].argmax(0).tolist())
+        stats = DeltaStats({k: v for (form, _), (st, _) in zip(candidates, pilots) for k, v in st.deltas.items()
+                            if table[k[0]] == form}, n_steps)
+        options.append((stats, auto_draft(problem, table)))
+        if RESIDUAL not in table:
+            break
+    cost = pilots[0][1]
+    for more in pilots[1:]:
+        cost = _add_costs(cost, more[1])
+    return cost, options
+
+
+def _pilot(problem: Problem, draft: Draft, cancel: Cancel | None) -> tuple[DeltaStats, Cost]:
+    """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain.
+    PILOT_DEPTH, not the deepest level a plan may reach: a chain's deep levels are reached only by
+    the trajectories whose draft fits best, so their deltas flatter the wider trees a plan builds
+    (on gm512, a pilot as deep as the horizon, 28, planned trees 2% slower than a pilot of 12)."""
+    c = problem.config
+    if c.draft_bias:
+        draft = BiasedDraft(draft, c.draft_bias)
+    depth = max(1, min(PILOT_DEPTH, int(problem.kernel.stochastic_run_lengths().max())))
+    pilot = sample(problem.network, problem.kernel, problem.target.shape, c.pilot_samples, tree=Topology.chain(depth),
+                   draft=draft, verifier=get_verifier("rmc"), prefetch=c.prefetch, seed=c.seed + PILOT_SEED_OFFSET,
+                   cond={k: v[:1].expand(c.pilot_samples, *v.shape[1:]) for k, v in problem.cond.items()},
+                   device=problem.device, dtype=problem.dtype, trace=True, trace_states=False, cancel=cancel)
+    return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
+
+
+def _mean_acceptance(stats: DeltaStats, step: int) -> float:
+    """Mean single-child acceptance 2 Phi(-delta/2) of the nodes verified at `step`, all depths."""
+    deltas = [v for (s, _), vals in stats.deltas.items() if s == step for v in vals]
+    return float(np.mean(2 * ndtr(-np.asarray(deltas) / 2))) if deltas else 0.0
+
+
+def _add_costs(a: Cost, b: Cost) -> Cost:
+    return Cost(method="pilot", steps=a.steps, stochastic_steps=a.stochastic_steps,
+                calls_per_trajectory=a.calls_per_trajectory + b.calls_per_trajectory,
+                counted_calls=a.counted_calls + b.counted_calls, rows_per_trajectory=a.rows_per_trajectory + b.rows_per_trajectory,
+                target_calls=a.target_calls + b.target_calls, wall_s=a.wall_s + b.wall_s, target_s=a.target_s + b.target_s)
