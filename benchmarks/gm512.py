@@ -54,7 +54,7 @@ def drafting_floor(trajectories: int, tree: Topology, repeats: int = 20) -> dict
     """Median times of the target call on a full round's internal rows, and of the least drafting
     that round needs: normals for its drafted internal nodes from each trajectory's generator, and
     one draft mean and one scaled add per node."""
-    problem = build(SamplerConfig(pilot=True, model="gm512", num_samples=trajectories, device="cpu"))
+    problem = build(SamplerConfig(model="gm512", method="target", num_samples=trajectories, device="cpu"))
     kernel, net, dim = problem.kernel, problem.network, problem.target.shape[0]
     internal = tree.rows_per_round()
     gens = [torch.Generator().manual_seed(i) for i in range(trajectories)]

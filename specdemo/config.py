@@ -85,7 +85,7 @@ class SamplerConfig:
                               choices=PREDICTIONS)
     method: str = setting("tree", "plain target sampling, a chain or a tree", choices=METHODS)
     tree: str | None = setting(None, f"topology: {TOPOLOGY_HELP}; or auto, planned per step "
-                                     "(default: 1x5 chain, 2x5 tree)", metavar="WIDTHS")
+                                     "(default: a 1x5 chain; for a tree, auto)", metavar="WIDTHS")
     verifier: str | None = setting(None, "rmc (chains only), block (weighs the whole chain or tree at once), dgrs, "
                                          "rank, or with --tree auto: auto, planned with block and with rmc, keeping "
                                          "the plan of fewer expected seconds or calls. Default: rmc for a chain, "

@@ -28,7 +28,7 @@ from .trees.auto import DeltaStats
 from .trees.cost_model import PADDED_ROWS, CostModel
 from .verifiers import Verifier, get_verifier
 
-DEFAULT_TREES = {"chain": "1x5", "tree": "2x5"}
+DEFAULT_TREES = {"chain": "1x5", "tree": "auto"}  # a tree by default: planned per step
 DEFAULT_VERIFIERS = {"chain": "rmc", "tree": "dgrs"}
 MAX_PROMPT = 2000  # characters: the text encoders read 77 (CLIP) or 256 (T5) tokens
 _WARM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {(device, call size)} set up
@@ -140,7 +140,7 @@ def resolve(config: SamplerConfig, target: Target, kernel: Kernel, device: torch
     c = config
     if c.method == "target":
         return replace(c, freeze=c.freeze or "out", prefetch=c.prefetch or "nearest")
-    auto = (c.tree or "").strip().lower() == "auto"
+    auto = (c.tree or DEFAULT_TREES[c.method]).strip().lower() == "auto"
     best = {**AUTO_DEFAULTS[device.type], **target.defaults.get("auto", {})} if auto else {}
     freeze = c.freeze or best.get("freeze", "out")
     if c.freeze is None and freeze != "out" and not kernel.has_denoised:

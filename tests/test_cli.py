@@ -161,6 +161,15 @@ def test_plain_run_in_process(capsys):
     assert summary["target_calls"] == 10 and summary["speedup"] == 1.0 and summary["speedup_total"] == 1.0
 
 
+def test_sample_with_no_topology_runs_the_planned_default(capsys):
+    """`sample` with no topology plans a tree (here, with no plan cached, the online plan), not a fixed tree."""
+    code, stdout, stderr = in_process(["sample", "--num-samples", "1", "--steps", "20"], capsys)
+    assert code == 0, stderr
+    summary = loose_json(stdout)
+    assert summary["model"] == "digits" and summary["method"] == "tree" and summary["plan_source"] == "online"
+    assert summary["tree"] == "online(16 rows)" and summary["pilot_calls"] == 0
+
+
 def test_the_method_is_reported_as_asked(capsys):
     """A tree method whose topology is a chain (or a plan of chains) is still reported as the tree method."""
     code, stdout, stderr = in_process(["sample", "--model", "gm2d", "--method", "tree", "--tree", "1x3", "--steps", "10",
