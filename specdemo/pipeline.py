@@ -96,6 +96,8 @@ class Problem:
         cond = self.cond if indices is None else {k: v[list(indices)] for k, v in self.cond.items()}
         learns = self.plan_source == "online" and _learning_process()
         traced = kwargs.pop("trace", False)
+        if learns and not traced:  # learning reads the deltas alone: no node states kept on the host
+            kwargs["trace_states"] = False
         result = sample(self.network, self.kernel, self.target.shape, num, tree=self.tree, draft=self.draft,
                         verifier=self.verifier, prefetch=self.config.prefetch, seed=self.stream_seed,
                         indices=indices, cond=cond, device=self.device, dtype=self.dtype,

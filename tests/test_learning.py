@@ -135,3 +135,20 @@ def test_the_law_test_catches_an_online_run_that_accepts_every_draft(monkeypatch
     result, problem = generate(SamplerConfig(**EXACT, seed=2, cache_dir="off"))
     assert problem.plan_source == "online" and isinstance(problem.verifier, AlwaysAccept)
     assert min_pvalue_bonferroni(result.samples, plain_samples) < ALPHA
+
+
+def test_learning_keeps_no_node_states_and_pools_the_batch_sizes(tmp_path, monkeypatch):
+    """A learning run asks the driver for its deltas alone (no node states on the host) unless the caller
+    traces; runs of one setting at other batch sizes (planned apart under the time objective) learn together."""
+    import specdemo.pipeline as pipeline
+
+    asked = []
+    monkeypatch.setattr(pipeline, "sample", lambda *args, **kwargs: asked.append(kwargs) or sample(*args, **kwargs))
+    config = SamplerConfig(**{**LEARN, "pilot_samples": 16}, cache_dir=str(tmp_path))
+    _, first = generate(config)
+    assert asked[-1]["trace"] and asked[-1]["trace_states"] is False
+    _, second = generate(replace(config, max_batch=2))
+    assert plan_key(first) != plan_key(second)  # a plan priced by time is kept per batch
+    assert load_stats(plan_key(first), tmp_path)[1] == load_stats(plan_key(second), tmp_path)[1] == 8
+    first.run(trace=True)
+    assert asked[-1]["trace"] and "trace_states" not in asked[-1]  # the caller's trace, node states and all

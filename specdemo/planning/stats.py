@@ -48,8 +48,9 @@ def learnt_seed(seed: int) -> int:
 
 
 def stats_key(key: dict) -> dict:
-    """Where a setting's learnt deltas are kept: beside its plan, under a key of their own."""
-    return {**key, "record": "stats"}
+    """Where a setting's learnt deltas are kept: beside its plan, under a key of their own, without the batch
+    and the launch a plan priced by time is kept for (deltas do not depend on them)."""
+    return {**{k: v for k, v in key.items() if k not in ("batch", "launch")}, "record": "stats"}
 
 
 def load_stats(key: dict, folder: Path | None) -> tuple[DeltaStats, int] | None:
@@ -75,7 +76,10 @@ def learn(problem: Problem, trace, trajectories: int) -> None:
     for cell, values in DeltaStats.from_traces(trace, problem.kernel.num_steps).deltas.items():
         stats.deltas.setdefault(cell, []).extend(values)
     if problem.config.replan:
-        (folder / key_name(key)).unlink(missing_ok=True)
+        try:
+            (folder / key_name(key)).unlink(missing_ok=True)
+        except OSError:
+            pass  # a cache that cannot be written is skipped (store_plan skips it too)
     store_plan(stats_key(key), {"num_steps": stats.num_steps, "trajectories": count + trajectories,
                                 "deltas": {f"{n},{d}": [float(f"{v:.5g}") for v in values[:KEPT_PER_CELL]]
                                            for (n, d), values in sorted(stats.deltas.items())}}, folder)
