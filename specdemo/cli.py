@@ -98,7 +98,7 @@ def _sample(args) -> int:
             return 0  # the main process writes the outputs
         samples, cost = gathered
     plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
-    planned = plan is not None and problem.plan_source != "online"  # the online plan predicts nothing
+    planned = plan is not None and plan.predicts
     c = problem.config
     summary = {**cost.summary(), "method": c.method, "model": c.model, "kernel": problem.kernel.name, "tree": str(problem.tree),
                "verifier": problem.verifier.name if problem.verifier else None, "freeze": c.freeze,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 import torch
@@ -85,9 +85,7 @@ class Problem:
 
     def planned(self, settled: Plan) -> Problem:
         """The problem as its plan settles it (specdemo.planning.plan)."""
-        return replace(self, tree=settled.tree, draft=settled.draft, verifier=settled.verifier,
-                       plan_source=settled.source, cost_model=settled.cost_model, stats=settled.stats,
-                       pilot=settled.pilot, calibration_s=settled.calibration_s, learnt=settled.learnt)
+        return replace(self, **{f.name: getattr(settled, f.name) for f in fields(settled)})
 
     def run(self, indices=None, *, with_pilot: bool = False, **kwargs) -> SampleResult:
         """Sample every trajectory, or only trajectories `indices` (a process's share). with_pilot:

@@ -189,7 +189,7 @@ class Comparison:
             chain = self.runs[1]
             out.update(chain=chain.label, speedup_chain=chain.cost.speedup_over(base.cost),
                        speedup_time_chain=chain.cost.time_speedup_over(base.cost))
-        if self.plan is not None and math.isfinite(self.plan.expected_calls):  # the online plan predicts nothing
+        if self.plan is not None and self.plan.predicts:
             out.update(planned_calls=self.plan.expected_calls, planned_s=self.plan.expected_s)
         return out
 
@@ -327,7 +327,7 @@ def plan_expects(problem: Problem) -> tuple[float | None, float | None]:
     """A planned run's expected seconds and sequential target calls (the plan's calls per trajectory
     for each batch of slots); (None, None) for a fixed topology and the online plan."""
     plan = problem.tree
-    if not isinstance(plan, TopologyPlan) or not math.isfinite(plan.expected_calls):
+    if not isinstance(plan, TopologyPlan) or not plan.predicts:
         return None, None
     return plan.expected_s, plan.expected_calls * math.ceil(problem.config.num_samples / problem.slots)
 

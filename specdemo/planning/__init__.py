@@ -14,7 +14,7 @@ cache (cache.py); plans of the app's default settings ship with the package (spe
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from ..drafts import BiasedDraft, Draft, FrozenDraft, NetworkDraft
@@ -41,8 +41,9 @@ __all__ = ["AUTO_FORMS", "PILOT_DEPTH", "SHIPPED_PLANS", "Plan", "best_plan", "c
 
 @dataclass(frozen=True)
 class Plan:
-    """What planning settles for a problem, which the pipeline applies (Problem.planned): the tree (a fixed
-    one, the online plan or an auto topology), the draft (with its freeze table) and the verifier; source:
+    """What planning settles for a problem, each field the Problem's of that name, which the pipeline applies
+    (Problem.planned): the tree (a fixed one, the online plan or an auto topology), the draft (with its
+    freeze table) and the verifier; plan_source:
     "pilot", "runs", "cache", "shipped", "online" or "default" (a fixed tree, --freeze auto's first table),
     None where nothing was planned; the cost model (time objective), the measured deltas and the pilot's cost
     when this build measured them, the seconds planning took, and whether the plan was learnt from runs
@@ -51,7 +52,7 @@ class Plan:
     tree: Topology | TopologyPlan | None
     draft: Draft | None
     verifier: Verifier | None
-    source: str | None = None
+    plan_source: str | None = None
     cost_model: CostModel | None = None
     stats: DeltaStats | None = None
     pilot: Cost | None = None
@@ -60,8 +61,7 @@ class Plan:
 
     @classmethod
     def of(cls, problem: Problem) -> "Plan":
-        return cls(problem.tree, problem.draft, problem.verifier, problem.plan_source, problem.cost_model,
-                   problem.stats, problem.pilot, problem.calibration_s, problem.learnt)
+        return cls(**{f.name: getattr(problem, f.name) for f in fields(cls)})
 
 
 def plan(problem: Problem, cancel: Cancel | None = None, share: Broadcast | None = None) -> Plan:

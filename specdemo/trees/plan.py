@@ -3,6 +3,7 @@ target output at its root is already known, and the plan says whether its leaves
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .topology import Topology
@@ -40,6 +41,11 @@ class TopologyPlan:
 
     def leaves_at(self, step: int, root_known: bool = False) -> bool:
         return (self.known_leaves if root_known else self.leaves)[self._index(step)]
+
+    @property
+    def predicts(self) -> bool:
+        """Whether the plan states expectations (the online plan, made before anything is measured, does not)."""
+        return math.isfinite(self.expected_calls)
 
     @property
     def max_depth(self) -> int:
