@@ -12,7 +12,8 @@ import torch
 from diffusers import DDPMScheduler
 
 import specdemo
-from specdemo import FrozenDraft, Topology, get_verifier, sample
+from specdemo.drafts import FrozenX0
+from specdemo import Topology, get_verifier, sample
 from specdemo.kernels import DDPMKernel
 
 
@@ -30,7 +31,7 @@ def main(spec: dict) -> dict:
             per_round = []
             for seed in range(spec["seeds"]):
                 cost = sample(instant, kernel, tuple(spec["shape"]), batch, tree=Topology.parse(tree),
-                              draft=FrozenDraft("x0"), verifier=get_verifier(verifier), seed=seed).cost
+                              draft=FrozenX0(), verifier=get_verifier(verifier), seed=seed).cost
                 per_round.append(1e3 * (cost.wall_s - cost.target_s) / cost.rounds)
             ms[f"{batch}|{tree}|{verifier}"] = sorted(per_round)[len(per_round) // 2]
     return {"specdemo": specdemo.__file__, "ms": ms}

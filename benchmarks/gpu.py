@@ -107,7 +107,7 @@ def readme(results: dict) -> str:
             f"batch 1 samples in {chain['vs_plain']:.2f}x less wall-clock with a 1x5 chain ({chain['speedup']:.2f}x fewer calls); "
             "the small digits UNet " + (f"is too cheap per call to gain wall-clock there (at most {digits:.2f}x)"
                                         if digits < NO_GAIN else f"gains up to {digits:.2f}x in wall-clock there")
-            + f". `tree=\"auto\"` with the GPU's defaults (AUTO_DEFAULTS in specdemo/pipeline.py; verifier: "
+            + f". `tree=\"auto\"` with the GPU's defaults (AUTO_DEFAULTS in specdemo/resolve.py; verifier: "
             f"{'; '.join(planned)}) makes fewer calls "
             f"than the 1x5 chain in {share(fewer)} cells and is {verdict} "
             f"(its speed against the chain's: {per_cell}); "

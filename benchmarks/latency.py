@@ -22,14 +22,11 @@ from pathlib import Path
 import torch
 from diffusers import DDPMScheduler
 
-from specdemo.drafts import FrozenDraft
 from specdemo.kernels import DDPMKernel
 from specdemo.models.diffusers_unet import EMBEDDED
 from specdemo.pipeline import SamplerConfig, build
-from specdemo.sampling import sample
 from specdemo.sampling.cost import time_speedup
-from specdemo.trees import Topology, TopologyPlan
-from specdemo.verifiers import get_verifier
+from specdemo.trees import TopologyPlan
 
 from .common import cifar_sized_unet, find
 
@@ -350,7 +347,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     lines += ["", "### What `--tree auto` alone picks",
               "",
               "Digits, 100 steps, one sample; the defaults, then one setting changed at a time (each planned for "
-              "wall-clock from its own pilot). The defaults are AUTO_DEFAULTS in specdemo/pipeline.py.",
+              "wall-clock from its own pilot). The defaults are AUTO_DEFAULTS in specdemo/resolve.py.",
               "",
               "| setting | verifier | freeze | prefetch | budget | wall-clock s | x vs plain | calls / sample |",
               "|---|---|---|---|---|---|---|---|"]

@@ -46,8 +46,8 @@ MUTATIONS = [
              "    return planned[0]\n",
              ("tests/test_calibration.py", "-k", "verifier_auto or kept_plan")),
     Mutation("the fitted Gaussian draft drops its gain on the state", "specdemo/drafts/frozen.py",
-             "            alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu\n",
-             "            alpha_g, beta_g = alpha_x0, lift(b_x0) * c_mu\n",
+             "        alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu\n",
+             "        alpha_g, beta_g = alpha_x0, lift(b_x0) * c_mu\n",
              ("tests/test_sampler.py", "-k", "gaussian")),
     Mutation("the draft network's residual correction is dropped", "specdemo/drafts/corrected.py",
              "        return output + frozen[None]\n",
@@ -127,10 +127,8 @@ MUTATIONS = [
              "        pilot = pilot_runs * pilot_samples * steps * pilot_rows_per_round\n", "        pilot = 0\n",
              ("tests/test_limits.py",)),
     Mutation("the time planner prices a draft network's levels nowhere", "specdemo/trees/auto.py",
-             "    def round_time(n: int, rows: int, depth: int) -> float:\n"
-             "        return cost.round_time(rows, int(network[n + depth] - network[n])) if cost else 0.0\n",
-             "    def round_time(n: int, rows: int, depth: int) -> float:\n"
-             "        return cost.round_time(rows) if cost else 0.0\n",
+             "        return self.cost.round_time(rows, int(self.network[n + depth] - self.network[n])) if self.cost else 0.0\n",
+             "        return self.cost.round_time(rows) if self.cost else 0.0\n",
              ("tests/test_calibration.py", "-k", "network")),
 ]
 

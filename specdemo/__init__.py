@@ -25,7 +25,7 @@ _PUBLIC = {  # name: the submodule that defines it
     "TOPOLOGY_HELP": "config",
     "Target": "models", "resolve_target": "models",
     "Problem": "pipeline", "build": "pipeline",
-    "check_config": "pipeline", "generate": "pipeline",
+    "generate": "pipeline", "resolve": "resolve", "Settings": "resolve",
     "SampleResult": "sampling", "sample": "sampling", "STATUS_NAMES": "sampling", "Cost": "sampling",
     "RoundTrace": "sampling",
     "PRESETS": "targets", "GaussianMixture": "targets",

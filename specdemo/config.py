@@ -71,7 +71,7 @@ def field_type(cls, f) -> type:
 @dataclass(frozen=True)
 class SamplerConfig:
     """Everything that defines a run. None means "the default": the model's (Target.defaults), and
-    for --tree auto the fastest settings measured on the device (specdemo.pipeline.AUTO_DEFAULTS)."""
+    for --tree auto the fastest settings measured on the device (specdemo.resolve.AUTO_DEFAULTS)."""
 
     model: str = setting("digits", MODEL_HELP + ', such as google/ddpm-cifar10-32; a mixture file holds '
                                                 '{"weights": [...], "means": [[...], ...], "stds": [...]}', metavar="SPEC")
@@ -149,7 +149,7 @@ class SamplerConfig:
     def validate(self) -> None:
         """What can be checked without the model, each a one-line SpecdemoError naming the setting and
         what is accepted: names among the accepted ones, finite numbers, numbers within their field's
-        range, the seed's range (specdemo.check_config checks the rest, against the model and the work
+        range, the seed's range (specdemo.resolve checks the rest, against the model and the work
         limits)."""
         for f in fields(self):
             value, choices = getattr(self, f.name), f.metadata.get("choices")

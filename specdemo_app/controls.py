@@ -36,7 +36,7 @@ ADVANCED = "advanced"
 # the fields the page sets itself or cannot offer, and why
 NOT_OFFERED = {
     "method": "follows from the topology: a chain where every width is 1, else a tree",
-    "prefetch": "set for the topology: auto for a planned one with the frozen draft, else nearest",
+    "prefetch": "left to the library (specdemo.resolve), which sets it for the topology",
     "pilot_samples": "kept small on a shared machine (settings.PILOT_SAMPLES)",
     "gamma": "each Langevin density keeps its own step size",
     "prediction": "what an analytic mixture's network predicts: a setting for the library's tests",

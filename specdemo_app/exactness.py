@@ -11,12 +11,12 @@ import torch
 
 from specdemo import PRESETS, GaussianMixture, SamplerConfig, SpecdemoError, Target, build
 from specdemo.limits import Cancel, Limits
+from specdemo.resolve import method_of
 
 from .labels import describe
 from .loading import cached_target
 from .progress import Progress, TimeLeft, stage_callback
 from .runner import check_click, log_density_of, plain_calls, plan_expects
-from .topology_text import speculative_method
 
 MAX_TEST_SAMPLES = 2000  # per group: the test's pooled distance matrix grows as the square
 
@@ -81,8 +81,8 @@ def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: in
                             f"{target.name} is an image model")
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
-    spec_cfg = replace(config, method=speculative_method(config.tree), num_samples=num_samples)
-    check_click(spec_cfg, target, limits or Limits.from_env(), chain=False, plain=True)
+    spec_cfg = replace(config, method=method_of(config.tree).value, num_samples=num_samples)
+    check_click(spec_cfg, target, limits or Limits.from_env(), chain=False, plain=True, test=True)
     spec_problem = build(spec_cfg, target, draft_target=draft_target, limits=limits, cancel=cancel)
     plain_problem = build(replace(spec_cfg.with_method("target"), seed=config.seed + 1), target, limits=limits)
     clock = TimeLeft([plain_calls(plain_problem)], *plan_expects(spec_problem))

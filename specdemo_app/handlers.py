@@ -33,7 +33,6 @@ from .labels import exactness_text, headline, plan_text
 from .loading import HUB_ID, cached_target, hub_status
 from .settings import CUSTOM, DEFAULT, DEFAULT_MODEL, MODEL_VALUES, UI_DEFAULTS, has_denoised, make_config, whole
 from .topology_text import is_auto
-from .work import check_test_size
 
 if TYPE_CHECKING:
     from .runner import Comparison
@@ -220,7 +219,6 @@ def exactness(test_samples, request: gr.Request = None, progress=gr.Progress(), 
     progress(0, desc="loading the model")
     config, target, draft_target, limits = make_config({**settings, "num_samples": 1})
     num = whole(test_samples, "the number of test samples")
-    check_test_size(num, config.tree, config.budget)
     with cancellable(request, limits.max_seconds) as cancel:
         report = _exactness(config, num, target, draft_target, progress, limits, cancel)
     fig = F.exactness_figure(report.plain, report.speculative, report.p_value, spec_label=report.label,

@@ -16,19 +16,19 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from specdemo import SamplerConfig, SpecdemoError, Target, build, check_config, get_verifier
-from specdemo.planning import PILOT_DEPTH, pilot_runs
+from specdemo import SamplerConfig, SpecdemoError, Target, build, get_verifier
 from specdemo.errors import WorkLimitError
 from specdemo.limits import Cancel, Limits
-from specdemo.pipeline import Checked, Problem
+from specdemo.pipeline import Problem
+from specdemo.resolve import Settings, method_of, resolve, resolve_device
 from specdemo.sampling import Cost, RoundTrace, SampleResult
 from specdemo.trees import MAX_DEPTH, Topology, TopologyPlan
 
 from .labels import describe, plan_segments
 from .loading import cached_target
 from .progress import Progress, TimeLeft, stage_callback
-from .topology_text import is_auto, speculative_method
-from .work import decode_cost, row_cost, target_kind
+from .topology_text import is_auto
+from .work import check_round_size, decode_cost, row_cost, target_kind
 
 # A text-to-image model's samples are latents, which its VAE decodes for display only: the first
 # SHOWN_IMAGES samples of each run (the samples panel), and the committed path of the round the page
@@ -258,33 +258,31 @@ def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
                      pilot=problem.pilot, plan_source=problem.plan_source)
 
 
-def click_work(checked: Checked, chain: bool, plain: bool) -> list[tuple[str, int]]:
+def click_work(settings: Settings, chain: bool, plain: bool) -> list[tuple[str, int]]:
     """(run, the most target rows it may evaluate) for each run of a click, bounded as
     specdemo.limits bounds one run: samples x steps x (rows a round + the warm-up's root row), and
-    the chosen run's pilots. chain: with the chain at the same rows per round (for an auto plan, at
-    most its budget; for a block-verified chain, the same chains under RMC); plain: with plain
+    the chosen run's pilots (Settings). chain: with the chain at the same rows per round (for an auto
+    plan, at most its budget; for a block-verified chain, the same chains under RMC); plain: with plain
     sampling."""
-    c, kernel = checked.config, checked.kernel
+    c, kernel = settings.config, settings.kernel
     steps, samples = kernel.num_steps, c.num_samples
-    auto = c.tree == "auto"
-    rows = c.budget if auto else checked.tree.num_nodes
-    pilots = pilot_runs(auto, c.freeze, network=c.draft != "frozen", pilot=c.pilot) * c.pilot_samples
-    chosen = "planned topology" if auto else f"{c.method} {checked.tree}"
-    work = [(chosen, samples * steps * (rows + 1) + pilots * steps * (PILOT_DEPTH + 1))]
+    auto = settings.topology is None
+    chosen = "planned topology" if auto else f"{c.method} {settings.topology}"
+    work = [(chosen, samples * steps * settings.rows_per_round + settings.pilot_rows)]
     if chain and c.method == "tree":
         stochastic = int((kernel.scales > 0).sum())
-        matched = Topology.parse(matched_chain(Topology.chain(c.budget) if auto else checked.tree, stochastic,
+        matched = Topology.parse(matched_chain(Topology.chain(c.budget) if auto else settings.topology, stochastic,
                                                c.prefetch == "leaves"))
         work.append((f"chain {matched}", samples * steps * (matched.num_nodes + 1)))
     elif chain and get_verifier(c.verifier).weighs_whole_tree:
-        work.append((f"chain {checked.tree} under RMC", samples * steps * (rows + 1)))
+        work.append((f"chain {settings.topology} under RMC", samples * steps * settings.rows_per_round))
     if plain:
         work.append(("plain target", samples * steps))
-    decoding = decode_cost(checked.target)
+    decoding = decode_cost(settings.target)
     if decoding:  # a latent model's images for display, counted in rows of its own
         images = min(samples, SHOWN_IMAGES) * len(work) + PATH_IMAGES
         work.append((f"decoding {images} images for display",
-                     math.ceil(images * decoding / row_cost(checked.target, c.guidance_scale))))
+                     math.ceil(images * decoding / row_cost(settings.target, c.guidance_scale))))
     return work
 
 
@@ -300,18 +298,18 @@ def weighed_rows(target: Target, limits: Limits, guidance_scale: float | None, d
 
 
 def check_click(config: SamplerConfig, target: Target, limits: Limits, *, chain: bool = True,
-                plain: bool = True) -> Checked:
+                plain: bool = True, test: bool = False) -> Settings:
     """Refuse a click whose runs together could evaluate more target rows than limits.max_rows
-    (each run alone passes check_config), before any work; the checked chosen configuration. A
-    refusal for rows says how costly the model's rows are where they are (weighed_rows)."""
+    (each run alone passes specdemo.resolve), or whose rounds hold more nodes than the Space runs at once
+    (work.check_round_size; test: an exactness test's), before any work; the chosen configuration's
+    settings. A refusal for rows says how costly the model's rows are where they are (weighed_rows)."""
     try:
-        checked = check_config(config, target, limits=limits)
+        settings = resolve(config, target, limits=limits)
     except WorkLimitError as err:
-        from specdemo.pipeline import resolve_device
-
         why = weighed_rows(target, limits, config.guidance_scale, resolve_device(config.device))
         raise WorkLimitError(err.rows, err.limit, f"{err}{why}") from None
-    work = click_work(checked, chain, plain)
+    check_round_size(settings, test)
+    work = click_work(settings, chain, plain)
     total = sum(rows for _, rows in work)
     if total > limits.max_rows:
         parts = " + ".join(f"{rows:,} ({what})" for what, rows in work)
@@ -319,8 +317,8 @@ def check_click(config: SamplerConfig, target: Target, limits: Limits, *, chain:
         raise SpecdemoError(
             f"the {runs} runs of this click could evaluate up to {total:,} target rows together ({parts}), over "
             f"the limit of {limits.max_rows:,} a click; use fewer samples, fewer steps or a smaller tree or budget"
-            + weighed_rows(target, limits, checked.config.guidance_scale, checked.device))
-    return checked
+            + weighed_rows(target, limits, settings.config.guidance_scale, settings.device))
+    return settings
 
 
 def plan_expects(problem: Problem) -> tuple[float | None, float | None]:
@@ -350,7 +348,7 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     target = target or cached_target(config.model)
-    method = speculative_method(config.tree)
+    method = method_of(config.tree).value
     config = replace(config, method=method)
     check_click(config, target, limits or Limits.from_env(), chain=baselines, plain=baselines)
     if progress is not None and is_auto(config.tree):

@@ -5,8 +5,9 @@ The page sends one value per control, by name: a SamplerConfig field's (controls
 control from the field), or custom_model, the Hub id or folder read when the model choice is
 "custom". A field's value is read by the field's type (read_field), so a new field needs nothing
 here; make_config adds the page's own rules (the model and draft a visitor may load, the topology,
-what to freeze) and sets three fields itself: method (from the topology), prefetch (for the
-topology) and pilot_samples (PILOT_SAMPLES).
+what to freeze) and sets three fields itself: method (from the topology), prefetch (left to the library,
+which sets it for the topology) and pilot_samples (PILOT_SAMPLES). Every rule between settings is the
+library's (specdemo.resolve), checked when the click is (runner.check_click).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from typing import TYPE_CHECKING
 
 from specdemo.config import PRESET_NAMES, SamplerConfig, field_type
 from specdemo.errors import SpecdemoError
+from specdemo.resolve import method_of
 from specdemo.trees import Topology
 
 from .curated import CURATED, curated
 from .loading import allowed_model, load_for_visitors
-from .topology_text import is_auto, speculative_method
-from .work import check_round_size, click_limits
+from .topology_text import is_auto
+from .work import click_limits
 
 if TYPE_CHECKING:
     from specdemo import Target
@@ -214,9 +216,6 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
         # needs pilots of five drafts, more than a click's baselines account for; the library and the CLI offer it)
         freeze = "out"
     kernel = s.get("kernel")
-    if draft == "frozen" and freeze != "out" and not has_denoised(model, kernel):
-        raise SpecdemoError(f"freeze {freeze} needs a denoised estimate, which the "
-                            f"{model_kernel(model, kernel)} kernel has not; set freeze to the network output")
     churn = s.pop("churn", None)
     by_name = {f.name: f for f in fields(SamplerConfig)}
     unknown = set(s) - set(by_name)
@@ -226,7 +225,7 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
     config = SamplerConfig(**{
         **values, "model": spec, "draft": draft, "tree": tree, "budget": budget, "freeze": freeze,
         "churn": read_field(by_name["churn"], churn) if model_kernel(model, kernel) == "flow-churn" else None,
-        "method": speculative_method(tree), "prefetch": "auto" if tree == "auto" and (draft == "frozen" or freeze != "out") else "nearest",
+        "method": method_of(tree).value, "prefetch": None,
         "pilot_samples": PILOT_SAMPLES})
     config.validate()  # names, finite numbers and the seed's range, before any model loads
     target = load_for_visitors(spec)
@@ -236,7 +235,6 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
     limits = click_limits(target, config.device, config.guidance_scale)
     if not 1 <= config.num_samples <= limits.max_samples:
         raise SpecdemoError(f"the number of samples must be in 1..{limits.max_samples} here, got {config.num_samples}")
-    check_round_size(config.num_samples, tree, budget, target, config.device)
     if not target.num_classes:  # the class label control is hidden for a model without classes
         config = replace(config, class_label=None)
     return config, target, draft_target, limits

@@ -23,11 +23,9 @@ import torch
 
 from specdemo.errors import SpecdemoError
 from specdemo.limits import Limits
-from specdemo.trees import Topology
-
-from .topology_text import is_auto
 
 if TYPE_CHECKING:
+    from specdemo.resolve import Settings
     from specdemo import Target
 
 MAX_SAMPLES = {"image": 64, "other": 4096}  # what one click may ask for (x16 on a GPU)
@@ -125,27 +123,17 @@ def click_limits(target: Target, device: str, guidance_scale: float | None = Non
     return replace(limits, max_rows=max(1, int(limits.max_rows / cost)))
 
 
-def round_nodes(tree: str, budget: int | None) -> tuple[int, str]:
-    """Nodes a round of `tree` may hold (an auto plan: at most 2 x budget + 1, the root whose output
-    is known, the evaluated rows, and unevaluated leaves one per parent) and how to name it in a refusal."""
-    if is_auto(tree):
-        return 2 * budget + 1, f"auto topology of {budget} rows"
-    topology = Topology.parse(tree)
-    return topology.num_nodes, f"tree {topology} ({topology.num_nodes} nodes per round)"
-
-
-def check_round_size(num_samples: int, tree: str, budget: int | None, target: Target, device: str) -> None:
-    """Refuse more samples x tree nodes than the Space runs at once."""
-    nodes, what = round_nodes(tree, budget)
-    most = MAX_WORK[limit_kind(target)] * (GPU_SCALE if on_gpu(device) else 1)
-    if num_samples * nodes > most:
-        raise SpecdemoError(f"{num_samples} samples with {what} is more than this app runs at once "
-                            f"(samples × nodes ≤ {most}); use fewer samples or a smaller tree")
-
-
-def check_test_size(num_samples: int, tree: str, budget: int | None) -> None:
-    """Refuse an exactness test of more samples x tree nodes than TEST_WORK."""
-    nodes, what = round_nodes(tree, budget)
-    if num_samples * nodes > TEST_WORK:
-        raise SpecdemoError(f"{num_samples} test samples with {what} is more than this app runs at once; "
-                            "use fewer samples or a smaller tree")
+def check_round_size(settings: Settings, test: bool = False) -> None:
+    """Refuse more samples x tree nodes a round (Settings.round_nodes) than the Space runs at once: MAX_WORK
+    for a click, TEST_WORK for an exactness test (test)."""
+    nodes, samples = settings.round_nodes, settings.config.num_samples
+    what = (f"auto topology of {settings.plan.budget} rows" if settings.topology is None
+            else f"tree {settings.topology} ({nodes} nodes per round)")
+    if test:
+        most = TEST_WORK
+    else:
+        most = MAX_WORK[limit_kind(settings.target)] * (GPU_SCALE if on_gpu(settings.config.device) else 1)
+    if samples * nodes > most:
+        bound = "" if test else f" (samples × nodes ≤ {most})"
+        raise SpecdemoError(f"{samples} {'test ' if test else ''}samples with {what} is more than this app runs at "
+                            f"once{bound}; use fewer samples or a smaller tree")

@@ -208,7 +208,7 @@ def test_round_and_trajectory_views(default_run):
     ({"tree": "3,,x"}, "cannot read tree"),
     ({"tree": ""}, "no topology given"),
     ({"tree": "10x4"}, "over the limit of 4096"),
-    ({"tree": "4x5", "num_samples": 4096}, "more than this app runs at once"),
+    ({"tree": "4x5", "num_samples": 4096, "steps": 2}, "more than this app runs at once"),  # within the rows
     ({"num_samples": 10**6}, "number of samples must be in 1..4096"),
     ({"model": "custom", "custom_model": ""}, "type a Hub id"),
     ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "not on this Space's list"),
@@ -229,7 +229,7 @@ def test_round_and_trajectory_views(default_run):
     ({"tree": "auto", "budget": 0}, "rows per round of an auto topology must be in 1..64"),
     ({"model": "digits", "tree": "auto", "budget": 64, "num_samples": 64}, "auto topology of 64 rows"),
     ({"freeze": "sideways"}, "unknown freeze"),
-    ({"model": "banana", "freeze": "x0"}, "set freeze to the network output"),
+    ({"model": "banana", "freeze": "x0"}, "accepted: out (the langevin kernel has no x0-hat)"),
 ])
 def test_bad_inputs_are_readable_errors(change, message):
     with pytest.raises(gr.Error) as err:
@@ -808,13 +808,13 @@ def test_the_work_estimate_weighs_a_row_by_its_model(text_folders, monkeypatch):
 
 def test_a_clicks_bound_counts_the_draft_networks_pilot():
     """--freeze auto with a draft network pilots each frozen form and the corrected network: five runs of
-    P trajectories, as the run's own limit counts them (pipeline.check_config)."""
+    P trajectories, as the run's own limit counts them (specdemo.resolve)."""
     from specdemo import SamplerConfig
     from specdemo.planning import AUTO_FORMS, PILOT_DEPTH
-    from specdemo.pipeline import check_config
+    from specdemo.resolve import resolve
 
-    checked = check_config(SamplerConfig(model="digits", draft="digits-draft", tree="auto", freeze="auto", steps=50,
-                                         num_samples=2, pilot_samples=8, device="cpu", pilot=True))
+    checked = resolve(SamplerConfig(model="digits", draft="digits-draft", tree="auto", freeze="auto", steps=50,
+                                num_samples=2, pilot_samples=8, device="cpu", pilot=True))
     c = checked.config
     pilots = (len(AUTO_FORMS) + 1) * c.pilot_samples * 50 * (PILOT_DEPTH + 1)
     assert runner.click_work(checked, chain=False, plain=False)[0][1] == 2 * 50 * (c.budget + 1) + pilots

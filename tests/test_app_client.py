@@ -132,7 +132,7 @@ BAD = [
     ({"model": "digits", "tree": "2,1", "steps": 1000, "num_samples": 40},
      "3 runs of this click could evaluate up to 480,000 target rows together"),
     ({"tree": "10x4"}, "over the limit"),
-    ({"tree": "4x5", "num_samples": 4096}, "fewer samples or a smaller tree"),
+    ({"tree": "4x5", "num_samples": 4096, "steps": 2}, "fewer samples or a smaller tree"),
     ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "not on this Space's list"),
     ({"steps": 5000}, "greater than maximum value 1000"),
     ({"steps": 0}, "less than minimum value 1"),

@@ -6,11 +6,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 
 from specdemo import SamplerConfig, build
 from specdemo.planning import plan_tree
-from specdemo.pipeline import AUTO_DEFAULTS
+from specdemo.resolve import AUTO_DEFAULTS
 from specdemo import figures as F
 from specdemo.errors import SpecdemoError
 from specdemo.sampling import ACCEPTED
@@ -201,3 +200,31 @@ def test_delta_stats_leave_out_the_exact_first_level_of_a_known_root():
                           root_known=np.array([False, True]), step=np.array([5, 5]))
     stats = DeltaStats.from_traces([rnd], num_steps=10)
     assert stats.deltas == {(5, 1): [0.5], (6, 2): [0.7, 0.9]}
+
+
+def test_the_programmes_pieces_each_do_their_part():
+    """plan_topology's pieces, each on its own: the pricing of a round, a level's acceptance, the block
+    plan's stop probabilities, and the round chosen at one step."""
+    from specdemo.trees.auto import BLOCK_FAN_WIDTHS, BlockStops, LevelAcceptance, RoundPrice, best_round
+    from specdemo.verifiers import BlockVerification, GreedyRejectionSampling
+
+    calls = RoundPrice(None, None, 10)
+    assert calls.at(3)(0, 1) == 0.0 and calls.at(3)(5, 2) == 1.0 and calls.seconds(3, 5, 2) == 0.0
+    rng = np.random.default_rng(0)
+    close = DeltaStats({(n, d): list(rng.uniform(0, 1e-3, 30)) for n in range(10) for d in (1, 2)}, 10)
+    far = DeltaStats({(n, d): list(rng.uniform(2, 4, 30)) for n in range(10) for d in (1, 2)}, 10)
+    exact, hard = LevelAcceptance(close, GreedyRejectionSampling(), 4), LevelAcceptance(far, GreedyRejectionSampling(), 4)
+    assert min(exact(5, 1)) > 0.99 and exact.exact == (1.0,) * 4
+    assert all(a < b for a, b in zip(hard(5, 1), hard(5, 1)[1:])) and hard(5, 1)[0] < 0.5  # more children, more kept
+    fans = BlockStops(far, 8)(2, 3, False)
+    assert fans.shape == (BLOCK_FAN_WIDTHS, 3, 4) and np.allclose(fans.sum(2), 1.0)
+    assert BlockStops(far, 8)(2, 3, True).shape == (1, 3, 4)  # an exact first level: one child is enough
+    # at the last step a known root's exact level commits it for free; an unknown root pays a call
+    value = np.zeros((11, 2))
+    args = (1, 4, GreedyRejectionSampling(), hard, None, calls, (False,), True)
+    free = best_round(9, 1, value, *args)
+    assert (free.value, free.widths, free.rows) == (0.0, (1,), 0)
+    paid = best_round(9, 0, value, *args)
+    assert paid.value == 1.0 and paid.rows >= 1
+    block = best_round(0, 0, value, 3, 4, BlockVerification(), hard, BlockStops(far, 8), calls, (False,), True)
+    assert block.widths and all(w == 1 for w in block.widths[1:]) and block.rows <= 4  # a fan within the budget

@@ -15,7 +15,7 @@ from specdemo import planning
 from specdemo.planning import costs, planner
 from specdemo.planning import SHIPPED_PLANS, key_name, plan_key, plan_tree
 from specdemo.config import PLANNED_VERIFIERS
-from specdemo.drafts import FrozenDraft, StepwiseDraft
+from specdemo.drafts import FrozenDraft, FrozenX0, StepwiseDraft
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
 from specdemo.trees.auto import plan_topology
@@ -276,7 +276,7 @@ def test_driver_costs_leave_out_each_chains_first_run_and_a_lone_spike(piloted, 
         return SimpleNamespace(cost=SimpleNamespace(wall_s=10 * seconds + 1.0, target_s=1.0, rounds=10))
 
     monkeypatch.setattr(costs, "sample", timed_sample)
-    problem = replace(piloted, config=replace(piloted.config, budget=8), draft=FrozenDraft("x0"))
+    problem = replace(piloted, config=replace(piloted.config, budget=8), draft=FrozenX0())
     priced = costs.driver_costs(problem)
     assert runs == {1: 1 + costs.DRIVER_REPEATS, 8: 1 + costs.DRIVER_REPEATS}
     assert priced == {"round_s": pytest.approx(0.8), "level_s": pytest.approx(0.2), "network_level_s": 0.0}

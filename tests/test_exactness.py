@@ -14,7 +14,8 @@ import pytest
 import torch
 from scipy import stats
 
-from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft, StepwiseDraft
+from specdemo.drafts import (BiasedDraft, CorrectedNetworkDraft, FrozenGaussian, FrozenOutput, FrozenPerStep,
+                            FrozenX0, FrozenX0Linear, NetworkDraft, StepwiseDraft)
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.sampling import driver as sampling_driver
@@ -38,42 +39,42 @@ PROBLEMS = {
     "gm16-flow": (gm16, lambda: FlowChurnKernel(40, 0.5)),  # the second-order draft's cases only
 }
 VARIANTS = {
-    "chain-rmc-frozen": (Topology.chain(4), ReflectionMaximalCoupling, FrozenDraft(), 0.0),
-    "tree-dgrs-frozen": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenDraft(), 0.0),
-    "chain-rmc-bias3": (Topology.chain(4), ReflectionMaximalCoupling, FrozenDraft(), 3.0),
-    "tree-rank-bias3": (Topology((3, 2, 2)), RankAwareSelection, FrozenDraft(), 3.0),
-    "tree-dgrs-x0-leaves": (Topology((2, 2)), GreedyRejectionSampling, FrozenDraft("x0"), 0.0),
+    "chain-rmc-frozen": (Topology.chain(4), ReflectionMaximalCoupling, FrozenOutput(), 0.0),
+    "tree-dgrs-frozen": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenOutput(), 0.0),
+    "chain-rmc-bias3": (Topology.chain(4), ReflectionMaximalCoupling, FrozenOutput(), 3.0),
+    "tree-rank-bias3": (Topology((3, 2, 2)), RankAwareSelection, FrozenOutput(), 3.0),
+    "tree-dgrs-x0-leaves": (Topology((2, 2)), GreedyRejectionSampling, FrozenX0(), 0.0),
     # four siblings, often all examined (bias 2): siblings that shared their noise passed every other case
-    "wide-dgrs-bias2": (Topology((4,)), GreedyRejectionSampling, FrozenDraft(), 2.0),
-    "chain-block-frozen": (Topology.chain(6), BlockVerification, FrozenDraft(), 0.0),
+    "wide-dgrs-bias2": (Topology((4,)), GreedyRejectionSampling, FrozenOutput(), 2.0),
+    "chain-block-frozen": (Topology.chain(6), BlockVerification, FrozenOutput(), 0.0),
     # bias 1.5, not 3: there a block often commits nodes with weight p_eta < 1, where a wrong
     # residual shows (test_broken_verifier_is_caught)
-    "chain-block-bias1.5": (Topology.chain(6), BlockVerification, FrozenDraft(), 1.5),
+    "chain-block-bias1.5": (Topology.chain(6), BlockVerification, FrozenOutput(), 1.5),
     "chain-block-network": (Topology.chain(6), BlockVerification, "shifted mixture", 0.0),
     # the draft network corrected by the target's residual at the frozen node: a chain with known roots, a tree
     "chain-block-network-residual-leaves": (Topology.chain(6), BlockVerification, "shifted mixture residual", 0.0),
     "tree-rank-network-residual": (Topology((3, 2, 2)), RankAwareSelection, "shifted mixture residual", 0.0),
     # whole trees weighed path by path: siblings against the residual R_lambda, deeper branches at the
     # node a path stopped at, and fans (the block planner's trees)
-    "tree-block-bias1.5": (Topology((3, 2, 2)), BlockVerification, FrozenDraft(), 1.5),
-    "fan-block-frozen": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft(), 0.0),
-    "fan-block-bias1.5": (Topology((4, 1, 1)), BlockVerification, FrozenDraft(), 1.5),
+    "tree-block-bias1.5": (Topology((3, 2, 2)), BlockVerification, FrozenOutput(), 1.5),
+    "fan-block-frozen": (Topology((3, 1, 1, 1)), BlockVerification, FrozenOutput(), 0.0),
+    "fan-block-bias1.5": (Topology((4, 1, 1)), BlockVerification, FrozenOutput(), 1.5),
     # second-order freezing: the affine chain (node and chain verifiers, known roots after evaluated
     # leaves), tree levels, and an auto table that drafts steps with each of the three forms
-    "chain-rmc-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling, FrozenDraft("x0-linear"), 0.0),
-    "chain-block-x0-linear-leaves": (Topology.chain(6), BlockVerification, FrozenDraft("x0-linear"), 0.0),
-    "tree-dgrs-x0-linear": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenDraft("x0-linear"), 0.0),
-    "tree-rank-x0-auto3": (Topology((3, 2, 2)), RankAwareSelection, FrozenDraft("auto", [n % 3 for n in range(40)]), 0.0),
+    "chain-rmc-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling, FrozenX0Linear(), 0.0),
+    "chain-block-x0-linear-leaves": (Topology.chain(6), BlockVerification, FrozenX0Linear(), 0.0),
+    "tree-dgrs-x0-linear": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenX0Linear(), 0.0),
+    "tree-rank-x0-auto3": (Topology((3, 2, 2)), RankAwareSelection, FrozenPerStep([n % 3 for n in range(40)]), 0.0),
     # the fitted Gaussian draft: the affine chain with known roots, tree levels, and an auto table of all four forms
-    "chain-block-gaussian-leaves": (Topology.chain(6), BlockVerification, FrozenDraft("gaussian"), 0.0),
-    "tree-dgrs-gaussian": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenDraft("gaussian"), 0.0),
-    "fan-block-auto4": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft("auto", [n % 4 for n in range(40)]), 0.0),
+    "chain-block-gaussian-leaves": (Topology.chain(6), BlockVerification, FrozenGaussian(), 0.0),
+    "tree-dgrs-gaussian": (Topology((3, 2, 2)), GreedyRejectionSampling, FrozenGaussian(), 0.0),
+    "fan-block-auto4": (Topology((3, 1, 1, 1)), BlockVerification, FrozenPerStep([n % 4 for n in range(40)]), 0.0),
     # the frozen draft started cold: a first round drafted from x0-hat = 0 (DDPM), or from the output of the
     # deterministic first step (flow); a chain, a fan, and an auto table of all four forms
-    "chain-block-cold": (Topology.chain(6), BlockVerification, FrozenDraft(start="cold"), 0.0),
-    "fan-block-x0-cold": (Topology((3, 1, 1, 1)), BlockVerification, FrozenDraft("x0", start="cold"), 0.0),
+    "chain-block-cold": (Topology.chain(6), BlockVerification, FrozenOutput(start="cold"), 0.0),
+    "fan-block-x0-cold": (Topology((3, 1, 1, 1)), BlockVerification, FrozenX0(start="cold"), 0.0),
     "tree-dgrs-auto4-cold": (Topology((3, 2, 2)), GreedyRejectionSampling,
-                             FrozenDraft("auto", [n % 4 for n in range(40)], start="cold"), 0.0),
+                             FrozenPerStep([n % 4 for n in range(40)], start="cold"), 0.0),
     # per step the frozen draft's four forms or the corrected draft network: rounds that cross between them
     "chain-block-stepwise-leaves": (Topology.chain(6), BlockVerification, "shifted mixture stepwise", 0.0),
     "tree-dgrs-stepwise": (Topology((3, 2, 2)), GreedyRejectionSampling, "shifted mixture stepwise", 0.0),
@@ -163,7 +164,7 @@ def test_a_known_root_uses_the_committed_leafs_output(bias):
     target, kernel = gm2d(), DDPMKernel(default_ddpm_scheduler(), 10)
     net = target.network(kernel)
     plain_samples = sample(net, kernel, target.shape, 10_000, seed=1).samples
-    draft = BiasedDraft(FrozenDraft("out"), bias) if bias else FrozenDraft("out")
+    draft = BiasedDraft(FrozenOutput(), bias) if bias else FrozenOutput()
     result = sample(net, kernel, target.shape, 10_000, tree=Topology.chain(1), draft=draft,
                     verifier=ReflectionMaximalCoupling(), prefetch="leaves", seed=2)
     # roots were known: one row a round (the leaf), where an unknown root would add its own row
@@ -191,7 +192,7 @@ def far_mixture_cold_start(monkeypatch=None):
                                                                  run.slot_tensor(run.n[slots])).flatten(1)
             run.root_known[slots] = True
         monkeypatch.setattr(sampling_driver._Batch, "start_cold", known_guess)
-    cold = sample(net, kernel, target.shape, SAMPLES, tree=Topology.chain(4), draft=FrozenDraft("x0", start="cold"),
+    cold = sample(net, kernel, target.shape, SAMPLES, tree=Topology.chain(4), draft=FrozenX0(start="cold"),
                   verifier=BlockVerification(), seed=2, keep_steps=[1, 5])
     assert cold.cost.warm_ups == 0
     return [min_pvalue_bonferroni(cold.states[n], reference.states[n]) for n in (1, 5)] + \
@@ -220,7 +221,7 @@ def test_a_tree_walk_that_weighs_siblings_against_the_target_is_caught(monkeypat
     configuration)."""
     mid_ref, end_ref, _ = plain("gm2d-ddpm")
     monkeypatch.setattr(block, "residual_log_ratio", lambda log_rho, log_lam, delta: log_rho)
-    mid, end, _ = run("gm2d-ddpm", Topology((3, 2, 2)), BlockVerification(), BiasedDraft(FrozenDraft(), 1.5), seed=2)
+    mid, end, _ = run("gm2d-ddpm", Topology((3, 2, 2)), BlockVerification(), BiasedDraft(FrozenOutput(), 1.5), seed=2)
     assert min(min_pvalue_bonferroni(end, end_ref), min_pvalue_bonferroni(mid, mid_ref)) < 1e-6
 
 
@@ -229,6 +230,6 @@ def test_a_tree_walk_that_weighs_siblings_against_the_target_is_caught(monkeypat
 def test_broken_verifier_is_caught(problem, broken, bias):
     """The configurations of test_speculative_matches_plain, with a broken verifier."""
     mid_ref, end_ref, _ = plain(problem)
-    draft = BiasedDraft(FrozenDraft(), bias)
+    draft = BiasedDraft(FrozenOutput(), bias)
     mid, end, _ = run(problem, Topology.chain(4 if broken is AlwaysAccept else 6), broken(), draft, seed=2)
     assert min(min_pvalue_bonferroni(end, end_ref), min_pvalue_bonferroni(mid, mid_ref)) < 1e-6

@@ -14,7 +14,8 @@ from specdemo.trees import MAX_DEPTH
 from specdemo_app.exactness import energy_test, exactness_check
 from specdemo_app.labels import plan_segments
 from specdemo_app.runner import matched_chain, run_comparison
-from specdemo_app.topology_text import is_auto, speculative_method
+from specdemo.resolve import method_of
+from specdemo_app.topology_text import is_auto
 from .helpers import tiny_pipeline_folder
 
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
@@ -73,9 +74,9 @@ def test_matched_chain_and_method():
     assert matched_chain("4x4", 1000) == "1x85"
     assert matched_chain("4x5", 1000) == f"1x{MAX_DEPTH}"  # and at the deepest topology allowed
     assert matched_chain("2,1", 100, evaluate_leaves=True) == "1x5"
-    assert speculative_method("1x5") == "chain" and speculative_method("3,2,1") == "tree"
+    assert method_of("1x5") == "chain" and method_of("3,2,1") == "tree"
     with pytest.raises(SpecdemoError, match="cannot read tree"):
-        speculative_method("3,,x")
+        method_of("3,,x")
 
 
 def test_round_nodes_are_consistent(gm2d):
@@ -260,7 +261,7 @@ def test_auto_topology_is_compared_with_the_chain_at_its_mean_rows(planned):
     assert chain.tree == f"1x{round(planned.plan.rows_per_round())}" and chain.verifier == "rmc"
     assert tree.pilot is not None and tree.pilot.target_calls > 0 and chain.pilot is None
     assert matched_chain(planned.plan, 24) == chain.tree
-    assert speculative_method("auto") == "tree" and is_auto(" Auto ") and not is_auto("1x5")
+    assert method_of("auto") == "tree" and is_auto(" Auto ") and not is_auto("1x5")
     # every round record was drafted with the tree the plan gives its starting step and root state
     for rt in planned.trace:
         for step, known in zip(rt.step, rt.root_known):

@@ -6,8 +6,9 @@ import tracemalloc
 import pytest
 import torch
 
-from specdemo import (Cancel, Cancelled, FrozenDraft, Limits, ReflectionMaximalCoupling, SamplerConfig, SpecdemoError,
+from specdemo import (Cancel, Cancelled, Limits, ReflectionMaximalCoupling, SamplerConfig, SpecdemoError,
                       Topology, build, sample)
+from specdemo.drafts import FrozenOutput
 from specdemo.planning import stats
 from specdemo.kernels import DDPMKernel
 
@@ -71,7 +72,7 @@ def _ddpm(steps=50):
     return DDPMKernel(DDPMScheduler(num_train_timesteps=1000), steps)
 
 
-CHAIN = dict(tree=Topology.parse("1x2"), draft=FrozenDraft("out"), verifier=ReflectionMaximalCoupling())
+CHAIN = dict(tree=Topology.parse("1x2"), draft=FrozenOutput(), verifier=ReflectionMaximalCoupling())
 
 
 def test_a_cancelled_run_stops_between_rounds():

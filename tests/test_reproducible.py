@@ -10,10 +10,9 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 from specdemo import SamplerConfig, build
-from specdemo.drafts import FrozenDraft
+from specdemo.drafts import FrozenX0
 from specdemo.kernels import FlowChurnKernel
 from specdemo.sampling import sample
 from specdemo.targets import GaussianMixture
@@ -83,7 +82,7 @@ def test_a_network_rounding_by_batch_moves_samples_by_rounding_only(verifier):
     kernel = FlowChurnKernel(30, 0.5)
     target = GaussianMixture.from_arrays(M5["weights"], M5["means"], M5["stds"])
     net = rounding_by_batch(target.network(kernel))
-    runs = [sample(net, kernel, target.shape, TRAJECTORIES, tree=Topology((2, 2, 2)), draft=FrozenDraft("x0"),
+    runs = [sample(net, kernel, target.shape, TRAJECTORIES, tree=Topology((2, 2, 2)), draft=FrozenX0(),
                    verifier=verifier(), prefetch="leaves", seed=7, max_batch=max_batch).samples
             for max_batch in (None, 1, 7)]
     for other in runs[1:]:

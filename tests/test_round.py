@@ -7,7 +7,8 @@ import pytest
 import torch
 from scipy import stats
 
-from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft, StepwiseDraft
+from specdemo.drafts import (BiasedDraft, CorrectedNetworkDraft, FrozenGaussian, FrozenOutput, FrozenPerStep,
+                            FrozenX0, FrozenX0Linear, NetworkDraft, StepwiseDraft)
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.sampling import sample
 from specdemo.sampling.reference import sample_one
@@ -42,23 +43,23 @@ def mixed_plan(steps: int = 30) -> TopologyPlan:
     leaves = tuple(n % 3 == 0 for n in range(steps))
     return TopologyPlan(trees, leaves, trees, leaves, expected_calls=0.0)
 CASES = {
-    "chain-rmc-out": (ddpm, Topology.chain(4), ReflectionMaximalCoupling, lambda k: FrozenDraft(), "nearest"),
-    "chain-block-x0-leaves": (ddpm, Topology.chain(5), BlockVerification, lambda k: FrozenDraft("x0"), "leaves"),
+    "chain-rmc-out": (ddpm, Topology.chain(4), ReflectionMaximalCoupling, lambda k: FrozenOutput(), "nearest"),
+    "chain-block-x0-leaves": (ddpm, Topology.chain(5), BlockVerification, lambda k: FrozenX0(), "leaves"),
     "tree-dgrs-x0-linear-flow": (lambda: FlowChurnKernel(30, 0.5), Topology((3, 2, 2)), GreedyRejectionSampling,
-                                 lambda k: FrozenDraft("x0-linear"), "nearest"),
-    "tree-rank-biased-parent": (ddpm, Topology((2, 2, 1)), RankAwareSelection, lambda k: BiasedDraft(FrozenDraft(), 1.5),
+                                 lambda k: FrozenX0Linear(), "nearest"),
+    "tree-rank-biased-parent": (ddpm, Topology((2, 2, 1)), RankAwareSelection, lambda k: BiasedDraft(FrozenOutput(), 1.5),
                                 "parent"),
     "fan-block-cold-leaves": (ddpm, Topology((3, 1, 1)), BlockVerification,
-                              lambda k: FrozenDraft("x0", start="cold"), "leaves"),
+                              lambda k: FrozenX0(start="cold"), "leaves"),
     "chain-block-langevin-none": (lambda: LangevinKernel(30, 0.005), Topology.chain(3), BlockVerification,
-                                  lambda k: FrozenDraft(), "none"),
+                                  lambda k: FrozenOutput(), "none"),
     "chain-rmc-network": (ddpm, Topology.chain(3), ReflectionMaximalCoupling, lambda k: NetworkDraft(shifted(k)),
                           "nearest"),
     "tree-dgrs-corrected-network": (ddpm, Topology((2, 1, 1)), GreedyRejectionSampling,
                                     lambda k: CorrectedNetworkDraft(shifted(k), "shifted"), "nearest"),
     # every frozen form by step, a plan of two parts, refills of three slots at a time
     "plan-block-auto-refills": (ddpm, mixed_plan(), BlockVerification,
-                                lambda k: FrozenDraft("auto", [n % 4 for n in range(30)], start="cold"), "auto"),
+                                lambda k: FrozenPerStep([n % 4 for n in range(30)], start="cold"), "auto"),
     "plan-rank-stepwise": (ddpm, mixed_plan(), RankAwareSelection,
                            lambda k: StepwiseDraft(CorrectedNetworkDraft(shifted(k), "shifted"),
                                                    [n % 5 for n in range(30)]), "auto"),
@@ -97,7 +98,7 @@ def test_where_rounding_moves_paths_the_law_is_the_same():
     kernel = DDPMKernel(default_ddpm_scheduler(), 30)
     target = gm16()
     net = row_by_row(target.network(kernel))
-    settings = dict(tree=Topology((3, 1, 1)), draft=FrozenDraft("gaussian", start="cold"), prefetch="nearest")
+    settings = dict(tree=Topology((3, 1, 1)), draft=FrozenGaussian(start="cold"), prefetch="nearest")
     fast = sample(net, kernel, target.shape, 400, verifier=BlockVerification(), seed=1, **settings).samples
     slow = torch.stack([sample_one(net, kernel, target.shape, verifier=BlockVerification(), seed=2, index=i, **settings)
                         for i in range(400)])

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from specdemo import figures as F
-from specdemo.drafts import BiasedDraft, CorrectedNetworkDraft, FrozenDraft, NetworkDraft, StepwiseDraft
+from specdemo.drafts import (BiasedDraft, CorrectedNetworkDraft, FrozenDraft, FrozenGaussian, FrozenOutput,
+                            FrozenPerStep, FrozenX0, FrozenX0Linear, NetworkDraft, StepwiseDraft, frozen_draft)
 from specdemo.drafts.frozen import FORMS
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
@@ -32,13 +33,13 @@ def methods():
     """(tree, verifier, draft, prefetch) per method; fresh objects each time."""
     return {
         "plain": PLAIN,
-        "chain-rmc": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenDraft(), "nearest"),
-        "chain-block": (Topology.chain(4), BlockVerification(), FrozenDraft(), "nearest"),
-        "tree-dgrs": (Topology((3, 2, 2)), GreedyRejectionSampling(), FrozenDraft(), "nearest"),
-        "tree-rank-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0"), "leaves"),
-        "chain-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenDraft("x0-linear"), "nearest"),
-        "tree-rank-x0-linear-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenDraft("x0-linear"), "leaves"),
-        "chain-block-gaussian-cold": (Topology.chain(4), BlockVerification(), FrozenDraft("gaussian", start="cold"),
+        "chain-rmc": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenOutput(), "nearest"),
+        "chain-block": (Topology.chain(4), BlockVerification(), FrozenOutput(), "nearest"),
+        "tree-dgrs": (Topology((3, 2, 2)), GreedyRejectionSampling(), FrozenOutput(), "nearest"),
+        "tree-rank-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenX0(), "leaves"),
+        "chain-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenX0Linear(), "nearest"),
+        "tree-rank-x0-linear-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenX0Linear(), "leaves"),
+        "chain-block-gaussian-cold": (Topology.chain(4), BlockVerification(), FrozenGaussian(start="cold"),
                                       "nearest"),
     }
 
@@ -153,7 +154,7 @@ def test_block_verified_trajectory_does_not_depend_on_the_depths_of_its_batch():
     draws must not depend on the longest chain of its round."""
     target, kernel, net = gm16_ddpm(30)
     net = row_by_row(net)
-    kwargs = dict(tree=Topology.chain(8), verifier=BlockVerification(), draft=BiasedDraft(FrozenDraft(), 1.0), seed=5)
+    kwargs = dict(tree=Topology.chain(8), verifier=BlockVerification(), draft=BiasedDraft(FrozenOutput(), 1.0), seed=5)
     batch = sample(net, kernel, target.shape, 16, **kwargs)
     for i in (3, 11, 14):
         alone = sample(net, kernel, target.shape, 1, indices=[i], **kwargs)
@@ -171,7 +172,7 @@ def test_a_planned_trajectory_does_not_depend_on_its_batch(verifier, trees):
     target, kernel, net = gm16_ddpm(20)
     net = row_by_row(net)
     plan = TopologyPlan(tuple(trees), (False,) * 20, tuple(trees), (False,) * 20, expected_calls=0.0)
-    kwargs = dict(tree=plan, verifier=verifier(), draft=BiasedDraft(FrozenDraft(), 1.0), seed=2)
+    kwargs = dict(tree=plan, verifier=verifier(), draft=BiasedDraft(FrozenOutput(), 1.0), seed=2)
     batch = sample(net, kernel, target.shape, 6, **kwargs)
     for i in range(6):
         alone = sample(net, kernel, target.shape, 1, indices=[i], **kwargs)
@@ -185,7 +186,7 @@ def test_known_roots_do_not_shift_a_trajectorys_stream():
     cannot shift a trajectory's stream (the audit's batch-dependent divergence)."""
     target, kernel, net = gm16_ddpm(20)
     net = row_by_row(net)
-    kwargs = dict(tree=Topology((2, 2)), verifier=RankAwareSelection(), draft=FrozenDraft("x0"), prefetch="leaves",
+    kwargs = dict(tree=Topology((2, 2)), verifier=RankAwareSelection(), draft=FrozenX0(), prefetch="leaves",
                   seed=5)
     batch = sample(net, kernel, target.shape, 8, **kwargs)
     for i in (0, 3, 7):
@@ -227,14 +228,14 @@ def test_x0_linear_extrapolates_x0_hat_through_the_last_two_outputs(kernel):
     g = torch.Generator().manual_seed(1)
     x1, x0s = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(2))
     steps1, steps0 = torch.full((a,), n), torch.full((a,), n - 1)
-    draft = FrozenDraft("x0-linear")
+    draft = FrozenX0Linear()
     assert draft.frozen_history and draft.frozen_shape(shape) == (2, *shape)
     frozen = draft.frozen_value(kernel, out(x1, steps1), x1, steps1, previous=None,
                                 earlier=(out(x0s, steps0), x0s, steps0))
     steps = steps1[None] + torch.arange(depth)[:, None]
     means = draft.for_round(kernel, steps, frozen, {})
     alpha, beta = means.a, means.b
-    x0_means = FrozenDraft("x0").for_round(kernel, steps, kernel.denoised(out(x1, steps1), x1, steps1), {})
+    x0_means = FrozenX0().for_round(kernel, steps, kernel.denoised(out(x1, steps1), x1, steps1), {})
     for d in range(depth):
         x = torch.randn((2, a, *shape), generator=g, dtype=torch.float64)
         nd = steps[d][None].expand(2, a)
@@ -270,14 +271,14 @@ def test_freeze_gaussian_fits_a_gaussian_data_law(kernel):
     g = torch.Generator().manual_seed(1)
     x1, x0s = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(2))
     s1, s0 = torch.full((a,), n), torch.full((a,), n - 1)
-    draft = FrozenDraft("gaussian")
+    draft = FrozenGaussian()
     assert draft.frozen_history and draft.frozen_shape(shape) == (2, *shape)
     frozen = draft.frozen_value(kernel, out(x1, s1), x1, s1, earlier=(out(x0s, s0), x0s, s0))
     torch.testing.assert_close(frozen[:, 1], torch.full((a, *shape), lam, dtype=torch.float64))
     steps = s1[None] + torch.arange(depth)[:, None]
     means = draft.for_round(kernel, steps, frozen, {})
     assert (means.g is not None) == (kernel.clip_range is not None)
-    x0_means = FrozenDraft("x0").for_round(kernel, steps, kernel.denoised(out(x1, s1), x1, s1), {})
+    x0_means = FrozenX0().for_round(kernel, steps, kernel.denoised(out(x1, s1), x1, s1), {})
     for d in range(depth):
         x = torch.randn((2, a, *shape), generator=g, dtype=torch.float64)
         nd = steps[d][None].expand(2, a)
@@ -326,21 +327,21 @@ def test_freeze_auto_drafts_each_step_with_its_form():
     drafts it. A table of out and x0 only keeps the two-output frozen value and no history, as before."""
     kernel, shape, a = FlowChurnKernel(30, 0.3), (5,), 2
     table = [n % 4 for n in range(30)]
-    auto = FrozenDraft("auto", table)
+    auto = FrozenPerStep(table)
     assert auto.frozen_history and auto.frozen_shape(shape) == (6, *shape)
-    assert FrozenDraft("auto", [n % 3 for n in range(30)]).frozen_shape(shape) == (4, *shape)
-    old = FrozenDraft("auto", [bool(n % 2) for n in range(30)])
+    assert FrozenPerStep([n % 3 for n in range(30)]).frozen_shape(shape) == (4, *shape)
+    old = FrozenPerStep([bool(n % 2) for n in range(30)])
     assert not old.frozen_history and old.frozen_shape(shape) == (2, *shape)
-    assert not FrozenDraft("x0").frozen_history and not FrozenDraft().frozen_history
-    assert not BiasedDraft(FrozenDraft("x0"), 1.0).frozen_history and BiasedDraft(FrozenDraft("x0-linear"), 1.0).frozen_history
+    assert not FrozenX0().frozen_history and not FrozenOutput().frozen_history
+    assert not BiasedDraft(FrozenX0(), 1.0).frozen_history and BiasedDraft(FrozenX0Linear(), 1.0).frozen_history
     g = torch.Generator().manual_seed(3)
     x1, x0s, o1, o0 = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(4))
     s1, s0 = torch.full((a,), 7), torch.full((a,), 6)
     frozen = auto.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0))
-    singles = {form: (FrozenDraft(form), FrozenDraft(form).frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
+    singles = {form: (frozen_draft(form), frozen_draft(form).frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
                for form in ("out", "x0")}
     for form in ("x0-linear", "gaussian"):
-        single = FrozenDraft(form)
+        single = frozen_draft(form)
         singles[form] = (single, single.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
     steps = s1[None] + torch.arange(6)[:, None]
     means = auto.for_round(kernel, steps, frozen, {})
@@ -372,7 +373,7 @@ def test_the_stepwise_draft_drafts_each_step_with_its_table():
     corrected = CorrectedNetworkDraft(network, "off by a constant")
     draft = StepwiseDraft(corrected, table)
     assert draft.uses_frozen and draft.calls_network and draft.frozen_history
-    assert draft.frozen_shape(shape) == (FrozenDraft("auto", [n % 4 for n in range(40)]).frozen_shape(shape)[0] + 1, *shape)
+    assert draft.frozen_shape(shape) == (FrozenPerStep([n % 4 for n in range(40)]).frozen_shape(shape)[0] + 1, *shape)
     for s1 in (torch.tensor([7, 8, 10]), torch.tensor([9, 14, 19])):  # mixed levels; then levels of one draft each
         s0, a = s1 - 1, s1.numel()
         x1, x0s = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(2))
@@ -380,7 +381,7 @@ def test_the_stepwise_draft_drafts_each_step_with_its_table():
         frozen = draft.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0), cond={})
         singles = {RESIDUAL: (corrected, corrected.frozen_value(kernel, o1, x1, s1, cond={}))}
         for form in ("out", "x0", "x0-linear", "gaussian"):
-            single = FrozenDraft(form)
+            single = frozen_draft(form)
             singles[FORMS[form]] = (single, single.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
         steps = s1[None] + torch.arange(depth)[:, None]
         means = draft.for_round(kernel, steps, frozen, {})
@@ -433,7 +434,7 @@ def test_the_frozen_draft_started_cold_drafts_its_first_round_from_x0_hat_zero(m
         return value, calls
     monkeypatch.setattr(FrozenDraft, "cold_value", recorded)
     runs = {start: sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4),
-                          verifier=BlockVerification(), draft=FrozenDraft("x0", start=start), seed=3, trace=True)
+                          verifier=BlockVerification(), draft=FrozenX0(start=start), seed=3, trace=True)
             for start in ("warm", "cold")}
     assert runs["warm"].cost.warm_ups == 16 and runs["cold"].cost.warm_ups == 0
     (x, n, value), = guesses  # one call, for the 16 trajectories' first rounds, none started warm
@@ -458,15 +459,15 @@ def test_the_frozen_draft_started_cold_keeps_a_deterministic_steps_output(monkey
     assert kernel.scales[0] == 0
     monkeypatch.setattr(FrozenDraft, "cold_value", lambda *args: pytest.fail("drafted from the guess"))
     kept = []
-    frozen_value = FrozenDraft.frozen_value
+    frozen_value = FrozenGaussian.frozen_value
 
     def recorded(draft, kernel, out, x, n, **history):
         if draft.cold_start and bool((n == 0).all()):
             kept.append((out.clone(), x.clone(), n.clone()))
         return frozen_value(draft, kernel, out, x, n, **history)
-    monkeypatch.setattr(FrozenDraft, "frozen_value", recorded)
+    monkeypatch.setattr(FrozenGaussian, "frozen_value", recorded)
     runs = {start: sample(net, kernel, target.shape, 8, tree=Topology.chain(4), verifier=BlockVerification(),
-                          draft=FrozenDraft("gaussian", start=start), prefetch=prefetch, seed=1)
+                          draft=FrozenGaussian(start=start), prefetch=prefetch, seed=1)
             for start in ("warm", "cold")}
     (out, x, n), = kept  # the first step's output of the 8 trajectories, kept from the plain step's call
     assert x.shape[0] == 8 and torch.allclose(out, net(x, n))
@@ -483,7 +484,7 @@ def test_a_cold_trajectory_does_not_depend_on_its_slot_bitwise():
     sampled as each is alone, with the fitted Gaussian, which reads that history."""
     target, kernel = gm16(), FlowChurnKernel(12, 0.5)
     net = row_by_row(target.network(kernel))
-    kwargs = dict(tree=Topology.chain(4), verifier=BlockVerification(), draft=FrozenDraft("gaussian", start="cold"),
+    kwargs = dict(tree=Topology.chain(4), verifier=BlockVerification(), draft=FrozenGaussian(start="cold"),
                   seed=4)
     batched = sample(net, kernel, target.shape, 9, max_batch=3, **kwargs)
     for i in (0, 4, 8):
@@ -499,7 +500,7 @@ def test_start_settings_are_checked():
     with pytest.raises(SpecdemoError, match="--start cold .* langevin kernel has not; use --start warm"):
         build(SamplerConfig(model="gm2d", kernel="langevin", start="cold", num_samples=1))
     with pytest.raises(SpecdemoError, match="unknown start 'hot'; the frozen draft takes cold, warm"):
-        FrozenDraft(start="hot")
+        FrozenOutput(start="hot")
     assert build(SamplerConfig(model="gm2d", kernel="langevin", num_samples=1)).config.start == "warm"
     problem = build(SamplerConfig(model="gm2d", steps=10, num_samples=1))
     assert problem.config.start == "cold" and problem.draft.cold_start
@@ -525,7 +526,7 @@ def test_a_corrected_draft_network_starts_without_a_warm_up_call():
     cost = runs["corrected"].cost
     assert cost.warm_ups == 0
     frozen = sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4), verifier=BlockVerification(),
-                    draft=FrozenDraft(), seed=3)
+                    draft=FrozenOutput(), seed=3)
     assert frozen.cost.warm_ups == 16  # the frozen draft started warm (its default): a warm-up call each
     for i in range(16):
         speculative = sum(1 for rt in runs["corrected"].trace if i in rt.trajectories)
@@ -535,14 +536,14 @@ def test_a_corrected_draft_network_starts_without_a_warm_up_call():
     corrected = CorrectedNetworkDraft(network, "shifted")
     table = [RESIDUAL if n % 2 else FORMS["x0"] for n in range(40)]
     stepwise = StepwiseDraft(corrected, table)
-    assert stepwise.cold_start and corrected.cold_start and not FrozenDraft("x0").cold_start
+    assert stepwise.cold_start and corrected.cold_start and not FrozenX0().cold_start
     g = torch.Generator().manual_seed(5)
     x, n = torch.randn((3, *target.shape), generator=g, dtype=torch.float64), torch.tensor([4, 9, 20])
     value, calls = stepwise.cold_value(kernel, x, n, {})
     assert calls == 1 and corrected.cold_value(kernel, x, n, {})[1] == 0
     steps = n[None] + torch.arange(4)[:, None]
     means = stepwise.for_round(kernel, steps, value, {})
-    x0_means = FrozenDraft("x0").for_round(kernel, steps, kernel.denoised(shifted(x, n), x, n), {})
+    x0_means = FrozenX0().for_round(kernel, steps, kernel.denoised(shifted(x, n), x, n), {})
     plain = NetworkDraft(network).for_round(kernel, steps, None, {})
     for d in range(4):
         nodes = torch.randn((2, 3, *target.shape), generator=g, dtype=torch.float64)
@@ -635,7 +636,7 @@ def test_chain_accounting_on_gm512(length):
     target, kernel, net = gm512_flow()
     tree = Topology.chain(length)
     b = 6
-    result = sample(net, kernel, target.shape, b, tree=tree, draft=FrozenDraft(), verifier=ReflectionMaximalCoupling(),
+    result = sample(net, kernel, target.shape, b, tree=tree, draft=FrozenOutput(), verifier=ReflectionMaximalCoupling(),
                     seed=5, trace=True, trace_states=False)
     cost = result.cost
     assert cost.method == "chain" and cost.steps == 30 and cost.stochastic_steps == 28
@@ -672,7 +673,7 @@ def test_chain_accounting_on_gm512(length):
 
 def test_single_trajectory_batch_calls_equal_its_calls():
     target, kernel, net = gm512_flow()
-    cost = sample(net, kernel, target.shape, 1, tree=Topology((2, 2, 2)), draft=FrozenDraft(),
+    cost = sample(net, kernel, target.shape, 1, tree=Topology((2, 2, 2)), draft=FrozenOutput(),
                   verifier=GreedyRejectionSampling(), seed=1).cost
     assert cost.target_calls == cost.calls_per_trajectory[0] == cost.counted_calls[0] + 2
 
@@ -681,7 +682,7 @@ def test_a_batch_reports_its_sequential_speedup_next_to_the_per_trajectory_one()
     """A batch moves at its slowest trajectory's pace: its sequential calls are at least any one
     trajectory's, so speedup_batch (steps over them) is at most the per-trajectory figures."""
     target, kernel, net = gm512_flow()
-    cost = sample(net, kernel, target.shape, 30, tree=Topology.chain(5), draft=FrozenDraft(),
+    cost = sample(net, kernel, target.shape, 30, tree=Topology.chain(5), draft=FrozenOutput(),
                   verifier=ReflectionMaximalCoupling(), seed=1).cost
     assert cost.target_calls >= cost.calls_per_trajectory.max()
     assert cost.speedup_batch == kernel.num_steps / cost.target_calls
@@ -696,10 +697,10 @@ def test_processes_merge_into_one_run():
     from specdemo.parallel import merge_costs
 
     target, kernel, net = gm512_flow()
-    runs = [sample(net, kernel, target.shape, 2, tree=Topology.chain(3), draft=FrozenDraft(),
+    runs = [sample(net, kernel, target.shape, 2, tree=Topology.chain(3), draft=FrozenOutput(),
                    verifier=ReflectionMaximalCoupling(), seed=1, indices=indices).cost for indices in ([0, 2], [1, 3])]
     merged = merge_costs(runs, np.argsort([0, 2, 1, 3]))
-    alone = sample(net, kernel, target.shape, 4, tree=Topology.chain(3), draft=FrozenDraft(),
+    alone = sample(net, kernel, target.shape, 4, tree=Topology.chain(3), draft=FrozenOutput(),
                    verifier=ReflectionMaximalCoupling(), seed=1).cost
     assert np.array_equal(merged.calls_per_trajectory, alone.calls_per_trajectory)
     assert merged.target_calls == max(r.target_calls for r in runs)
@@ -713,7 +714,7 @@ def test_processes_merge_into_one_run():
 def test_gm512_speedup_matches_the_authors_table(tree, verifier, expected):
     """algorithms.md section 5 (500 trajectories, standard error about 0.006x); 200 here (about 0.01x)."""
     target, kernel, net = gm512_flow()
-    cost = sample(net, kernel, target.shape, 200, tree=tree, draft=FrozenDraft(), verifier=verifier(), seed=2).cost
+    cost = sample(net, kernel, target.shape, 200, tree=tree, draft=FrozenOutput(), verifier=verifier(), seed=2).cost
     assert abs(cost.speedup - expected) < 0.06, cost.speedup
 
 
@@ -860,7 +861,7 @@ def test_evaluated_leaves_stay_within_the_steps(kernel):
         steps.append(int(n.max()))
         return net(x, n, **cond)
 
-    sample(checked, kernel, target.shape, 64, tree=Topology.parse("2,2"), draft=FrozenDraft("out"),
+    sample(checked, kernel, target.shape, 64, tree=Topology.parse("2,2"), draft=FrozenOutput(),
            verifier=GreedyRejectionSampling(), prefetch="leaves", seed=0)
     assert max(steps) == kernel.num_steps - 1
 
@@ -882,7 +883,7 @@ def test_keep_steps_in_a_tree_run():
 def test_rmc_with_a_tree_is_refused():
     target, kernel, net = gm16_ddpm()
     with pytest.raises(SpecdemoError, match="rmc") as err:
-        sample(net, kernel, target.shape, 2, tree=Topology((2, 2)), draft=FrozenDraft(),
+        sample(net, kernel, target.shape, 2, tree=Topology((2, 2)), draft=FrozenOutput(),
                verifier=ReflectionMaximalCoupling())
     assert "chain" in str(err.value)
 
@@ -890,7 +891,7 @@ def test_rmc_with_a_tree_is_refused():
 def test_freeze_x0_with_langevin_is_refused():
     target, kernel = gm2d(), LangevinKernel(10, 0.01)
     with pytest.raises(SpecdemoError, match="x0") as err:
-        sample(target.network(kernel), kernel, target.shape, 2, tree=Topology.chain(3), draft=FrozenDraft("x0"),
+        sample(target.network(kernel), kernel, target.shape, 2, tree=Topology.chain(3), draft=FrozenX0(),
                verifier=ReflectionMaximalCoupling())
     assert "langevin" in str(err.value)
 
@@ -898,7 +899,7 @@ def test_freeze_x0_with_langevin_is_refused():
 def test_too_many_samples_times_nodes_is_refused_before_allocating():
     target, kernel, net = gm512_flow()
     with pytest.raises(SpecdemoError, match="GiB") as err:
-        sample(net, kernel, target.shape, 2000, tree=Topology.uniform(4, 5), draft=FrozenDraft(),
+        sample(net, kernel, target.shape, 2000, tree=Topology.uniform(4, 5), draft=FrozenOutput(),
                verifier=GreedyRejectionSampling())
     assert "samples" in str(err.value)
 
@@ -947,7 +948,7 @@ def test_network_returning_the_wrong_shape_is_refused():
     with pytest.raises(SpecdemoError, match="shape"):
         sample(lambda x, n: net(x, n)[:, :3], kernel, target.shape, 2)
     with pytest.raises(SpecdemoError, match="shape"):
-        sample(lambda x, n: net(x, n)[:1], kernel, target.shape, 2, tree=Topology((2, 2)), draft=FrozenDraft(),
+        sample(lambda x, n: net(x, n)[:1], kernel, target.shape, 2, tree=Topology((2, 2)), draft=FrozenOutput(),
                verifier=GreedyRejectionSampling())
 
 
@@ -984,7 +985,7 @@ def test_calls_counted_are_the_calls_with_a_stochastic_row(tree):
             steps_of_calls.append(set(n.tolist()))
             return net(x, n, **cond)
 
-        result = sample(recording, kernel, target.shape, 1, tree=Topology.parse(tree), draft=FrozenDraft("x0"),
+        result = sample(recording, kernel, target.shape, 1, tree=Topology.parse(tree), draft=FrozenX0(),
                         verifier=GreedyRejectionSampling(), prefetch="leaves", seed=seed, trace=True, trace_states=False)
         cost = result.cost
         assert cost.calls_per_trajectory[0] == len(steps_of_calls)

@@ -20,7 +20,7 @@ two target outputs (the frozen node's and the one one step above it, as for x0-l
 the model exact at the frozen node; lambda = 0 is freeze x0. Where the data law is locally Gaussian
 (a well-separated Gaussian mixture) the draft follows x0-hat exactly down the drafted path.
 
-With freeze="auto" a per-step table chooses which form drafts at each step (the pipeline fills it
+With freeze="auto" (FrozenPerStep) a per-step table chooses which form drafts at each step (planning fills it
 from a pilot run of each form with --pilot, else the fitted Gaussian at every step: x0-hat wins where the denoised estimate moves slowly, its extrapolation where it
 drifts, the fitted Gaussian where x0-hat moves with the state, the raw output near the end of a
 flow-matching schedule, where x0-hat tracks the state).
@@ -37,54 +37,32 @@ is close where the signal is all but gone (algorithms.md section 2, "The frozen 
 
 from __future__ import annotations
 
-import math
 import weakref
 from functools import lru_cache
 
 import torch
 
-from ..config import FREEZE, STARTS
+from ..config import STARTS
 from ..errors import SpecdemoError
 from .base import AffineLevels, Draft
 
-OUT, X0, X0_LINEAR, GAUSSIAN = 0, 1, 2, 3  # freeze="auto": what drafts a step (its table; True/False read as x0/out)
+OUT, X0, X0_LINEAR, GAUSSIAN = 0, 1, 2, 3  # FrozenPerStep: what drafts a step (its table; True/False read as x0/out)
 FORMS = {"out": OUT, "x0": X0, "x0-linear": X0_LINEAR, "gaussian": GAUSSIAN}
 
 
 class FrozenDraft(Draft):
+    """The frozen-target draft: what every form shares (the start, the cold value, the checks against the
+    kernel). A form is a subclass (FrozenOutput, FrozenX0, FrozenX0Linear, FrozenGaussian, FrozenPerStep);
+    `freeze` names it as SamplerConfig.freeze does, and frozen_draft builds one by that name."""
+
     uses_frozen = True
     exact_at_known_root = True
+    freeze = ""
 
-    def __init__(self, freeze: str = "out", forms: tuple[int | bool, ...] = (), start: str = "warm"):
+    def __init__(self, start: str = "warm"):
         if start not in STARTS:
             raise SpecdemoError(f"unknown start {start!r}; the frozen draft takes {', '.join(STARTS)}")
         self.start = start
-        if freeze == "residual":
-            raise SpecdemoError("--freeze residual corrects a draft network by the target's residual: use it with "
-                                "--draft NETWORK; the frozen draft takes " + ", ".join(f for f in FREEZE if f != "residual"))
-        if freeze not in FREEZE:
-            raise SpecdemoError(f"unknown freeze {freeze!r}; the frozen draft takes "
-                                + ", ".join(f for f in FREEZE if f != "residual"))
-        self.freeze = freeze
-        # freeze="auto": per step n, what drafts it: OUT, X0 (True), X0_LINEAR or GAUSSIAN
-        self.forms = torch.tensor([int(v) for v in forms], dtype=torch.long)
-        if self.forms.numel() and not bool(((self.forms >= OUT) & (self.forms <= GAUSSIAN)).all()):
-            raise SpecdemoError(f"a freeze auto table holds forms {OUT}..{GAUSSIAN} (out, x0, x0-linear, gaussian) per step")
-        self.linear = freeze == "x0-linear" or (freeze == "auto" and bool((self.forms == X0_LINEAR).any()))
-        self.x0 = freeze == "auto" and bool((self.forms == X0).any())
-        self.out = freeze == "auto" and bool((self.forms == OUT).any())
-        self.gaussian = freeze == "gaussian" or (freeze == "auto" and bool((self.forms == GAUSSIAN).any()))
-        # where each form's frozen tensors sit in the trajectory's frozen value (its second dimension)
-        self._line_at = 2 if freeze == "auto" else 0
-        self._gauss_at = 2 + 2 * self.linear if freeze == "auto" else 0
-
-    @property
-    def frozen_history(self) -> bool:
-        return self.linear or self.gaussian
-
-    @property
-    def frozen_is_output(self) -> bool:
-        return self.freeze == "out"
 
     @property
     def cold_start(self) -> bool:
@@ -97,40 +75,129 @@ class FrozenDraft(Draft):
         return self.frozen_value(kernel, kernel.output_from_denoised(torch.zeros_like(x), x, n), x, n), 0
 
     def check(self, kernel) -> None:
+        """Invariants against the kernel (specdemo.resolve refuses the same settings with their names first)."""
         if self.cold_start and not kernel.has_denoised:
             raise SpecdemoError(f"--start cold drafts a first round from x0-hat = 0, which the {kernel.name} kernel "
                                 "has not; use --start warm")
-        if self.freeze != "out" and not kernel.has_denoised:
+        if not self.frozen_is_output and not kernel.has_denoised:
             raise SpecdemoError(f"--freeze {self.freeze} needs a denoised estimate, which the {kernel.name} kernel "
                                 "has not; use --freeze out")
-        if self.freeze == "auto" and len(self.forms) != kernel.num_steps:
-            raise SpecdemoError("--freeze auto needs its per-step table (built by the pipeline from pilot runs)")
 
     def frozen_shape(self, shape):
-        """out or x0: one state; x0-linear: the line's (intercept, slope); gaussian: (mu, lambda
-        repeated); auto: (out, x0-hat), then the line's two and the Gaussian's two where the table
-        uses them at some step."""
-        if self.freeze == "auto":
-            return (2 + 2 * self.linear + 2 * self.gaussian, *shape)
+        """One state (out, x0); two for a form with a history (the line's intercept and slope, the
+        Gaussian's mu and lambda)."""
         return (2, *shape) if self.frozen_history else tuple(shape)
 
+    def config(self):
+        return {"draft": "frozen", "freeze": self.freeze, "start": self.start}
+
+
+class FrozenOutput(FrozenDraft):
+    """freeze out: the network output itself, m^p = A x + B f + C clip(D x + E f) (kernels/base.py's
+    coefficients at the node's step)."""
+
+    freeze = "out"
+    frozen_is_output = True
+
     def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
-        """What is kept from a target evaluation: the output itself, x0-hat, the line through x0-hat
-        (x0-linear), the fitted Gaussian's (mu, lambda) (gaussian), or the output and x0-hat and, where
-        the table uses them, the line and the Gaussian (auto)."""
-        if self.freeze == "out":
-            return out
+        return out
+
+    def for_round(self, kernel, steps, frozen, cond):
+        return AffineLevels.of_output(kernel, steps, frozen)
+
+
+class FrozenX0(FrozenDraft):
+    """freeze x0: the denoised estimate x0-hat = f, m^p = (A - B D / E) x + (B / E) f + C clip(f)
+    (out = (f - D x) / E)."""
+
+    freeze = "x0"
+
+    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+        return kernel.denoised(out, x, n)
+
+    def for_round(self, kernel, steps, frozen, cond):
+        return _x0_levels(kernel, steps, frozen, frozen[None], frozen.dim() - 1)
+
+
+class FrozenX0Linear(FrozenDraft):
+    """freeze x0-linear: x0-hat extrapolated in time, the x0 form with f the line's value at the level's
+    step, f_d = a + b tau(n + d) (`line`)."""
+
+    freeze = "x0-linear"
+    frozen_history = True
+
+    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+        return line(kernel, kernel.denoised(out, x, n), n, None if previous is None else previous[:, 1],
+                    _earlier_x0(kernel, earlier))
+
+    def for_round(self, kernel, steps, frozen, cond):
+        ones = [1] * (frozen.dim() - 2)
+        tau = kernel.table_on("freeze-clock", clock(kernel), steps.device, frozen.dtype)[steps]
+        x0_f = torch.addcmul(frozen[:, 0][None], tau.view(*steps.shape, *ones), frozen[:, 1][None])
+        return _x0_levels(kernel, steps, frozen, x0_f, frozen.dim() - 2)
+
+
+class FrozenGaussian(FrozenDraft):
+    """freeze gaussian: x0-hat of a Gaussian N(mu, lambda I) fitted online (`gaussian`), x0-hat = w x + c mu
+    with w = lambda a / (a^2 lambda + b^2), c = b^2 / (a^2 lambda + b^2) (a, b the step's signal and noise):
+    m^p = (A - B D / E + B w / E) x + (B / E) c mu + C clip(w x + c mu)."""
+
+    freeze = "gaussian"
+    frozen_history = True
+
+    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+        return gaussian(kernel, kernel.denoised(out, x, n), x, n, None if previous is None else previous[:, 1],
+                        _earlier_x0(kernel, earlier))
+
+    def for_round(self, kernel, steps, frozen, cond):
+        n, ones = steps, [1] * (frozen.dim() - 2)
+        lift = lambda c: c.view(*n.shape, *ones)  # noqa: E731  (L, A) scalars against states (L, A, *shape)
+        alpha_x0, b_x0, c_x0 = kernel.denoised_scalars(n, frozen.dtype)
+        mu = frozen[:, 0][None]
+        lam = frozen[:, 1].flatten(1)[:, 0][None]  # (1, A)
+        signal = kernel.table("signal", kernel.signal, mu)[n]
+        noise = kernel.table("noise", kernel.noise, mu)[n]
+        den = torch.addcmul(noise * noise, signal * signal, lam)
+        w, c_mu = lam * signal / den, lift(noise * noise / den) * mu
+        alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu
+        r = kernel.clip_range
+        return AffineLevels(alpha_g, beta_g, c_x0, w, c_mu, r) if r is not None else AffineLevels(alpha_g, beta_g)
+
+
+class FrozenPerStep(FrozenDraft):
+    """freeze auto: per step n, the form its table `forms` names (OUT, X0, X0_LINEAR or GAUSSIAN) drafts
+    the level of step n; the frozen value holds (out, x0-hat), then the line's two and the Gaussian's two
+    where the table uses them at some step (planning fills the table: learnt from runs, or from a pilot of
+    each form with --pilot)."""
+
+    freeze = "auto"
+
+    def __init__(self, forms: tuple[int | bool, ...], start: str = "warm"):
+        super().__init__(start)
+        self.forms = torch.tensor([int(v) for v in forms], dtype=torch.long)
+        if self.forms.numel() and not bool(((self.forms >= OUT) & (self.forms <= GAUSSIAN)).all()):
+            raise SpecdemoError(f"a freeze auto table holds forms {OUT}..{GAUSSIAN} (out, x0, x0-linear, gaussian) per step")
+        self.linear = bool((self.forms == X0_LINEAR).any())
+        self.x0 = bool((self.forms == X0).any())
+        self.out = bool((self.forms == OUT).any())
+        self.gaussian = bool((self.forms == GAUSSIAN).any())
+        self.frozen_history = self.linear or self.gaussian
+        # where each form's frozen tensors sit in the trajectory's frozen value (its second dimension)
+        self._line_at = 2
+        self._gauss_at = 2 + 2 * self.linear
+
+    def check(self, kernel) -> None:
+        super().check(kernel)
+        if len(self.forms) != kernel.num_steps:
+            raise SpecdemoError("--freeze auto needs its per-step table (one form per step, filled by planning)")
+
+    def frozen_shape(self, shape):
+        return (2 + 2 * self.linear + 2 * self.gaussian, *shape)
+
+    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
         x0 = kernel.denoised(out, x, n)
-        if self.freeze == "x0":
-            return x0
-        if earlier is not None:  # the node above: its x0-hat, read by the line and the Gaussian alike
-            out_0, x_0, n_0 = earlier
-            earlier = (kernel.denoised(out_0, x_0, n_0), x_0, n_0)
+        earlier = _earlier_x0(kernel, earlier)
         held = lambda at: None if previous is None else previous[:, at + 1]  # noqa: E731
-        if self.freeze == "x0-linear":
-            return line(kernel, x0, n, held(self._line_at), earlier)
-        if self.freeze == "gaussian":
-            return gaussian(kernel, x0, x, n, held(self._gauss_at), earlier)
         kept = [out[:, None], x0[:, None]]
         if self.linear:
             kept.append(line(kernel, x0, n, held(self._line_at), earlier))
@@ -139,52 +206,14 @@ class FrozenDraft(Draft):
         return torch.cat(kept, 1)
 
     def for_round(self, kernel, steps, frozen, cond):
-        """With the frozen value f plugged in, m^p at depth d is, in the node's state x,
-
-            freeze out:       A x + B f + C clip(D x + E f)
-            freeze x0:        (A - B D / E) x + (B / E) f + C clip(f)   (out = (f - D x) / E, so x0-hat = f)
-            freeze gaussian:  the x0 form with x0-hat = w x + c mu, w = lambda a / (a^2 lambda + b^2),
-                              c = b^2 / (a^2 lambda + b^2): (A - B D / E + B w / E) x + (B / E) c mu + C clip(w x + c mu)
-
-        (kernels/base.py's coefficients at the node's step, a and b its signal and noise); freeze
-        x0-linear is the x0 form with f the line's value at the level's step, f_d = a + b tau(n + d).
-        Every form is AffineLevels: a x + b + g clip(h x + o) (g 0 for the x0 forms, whose clip is a
-        constant); freeze auto takes each step's form from its table. Without a clip the mean is affine."""
-        n = steps
-        if self.freeze == "out":
-            return AffineLevels.of_output(kernel, n, frozen)
-        if self.freeze == "auto":
-            return self._auto_levels(kernel, n, frozen)
-        ones = [1] * (frozen.dim() - 1 - self.frozen_history)
-        lift = lambda c: c.view(*n.shape, *ones)  # (L, A) scalars against states (L, A, *shape)
-        r = kernel.clip_range
-        alpha_x0, b_x0, c_x0 = kernel.denoised_scalars(n, frozen.dtype)
-        if self.freeze == "gaussian":
-            mu = frozen[:, 0][None]
-            lam = frozen[:, 1].flatten(1)[:, 0][None]  # (1, A)
-            signal = kernel.table("signal", kernel.signal, mu)[n]
-            noise = kernel.table("noise", kernel.noise, mu)[n]
-            den = torch.addcmul(noise * noise, signal * signal, lam)
-            w, c_mu = lam * signal / den, lift(noise * noise / den) * mu
-            alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu
-            return AffineLevels(alpha_g, beta_g, c_x0, w, c_mu, r) if r is not None else AffineLevels(alpha_g, beta_g)
-        x0_f = frozen[None]  # x0-hat (1, A, *shape); x0-linear: the line's value at each level's step
-        if self.linear:
-            intercept, slope_t = frozen[:, 0][None], frozen[:, 1][None]
-            x0_f = torch.addcmul(intercept, lift(kernel.table_on("freeze-clock", clock(kernel), n.device, frozen.dtype)[n]), slope_t)
-        beta_x0 = lift(b_x0) * x0_f
-        if r is not None:
-            beta_x0 = beta_x0.addcmul_(lift(c_x0), x0_f.clamp(-r, r))
-        return AffineLevels(alpha_x0, beta_x0, clip=r)
-
-    def _auto_levels(self, kernel, n: torch.Tensor, frozen: torch.Tensor) -> AffineLevels:
-        """freeze auto: every level's coefficients from one gather of a per-step table (_auto_table) that
-        holds each step's form's constants (zero for the terms of other forms), and the fitted Gaussian's
-        lambda where the table uses it: with den = a^2 lambda + b^2, c = b^2 / den and w = lambda a / den,
+        """Every level's coefficients from one gather of a per-step table (_auto_table) that holds each
+        step's form's constants (zero for the terms of other forms), and the fitted Gaussian's lambda where
+        the table uses it: with den = a^2 lambda + b^2, c = b^2 / den and w = lambda a / den,
 
             a = a0 + (B / E) w [gaussian],  g = C [out, gaussian],  h = D [out] or w [gaussian],
             b = B out [out] + (B / E) x0 + C clip(x0) [x0; the line's value f_d for x0-linear] + (B / E) c mu [gaussian],
             o = E out [out] + c mu [gaussian]."""
+        n = steps
         t = _auto_table(self, kernel, n.device, frozen.dtype)[n]  # (L, A, 17)
         r = kernel.clip_range
         ones = [1] * (frozen.dim() - 2)
@@ -217,17 +246,46 @@ class FrozenDraft(Draft):
             return AffineLevels(a, b, clip=r)
         return AffineLevels(a, b, g, h, o, r)
 
-    def config(self):
-        return {"draft": "frozen", "freeze": self.freeze, "start": self.start}
+
+FROZEN_FORMS = {f.freeze: f for f in (FrozenOutput, FrozenX0, FrozenX0Linear, FrozenGaussian)}
+
+
+def frozen_draft(freeze: str, forms: tuple[int | bool, ...] = (), start: str = "warm") -> FrozenDraft:
+    """The frozen draft of a form named as SamplerConfig.freeze names it; "auto" takes its per-step table."""
+    if freeze == "auto":
+        return FrozenPerStep(forms, start=start)
+    if freeze not in FROZEN_FORMS:
+        raise SpecdemoError(f"unknown freeze {freeze!r}; the frozen draft takes {', '.join(FROZEN_FORMS)} or auto")
+    return FROZEN_FORMS[freeze](start=start)
+
+
+def _x0_levels(kernel, steps: torch.Tensor, frozen: torch.Tensor, x0_f: torch.Tensor, state_dims: int) -> AffineLevels:
+    """The x0 forms' levels: (A - B D / E) x + (B / E) f + C clip(f), f = x0_f (1 or L, A, *shape); the clip
+    is a constant of the level, folded into b."""
+    lift = lambda c: c.view(*steps.shape, *[1] * state_dims)  # noqa: E731
+    r = kernel.clip_range
+    alpha_x0, b_x0, c_x0 = kernel.denoised_scalars(steps, frozen.dtype)
+    beta_x0 = lift(b_x0) * x0_f
+    if r is not None:
+        beta_x0 = beta_x0.addcmul_(lift(c_x0), x0_f.clamp(-r, r))
+    return AffineLevels(alpha_x0, beta_x0, clip=r)
+
+
+def _earlier_x0(kernel, earlier):
+    """The node above's (x0-hat, state, step), read by the line and the Gaussian alike, from its (out, state, step)."""
+    if earlier is None:
+        return None
+    out_0, x_0, n_0 = earlier
+    return kernel.denoised(out_0, x_0, n_0), x_0, n_0
 
 
 # the columns of _auto_table
 A0, A_W, G, H0, H_W, B_OUT, B_X0, B_CLIP, B_MU, B_LINE, B_CLIP_LINE, O_OUT, O_MU, TAU, SIGNAL2, NOISE2, SIGNAL = range(17)
 
 
-def _auto_table(draft: FrozenDraft, kernel, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def _auto_table(draft: FrozenPerStep, kernel, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """(N, 17) per step n, made once per draft, kernel, device and dtype: the constants of the step's form
-    (FrozenDraft._auto_levels; each column zero where the form has no such term), then tau, a^2, b^2, a."""
+    (FrozenPerStep.for_round; each column zero where the form has no such term), then tau, a^2, b^2, a."""
     cache = draft.__dict__.setdefault("_tables", weakref.WeakKeyDictionary()).setdefault(kernel, {})
     key = (device, dtype)
     if key not in cache:

@@ -23,7 +23,7 @@ import torch
 from ..errors import SpecdemoError
 from .base import Draft, LevelFunction
 from .corrected import CorrectedNetworkDraft
-from .frozen import OUT, X0, FrozenDraft
+from .frozen import OUT, X0, FrozenPerStep
 
 RESIDUAL = 4  # forms[n]: the corrected draft network drafts step n (0..3: the frozen draft's forms)
 
@@ -40,7 +40,7 @@ class StepwiseDraft(Draft):
             raise SpecdemoError(f"a per-step draft table holds forms {OUT}..{RESIDUAL} "
                                 "(out, x0, x0-linear, gaussian, residual) per step")
         # the frozen draft's table: any of its forms where the network drafts (never read there)
-        self.frozen = FrozenDraft("auto", tuple(torch.where(self.forms == RESIDUAL, X0, self.forms).tolist()))
+        self.frozen = FrozenPerStep(tuple(torch.where(self.forms == RESIDUAL, X0, self.forms).tolist()))
         self.frozen_history = self.frozen.frozen_history
 
     def check(self, kernel) -> None:

@@ -17,8 +17,7 @@ import time
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
-from ..drafts import BiasedDraft, Draft, FrozenDraft, NetworkDraft
-from ..errors import SpecdemoError
+from ..drafts import BiasedDraft, Draft
 from ..limits import Cancel
 from ..sampling import Cost
 from ..trees import Topology, TopologyPlan
@@ -28,14 +27,14 @@ from ..verifiers import Verifier, get_verifier
 from .cache import SHIPPED_PLANS, cache_folder, key_name, load_plan, plan_from_dict, plan_key, plan_to_dict, store_plan
 from .costs import call_seconds, call_sizes
 from .planner import auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options
-from .stats import (AUTO_FORMS, PILOT_DEPTH, draft_options, learn, learnt_seed, load_stats, pilot_runs)
+from .stats import AUTO_FORMS, PILOT_DEPTH, draft_options, learn, learnt_seed, load_stats
 
 if TYPE_CHECKING:
     from ..parallel import Broadcast
     from ..pipeline import Problem
 
 __all__ = ["AUTO_FORMS", "PILOT_DEPTH", "SHIPPED_PLANS", "Plan", "best_plan", "call_seconds", "call_sizes",
-           "draft_options", "key_name", "learn", "learnt_seed", "load_stats", "pilot_runs", "plan", "plan_key",
+           "draft_options", "key_name", "learn", "learnt_seed", "load_stats", "plan", "plan_key",
            "plan_tree", "planned_options"]
 
 
@@ -77,17 +76,10 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
     apart from the run's); else the online problem, which samples without a plan and learns. Under
     accelerate launch the main process plans and sends its record to the others (a plan priced by time
     differs with each process's measurements)."""
-    c = problem.config
-    auto_tree = problem.tree is None
-    auto_freeze = isinstance(problem.draft, (FrozenDraft, NetworkDraft)) and c.freeze == "auto"
-    if c.prefetch == "auto" and not auto_tree:
-        raise SpecdemoError("--prefetch auto lets the planner choose leaf evaluation per step, which needs --tree auto; "
-                            f"with tree {problem.tree} use nearest, parent, none or leaves")
-    if auto_freeze and not problem.kernel.has_denoised:
-        raise SpecdemoError(f"--freeze auto chooses between the output and x0-hat, which the {problem.kernel.name} "
-                            "kernel has not; use --freeze out")
-    if not (auto_tree or auto_freeze):
+    c, request = problem.config, problem.request
+    if request is None:
         return _with_bias(problem)
+    auto_tree, auto_freeze = request.tree, request.freeze
     if share is not None and not share.is_main:
         return _with_bias(_from_record(problem, *share.receive(), auto_tree, auto_freeze))
     folder = cache_folder(c.cache_dir)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..config import PLANNED_VERIFIERS
-from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft, StepwiseDraft
+from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenPerStep, NetworkDraft, StepwiseDraft
 from ..drafts.frozen import FORMS
 from ..drafts.stepwise import RESIDUAL
 from ..errors import SpecdemoError
@@ -96,7 +96,7 @@ def auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
     frozen draft alone where it never does, which spares the network's call at every commit)."""
     if isinstance(problem.draft, NetworkDraft) and RESIDUAL in forms:
         return StepwiseDraft(CorrectedNetworkDraft(problem.draft.network, problem.draft.name), forms)
-    return FrozenDraft("auto", forms, start=problem.config.start)
+    return FrozenPerStep(forms, start=problem.config.start)
 
 
 def plan_tree(problem: Problem, budget: int) -> TopologyPlan:

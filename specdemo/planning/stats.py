@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.special import ndtr
 
-from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenDraft, NetworkDraft
+from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, NetworkDraft, frozen_draft
 from ..drafts.frozen import FORMS
 from ..drafts.stepwise import RESIDUAL
 from ..limits import Cancel
+from ..resolve import AUTO_FORMS, PILOT_DEPTH
 from ..sampling import Cost, sample
 from ..trees import Topology
 from ..trees.auto import DeltaStats
@@ -24,18 +25,8 @@ from .planner import auto_draft
 if TYPE_CHECKING:
     from ..pipeline import Problem
 
-PILOT_DEPTH, PILOT_SEED_OFFSET = 12, 7919
-AUTO_FORMS = ("out", "x0", "x0-linear", "gaussian")  # --freeze auto: the forms the pilots compare, a pilot each
+PILOT_SEED_OFFSET = 7919
 KEPT_PER_CELL = 64  # deltas a stored statistics record keeps per (step, depth): DeltaStats.pooled reads 24
-
-
-def pilot_runs(tree_auto: bool, freeze: str | None, network: bool = False, pilot: bool = False) -> int:
-    """The pilot runs a setting pays before sampling: none without --pilot (plans are learnt from runs);
-    with it one per form of AUTO_FORMS under --freeze auto, and one more for the corrected draft network
-    with a draft network (they serve --tree auto too), else one chain pilot for --tree auto."""
-    if not pilot:
-        return 0
-    return len(AUTO_FORMS) + network if freeze == "auto" else int(tree_auto)
 
 
 def learnt_seed(seed: int) -> int:
@@ -98,7 +89,7 @@ def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = N
         stats, cost = _pilot(problem, problem.draft, cancel)
         return cost, [(stats, problem.draft)]
     n_steps = problem.kernel.num_steps
-    candidates = [(FORMS[mode], FrozenDraft(mode, start=problem.config.start)) for mode in AUTO_FORMS]
+    candidates = [(FORMS[mode], frozen_draft(mode, start=problem.config.start)) for mode in AUTO_FORMS]
     if isinstance(problem.draft, NetworkDraft):
         candidates.append((RESIDUAL, CorrectedNetworkDraft(problem.draft.network, problem.draft.name)))
     pilots = [_pilot(problem, draft, cancel) for _, draft in candidates]

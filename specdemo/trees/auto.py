@@ -135,6 +135,115 @@ def calls_price(rows: int, depth: int) -> float:
     return 1.0 if rows else 0.0
 
 
+class RoundPrice:
+    """What a round costs in the objective's unit: one call if it evaluates any row (cost None, the calls
+    objective), or its seconds t(R, L_net) priced by `cost` (the time objective), L_net of its levels drafted
+    with a draft network (network_steps (num_steps,) bool: the stepwise draft's table)."""
+
+    def __init__(self, cost: CostModel | None, network_steps: np.ndarray | None, num_steps: int):
+        self.cost = cost
+        # network levels below a root n of depth L: levels draft steps n..n+L-1 (a level's step is its parent's)
+        self.network = np.concatenate([[0], np.cumsum(np.asarray(network_steps, dtype=np.int64))]) \
+            if network_steps is not None else np.zeros(num_steps + 1, dtype=np.int64)
+
+    def seconds(self, n: int, rows: int, depth: int) -> float:
+        """A round's seconds, rooted at n with `rows` rows and `depth` levels (0 without a cost model)."""
+        return self.cost.round_time(rows, int(self.network[n + depth] - self.network[n])) if self.cost else 0.0
+
+    def at(self, n: int) -> Objective:
+        """price(rows, depth) of a round rooted at n."""
+        return calls_price if self.cost is None else lambda rows, depth: self.seconds(n, rows, depth)
+
+    def network_level(self, n: int, depth: int) -> float:
+        """The seconds of drafting level `depth` below a root n with the draft network (0 where a frozen form
+        drafts it)."""
+        return self.cost.network_level_s * int(self.network[n + depth] - self.network[n + depth - 1])
+
+
+class LevelAcceptance:
+    """a_d(w) at (step, depth) for w = 1..max_width: the verifier's closed-form acceptance averaged over the
+    deltas measured there (DeltaStats.pooled), interpolated on DELTA_GRID; cached per cell."""
+
+    def __init__(self, stats: DeltaStats, verifier: Verifier, max_width: int):
+        self.stats, self.curves = stats, acceptance_curves(verifier, max_width)
+        self.exact = (1.0,) * len(self.curves)  # a level drafted exactly (the frozen draft under a known root)
+        self._cells: dict[tuple[int, int], tuple[float, ...]] = {}
+
+    def __call__(self, step: int, depth: int) -> tuple[float, ...]:
+        if (step, depth) not in self._cells:
+            deltas = np.log(np.clip(self.stats.pooled(step, depth), DELTA_GRID[0], DELTA_GRID[-1]))
+            self._cells[step, depth] = tuple(np.interp(deltas, np.log(DELTA_GRID), c).mean() for c in self.curves)
+        return self._cells[step, depth]
+
+
+class BlockStops:
+    """The stop probabilities of block-verified fans rooted at a step (block_fan_stop_probabilities), from
+    BLOCK_PLAN_CHAINS Monte Carlo chains whose deltas at depth d are drawn from the pooled deltas at
+    (n + d - 1, d). The chains' generator is seeded once, so a plan is the same every time for the same
+    sequence of calls."""
+
+    def __init__(self, stats: DeltaStats, max_width: int, seed: int = 0):
+        self.stats, self.max_width = stats, max_width
+        self.chains = np.random.default_rng(seed)
+        self.pooled = lru_cache(maxsize=None)(stats.pooled)
+
+    def __call__(self, n: int, length: int, first_exact: bool) -> np.ndarray:
+        """(K, length, length + 1) for widths K = 1..min(BLOCK_FAN_WIDTHS, max_width); K = 1 alone where the
+        root's level is exact (its first child is then always kept)."""
+        deltas = np.stack([np.zeros(BLOCK_PLAN_CHAINS) if first_exact and d == 1
+                           else self.chains.choice(self.pooled(n + d - 1, d), BLOCK_PLAN_CHAINS)
+                           for d in range(1, length + 1)], 1)
+        widths = 1 if first_exact else min(BLOCK_FAN_WIDTHS, self.max_width)
+        return block_fan_stop_probabilities(deltas, self.chains.standard_normal(deltas.shape),
+                                            self.chains.standard_normal((BLOCK_PLAN_CHAINS, widths)),
+                                            self.chains.random(BLOCK_PLAN_CHAINS))
+
+
+@dataclass(frozen=True)
+class RoundChoice:
+    """The round chosen at a step and root state: its expected value to the end (the objective's unit), its
+    widths and leaf evaluation, its target rows, and its outcomes (steps committed, next root known,
+    probability)."""
+
+    value: float
+    widths: tuple[int, ...]
+    leaves: bool
+    rows: int
+    outcomes: list[tuple[int, int, float]]
+
+
+def best_round(n: int, known: int, value: np.ndarray, horizon: int, budget: int, verifier: Verifier,
+               accept: LevelAcceptance, block_stops: BlockStops | None, price: RoundPrice,
+               leaf_options: tuple[bool, ...], exact_known_root: bool) -> RoundChoice:
+    """The round of least expected value V(n, known) at step n (module docstring), value[j] = V(j, .) filled
+    for every j > n: the best tree (or, for a verifier that weighs the whole tree, the best fan), a free
+    exact level where the root's output is known and leaves are not evaluated, or a plain step."""
+    first_exact = known and exact_known_root
+    ahead, cost = value[n:], price.at(n)
+    if verifier.weighs_whole_tree:
+        longest = min(horizon, budget + known)  # a chain of L nodes has L - k rows, and a leaf row
+        fans = block_stops(n, longest, first_exact)
+        after, widths, leaves = _best_block_round(fans, ahead, budget - 1 + known, leaf_options,
+                                                  lambda r, depth: cost(r + 1 - known, depth))
+        outcomes = _chain_outcomes(fans[widths[0] - 1], len(widths), leaves)
+    else:
+        level_accept = lambda d: accept.exact if first_exact and d == 1 else accept(n + d - 1, d)  # noqa: E731
+        timed = price.cost is not None
+        after, widths, leaves = _best_round(
+            level_accept, ahead, horizon, budget - 1 + known, leaf_options,
+            (lambda r: cost(r + 1 - known, 0)) if timed else None,
+            (lambda d: price.network_level(n, d)) if timed else None)
+        outcomes = _tree_outcomes(level_accept, widths, leaves)
+    rows = Topology(widths).rows_per_round(leaves) - known if widths else 0
+    options = [RoundChoice(cost(rows, len(widths)) + after, widths, leaves, rows, outcomes)]
+    if first_exact and False in leaf_options:
+        # one exact level, leaves not evaluated: no target row, a free step that also refreshes the frozen output
+        options.append(RoundChoice(cost(0, 1) + value[n + 1, 0], (1,), False, 0, [(1, 0, 1.0)]))
+    if not known:  # a plain step, when no tree fits
+        options.append(RoundChoice(cost(1, 0) + value[n + 1, 0], (), False, 1, [(1, 0, 1.0)]))
+    return min(options, key=lambda o: o.value)  # the first of equals
+
+
 def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_lengths, max_width: int = 8,
                   max_depth: int = MAX_DEPTH, leaf_options: tuple[bool, ...] = (False,),
                   exact_known_root: bool = True, warm_up: bool = True, cost: CostModel | None = None,
@@ -147,88 +256,33 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
     makes the first root's output known (the frozen draft started warm), which the plan's expectations count.
     network_steps (num_steps,) bool: the steps whose level the draft drafts with its network (the
     stepwise draft's table), each such level of a round priced cost.network_level_s more. The plan
-    states its expected calls, and its expected seconds when priced by a cost model."""
+    states its expected calls, and its expected seconds when priced by a cost model. V is filled backwards
+    (best_round at each step and root state); a deterministic step is one target call, none when the
+    output at Y_n is known."""
     if budget < 1:
         raise SpecdemoError(f"the rows budget must be >= 1, got {budget}")
-    curves = acceptance_curves(verifier, max_width)
-    log_grid = np.log(DELTA_GRID)
-    exact = (1.0,) * len(curves)
     num_steps = stats.num_steps
-    # network levels below a root n of depth L: levels draft steps n..n+L-1 (a level's step is its parent's)
-    network = np.concatenate([[0], np.cumsum(np.asarray(network_steps, dtype=np.int64))]) \
-        if network_steps is not None else np.zeros(num_steps + 1, dtype=np.int64)
-
-    def round_time(n: int, rows: int, depth: int) -> float:
-        return cost.round_time(rows, int(network[n + depth] - network[n])) if cost else 0.0
-
-    def price_at(n: int) -> Objective:
-        return calls_price if cost is None else lambda rows, depth: round_time(n, rows, depth)
-
-    @lru_cache(maxsize=None)
-    def accept(step: int, depth: int) -> tuple[float, ...]:
-        deltas = np.log(np.clip(stats.pooled(step, depth), DELTA_GRID[0], DELTA_GRID[-1]))
-        return tuple(np.interp(deltas, log_grid, c).mean() for c in curves)
-
-    chains = np.random.default_rng(0)  # the block plan's Monte Carlo chains: the same plan every time
-
-    pooled = lru_cache(maxsize=None)(stats.pooled)
-
-    def block_stops(n: int, length: int, first_exact: bool) -> np.ndarray:
-        """The fans' stop probabilities (block_fan_stop_probabilities) for widths 1..BLOCK_FAN_WIDTHS
-        (at most max_width; 1 where the root's level is exact: the first child is then always kept)."""
-        deltas = np.stack([np.zeros(BLOCK_PLAN_CHAINS) if first_exact and d == 1
-                           else chains.choice(pooled(n + d - 1, d), BLOCK_PLAN_CHAINS)
-                           for d in range(1, length + 1)], 1)
-        widths = 1 if first_exact else min(BLOCK_FAN_WIDTHS, max_width)
-        return block_fan_stop_probabilities(deltas, chains.standard_normal(deltas.shape),
-                                            chains.standard_normal((BLOCK_PLAN_CHAINS, widths)),
-                                            chains.random(BLOCK_PLAN_CHAINS))
-
+    price = RoundPrice(cost, network_steps, num_steps)
+    accept = LevelAcceptance(stats, verifier, max_width)
+    block_stops = BlockStops(stats, max_width) if verifier.weighs_whole_tree else None
     value = np.zeros((num_steps + 1, 2))  # V(n, k) in the objective's unit
     calls = np.zeros((num_steps + 1, 2))  # expected target calls to the end under the plan
     seconds = np.zeros((num_steps + 1, 2))  # expected seconds to the end under the plan (with a cost model)
     rounds: list[tuple[tuple[Topology, bool], ...]] = [()] * num_steps
     for n in reversed(range(num_steps)):
         horizon = min(int(run_lengths[n]), max_depth, MAX_DEPTH)
-        price = price_at(n)
-        if not horizon:  # a deterministic step: one target call, none when the output at Y_n is known
-            for known in (0, 1):
-                rows = 1 - known
-                value[n, known] = price(rows, 0) + value[n + 1, 0]
-                calls[n, known] = rows + calls[n + 1, 0]
-                seconds[n, known] = round_time(n, rows, 0) + seconds[n + 1, 0]
-            rounds[n] = ((Topology(()), False),) * 2
-            continue
         plans = []
         for known in (0, 1):
-            first_exact = known and exact_known_root
-            ahead = value[n:]
-            if verifier.weighs_whole_tree:
-                longest = min(horizon, budget + known)  # a chain of L nodes has L - k rows, and a leaf row
-                fans = block_stops(n, longest, first_exact)
-                after, widths, leaves = _best_block_round(fans, ahead, budget - 1 + known, leaf_options,
-                                                          lambda r, depth: price(r + 1 - known, depth))
-                outcomes = _chain_outcomes(fans[widths[0] - 1], len(widths), leaves)
-            else:
-                level_accept = lambda d: exact if first_exact and d == 1 else accept(n + d - 1, d)
-                after, widths, leaves = _best_round(
-                    level_accept, ahead, horizon, budget - 1 + known, leaf_options,
-                    None if cost is None else lambda r: price(r + 1 - known, 0),
-                    None if cost is None else lambda d: cost.network_level_s * int(network[n + d] - network[n + d - 1]))
-                outcomes = _tree_outcomes(level_accept, widths, leaves)
-            rows = Topology(widths).rows_per_round(leaves) - known if widths else 0
-            options = [(price(rows, len(widths)) + after, widths, leaves, rows, outcomes)]
-            if first_exact and False in leaf_options:
-                # one exact level, leaves not evaluated: no target row, a free step that also
-                # refreshes the frozen output
-                options.append((price(0, 1) + value[n + 1, 0], (1,), False, 0, [(1, 0, 1.0)]))
-            if not known:  # a plain step, when no tree fits
-                options.append((price(1, 0) + value[n + 1, 0], (), False, 1, [(1, 0, 1.0)]))
-            best, widths, leaves, rows, outcomes = min(options, key=lambda o: o[0])  # the first of equals
-            value[n, known] = best
-            calls[n, known] = (rows > 0) + sum(p * calls[n + j, k] for j, k, p in outcomes)
-            seconds[n, known] = round_time(n, rows, len(widths)) + sum(p * seconds[n + j, k] for j, k, p in outcomes)
-            plans.append((Topology(widths), leaves))
+            if horizon:
+                choice = best_round(n, known, value, horizon, budget, verifier, accept, block_stops, price,
+                                    leaf_options, exact_known_root)
+            else:  # a deterministic step
+                choice = RoundChoice(price.at(n)(1 - known, 0) + value[n + 1, 0], (), False, 1 - known, [(1, 0, 1.0)])
+            value[n, known] = choice.value
+            calls[n, known] = (choice.rows > 0) + sum(p * calls[n + j, k] for j, k, p in choice.outcomes)
+            seconds[n, known] = price.seconds(n, choice.rows, len(choice.widths)) + sum(
+                p * seconds[n + j, k] for j, k, p in choice.outcomes)
+            plans.append((Topology(choice.widths), choice.leaves))
         rounds[n] = tuple(plans)
     start = 1 if warm_up else 0  # the warm-up call makes the first root's output known
     return TopologyPlan(tuple(r[0][0] for r in rounds), name=f"auto({budget} rows)",
