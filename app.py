@@ -18,7 +18,7 @@ from specdemo import __version__
 from specdemo.figures import TABLE_HEADERS
 from specdemo_app import cancelling, controls, handlers, settings, style
 
-CONCURRENCY_LIMIT = 2  # runs at once; the queue holds the others
+CONCURRENCY_LIMIT = cancelling.RUNS_AT_ONCE  # runs at once; the queue holds the others
 QUEUE_SIZE = 64
 SESSIONS = 256  # sessions whose last run the server keeps (the least recently used goes first)
 
@@ -29,6 +29,17 @@ def build_demo() -> gr.Blocks:
     with gr.Blocks(title="specdemo · speculative sampling for diffusion models",
                    delete_cache=(handlers.EXPORT_TTL // 3, handlers.EXPORT_TTL)) as demo:
         gr.HTML(style.HEADER)
+        # Run, Stop and the headline first, so that they are in view without scrolling on a desktop and on
+        # a phone, and the click's progress (one display, on the headline) shows where the visitor looks
+        with gr.Row(equal_height=False, elem_id="run-bar"):
+            with gr.Column(scale=1, min_width=220):
+                with gr.Row():
+                    run_button = gr.Button("Run", variant="primary", size="lg", elem_id="run-button", scale=3)
+                    stop_button = gr.Button("Stop", variant="stop", size="lg", elem_id="stop-button", scale=1)
+            with gr.Column(scale=3, min_width=300):
+                summary = gr.Markdown("Press **Run**: the chosen topology, the plain target sampler and the chain at "
+                                      "the same target rows per round draw samples with one seed.",
+                                      elem_classes="sd-headline", elem_id="headline", min_height=60)
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=330):
                 with gr.Group():
@@ -50,15 +61,9 @@ def build_demo() -> gr.Blocks:
                 if controls.advanced_fields():  # settings the library has and the layout does not name yet
                     with gr.Accordion(controls.ADVANCED, open=False):
                         run_settings |= controls.place(controls.ADVANCED, values)
-                with gr.Row():
-                    run_button = gr.Button("Run", variant="primary", size="lg", elem_id="run-button", scale=3)
-                    stop_button = gr.Button("Stop", variant="stop", size="lg", elem_id="stop-button", scale=1)
                 gr.Markdown(f"<small>specdemo {__version__} · same seed, device and batch: same samples · runs queue "
                             f"{CONCURRENCY_LIMIT} at a time</small>")
             with gr.Column(scale=3):
-                summary = gr.Markdown("Press **Run**: the chosen topology, the plain target sampler and the chain at "
-                                      "the same target rows per round draw samples with one seed.",
-                                      elem_classes="sd-headline", elem_id="headline")
                 with gr.Tabs():
                     with gr.Tab("Draft tree", id="tree-tab"):
                         plan_line = gr.Markdown(elem_id="plan-line", elem_classes="sd-plan")
@@ -110,7 +115,7 @@ def build_demo() -> gr.Blocks:
             handlers.run, None,
             [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state,
              trajectory, round_k],
-            inputs_kwargs=run_settings, api_name="run", concurrency_id="sampler",
+            inputs_kwargs=run_settings, api_name="run", concurrency_id="sampler", show_progress_on=[summary],
         )
         round_k.input(handlers.show_round, [state, trajectory, round_k], [tree_plot, data_plot, rounds_plot],
                       api_name="tree_view", trigger_mode="always_last", show_progress="hidden")
@@ -119,13 +124,16 @@ def build_demo() -> gr.Blocks:
         test_check = test_button.click(handlers.check_inputs, None, None, inputs_kwargs=run_settings,
                                        api_name="check_exactness", show_progress="hidden")
         test_event = test_check.success(handlers.exactness, [test_samples], [test_summary, test_plot],
-                                        inputs_kwargs=run_settings, api_name="exactness", concurrency_id="sampler")
+                                        inputs_kwargs=run_settings, api_name="exactness", concurrency_id="sampler",
+                                        show_progress_on=[test_summary])
         # the flag stops the work between rounds; `cancels` frees the queue's slot and the page at once
         stop_button.click(cancelling.stop, None, None, cancels=[run_check, run_event, test_check, test_event],
                           api_name="stop", queue=False)
         demo.unload(cancelling.stop)
         export_button.click(handlers.export, [state], [export_file], api_name="export")
         demo.load(handlers.offered_kernels, [model, kernel], [kernel], api_name="model_kernels", show_progress="hidden")
+        demo.load(handlers.samples_range, [model], [run_settings["num_samples"]], api_name="samples_range",
+                  show_progress="hidden")
         model.change(handlers.model_changed, [model, kernel],
                      [kernel, run_settings["custom_model"], run_settings["steps"], run_settings["num_samples"], tree,
                       run_settings["budget"], run_settings["class_label"], run_settings["draft"], run_settings["freeze"],

@@ -18,7 +18,7 @@ from pathlib import Path
 from specdemo.errors import SpecdemoError
 
 # in the report's order; each is a module of this package
-SECTIONS = ("gm512", "prefetch", "gm2d", "auto", "digits", "block", "whole_tree", "drafts", "distilled", "redraft", "network_pricing", "equal_rows", "branching", "cold", "online", "quality", "throughput", "sd_unet",
+SECTIONS = ("gm512", "prefetch", "gm2d", "auto", "digits", "block", "whole_tree", "drafts", "distilled", "redraft", "network_pricing", "equal_rows", "branching", "cold", "online", "visit", "quality", "throughput", "sd_unet",
             "gpu", "launches", "latency")
 
 

@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _PUBLIC = {  # name: the submodule that defines it
     "BiasedDraft": "drafts", "Draft": "drafts", "FrozenDraft": "drafts", "NetworkDraft": "drafts",
     "SpecdemoError": "errors", "SettingError": "errors", "WorkLimitError": "errors",
+    "ModelLoadError": "errors",
     "Cancel": "limits", "Cancelled": "limits", "Limits": "limits",
     "KERNEL_NAMES": "config", "MODEL_HELP": "config", "METHODS": "config", "SamplerConfig": "config",
     "TOPOLOGY_HELP": "config",

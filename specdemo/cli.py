@@ -41,8 +41,14 @@ def sample_options() -> list[tuple[str, dict]]:
     return options
 
 
-# where sample writes, besides the JSON line on stdout
-OUTPUT_OPTIONS: tuple[tuple[str, dict], ...] = (
+# the process's own settings (not a run's): where sample writes, besides the JSON line on stdout, and its threads
+CPU_THREADS = 1  # on a CPU: a diffusion step's small tensors gained nothing from more, and timings were steadier
+PROCESS_OPTIONS: tuple[tuple[str, dict], ...] = (
+    ("--threads", dict(type=int, metavar="T", help=f"torch's CPU threads for the run, which the planner's costs are "
+                                                   f"measured with too (default {CPU_THREADS} on a CPU: at batch 1 "
+                                                   "one thread was faster and steadier than two; 0: torch's "
+                                                   "default). The samples are the same for the same seed, device, "
+                                                   "batch and threads")),
     ("--out", dict(metavar="FILE.npz", help="save `samples` (and the config and cost) here")),
     ("--grid", dict(metavar="FILE.png", help="for image models: save the samples as a PNG grid")),
     ("--trace", dict(metavar="FILE.json", help="save every round's tree (no states) as JSON")),
@@ -77,6 +83,9 @@ def _sample(args) -> int:
             raise SpecdemoError(f"{option} {path[:80]!r}: its folder does not exist")
     limits = Limits.from_env()
     cancel = Cancel(limits.max_seconds)  # SPECDEMO_MAX_SECONDS, if set
+    threads = cpu_threads(args.threads, config.device)
+    if threads:  # before the build, so that a plan priced by time is priced as the run runs
+        torch.set_num_threads(threads)
     state = process_state()
     problem = build(config, limits=limits, cancel=cancel, share=Broadcast(state) if state else None)
     if args.grid and len(problem.target.shape) != 3:
@@ -106,7 +115,7 @@ def _sample(args) -> int:
                "plan_source": problem.plan_source, "plan_cached": problem.plan_source in ("cache", "shipped")
                if problem.plan_source else None, "planned_calls": plan.expected_calls if planned else None,
                "planned_s": plan.expected_s if planned else None, "warmup_s": problem.warmup_s,
-               "device": str(problem.device), "seed": c.seed,
+               "device": str(problem.device), "seed": c.seed, "threads": torch.get_num_threads(),
                "processes": state.num_processes if state else 1}
     if args.out:
         np.savez(args.out, samples=samples, config=json.dumps(c.to_dict()), cost=json.dumps(summary))
@@ -120,6 +129,18 @@ def _sample(args) -> int:
                                                 "rounds": [r.to_json() for r in result.trace]}))
     print(json.dumps(summary, allow_nan=False))
     return 0
+
+
+def cpu_threads(asked: int | None, device: str) -> int:
+    """The threads to set: as asked (0: leave torch's default), else CPU_THREADS where the run is on a CPU."""
+    import torch
+
+    if asked is not None:
+        if asked < 0:
+            raise SpecdemoError(f"--threads must be >= 0 (0: torch's default), got {asked}")
+        return asked
+    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    return CPU_THREADS if on_cpu else 0
 
 
 def _bench(argv: list[str], prog: str) -> int:
@@ -144,7 +165,7 @@ def build_parser(prog: str = "specdemo", sample_defaults: dict | None = None) ->
     p.add_argument("--config", metavar="FILE.json",
                    help="start from the settings saved in this file (SamplerConfig.to_json, or a run's --trace "
                         "file); the options given here change them")
-    for flag, options in sample_options() + list(OUTPUT_OPTIONS):
+    for flag, options in sample_options() + list(PROCESS_OPTIONS):
         p.add_argument(flag, **options)
     p.set_defaults(**(sample_defaults or {}))
     p.set_defaults(func=_sample)

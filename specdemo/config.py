@@ -125,7 +125,7 @@ class SamplerConfig:
     num_samples: int = setting(16, "samples to draw", metavar="M")
     max_batch: int | None = setting(None, "at most B trajectories in flight; a finished one frees its slot for the "
                                           "next (continuous batching; default: all at once)", metavar="B")
-    seed: int = setting(0, "same seed, device and --max-batch: same samples")
+    seed: int = setting(0, "same seed, device, --max-batch and CPU threads: same samples")
     device: str = setting("auto", "where to run", choices=DEVICES)
     launch: str = setting("auto", "how the target network runs on a GPU: graphs (each call size captured once as a "
                                   "CUDA graph, replayed: one launch a call), compile (torch.compile), eager; auto: "

@@ -18,6 +18,19 @@ class SettingError(SpecdemoError):
         super().__init__(message)
 
 
+class ModelLoadError(SpecdemoError):
+    """A model that could not be loaded: `spec`, `cause` (folder: not a model specdemo runs; offline: the Hub
+    is off here and the model is not cached; unreachable: the Hub does not answer; hub: the Hub answered and
+    the repo could not be loaded) and `detail` (the loader's own first line). str() is the library's and the
+    command line's wording; a page words the cause for its own reader."""
+
+    CAUSES = ("folder", "offline", "unreachable", "hub")
+
+    def __init__(self, spec: str, cause: str, detail: str, message: str):
+        self.spec, self.cause, self.detail = spec, cause, detail
+        super().__init__(message)
+
+
 class WorkLimitError(SpecdemoError):
     """A run that could evaluate `rows` target rows, over `limit` (specdemo.limits)."""
 

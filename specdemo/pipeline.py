@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from .config import SamplerConfig
-from .planning import Plan, call_seconds, call_sizes, learn, learnt_seed, plan
+from .planning import Plan, call_seconds, call_sizes, learn, learnt_seed, observe, plan
 from .drafts import CorrectedNetworkDraft, Draft, NetworkDraft, frozen_draft
 from .errors import SpecdemoError
 from .kernels import Kernel
@@ -54,6 +54,9 @@ class Problem:
     # (no plan yet: the online plan, whose runs learn) or "default" (a fixed tree, --freeze auto's first table)
     plan_source: str | None = None
     learnt: bool = False  # the plan was learnt from the setting's runs (stream_seed)
+    plain_s: float | None = None  # the expected seconds of plain sampling an auto topology was weighed against
+    declined: Problem | None = None  # the planned problem plain sampling was expected to beat (tree is then ())
+    measured_s: float | None = None  # what runs under the plan took per batch of slots (planning.observe)
     calibration_s: float = 0.0  # pilots, cost measurement and planning, when this build ran them
     warmup_s: float = 0.0  # setting the target's kernels up for the run's call sizes (pipeline.warm_up)
 
@@ -77,12 +80,15 @@ class Problem:
         """The problem as its plan settles it (specdemo.planning.plan)."""
         return replace(self, **{f.name: getattr(settled, f.name) for f in fields(settled)})
 
-    def run(self, indices=None, *, with_pilot: bool = False, **kwargs) -> SampleResult:
+    def run(self, indices=None, *, with_pilot: bool = False, learn_deltas: bool = True, **kwargs) -> SampleResult:
         """Sample every trajectory, or only trajectories `indices` (a process's share). with_pilot:
-        charge this build's pilot runs to the run's cost (pilot_calls, pilot_s, speedup_total)."""
+        charge this build's pilot runs to the run's cost (pilot_calls, pilot_s, speedup_total). learn_deltas:
+        keep what the run measured for the setting's later runs (planning.learn under the online plan; else
+        planning.observe, its seconds under a plan priced by time); False for a run that repeats
+        trajectories already kept."""
         num = self.config.num_samples if indices is None else len(indices)
         cond = self.cond if indices is None else {k: v[list(indices)] for k, v in self.cond.items()}
-        learns = self.plan_source == "online" and _learning_process()
+        learns = learn_deltas and self.plan_source == "online" and _learning_process()
         traced = kwargs.pop("trace", False)
         if learns and not traced:  # learning reads the deltas alone: no node states kept on the host
             kwargs["trace_states"] = False
@@ -93,6 +99,9 @@ class Problem:
         if learns:  # the run's deltas plan the setting's later runs (planning.learn)
             learn(self, result.trace, num)
             result.trace = result.trace if traced else None
+        elif (learn_deltas and not traced and self.plain_s is not None and isinstance(self.tree, TopologyPlan)
+              and _learning_process()):
+            observe(self, result.cost.wall_s, num)  # what the plan took (untraced), weighed against plain sampling
         if with_pilot and self.pilot is not None:
             result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s
         return result

@@ -1,5 +1,10 @@
 """Stopping a session's runs between rounds: by its Stop button, by its page closing, by gradio
-dropping its event (gradio_client's job.cancel(), a `cancels=` trigger), or by the seconds limit."""
+dropping its event (gradio_client's job.cancel(), a `cancels=` trigger), or by the seconds limit; and
+counting the runs at a time by the work running, not by the queue's slots.
+
+A dropped event is noticed by a watcher thread that looks every WATCH_SECONDS, whatever phase the run is
+in (planning, sampling, decoding), and sets the run's flag, which each phase checks.
+"""
 
 from __future__ import annotations
 
@@ -12,26 +17,59 @@ from gradio.context import LocalContext
 
 from specdemo.limits import Cancel
 
+RUNS_AT_ONCE = 2  # runs at once (the queue's concurrency limit, and the work slots below); the queue holds the others
+WATCH_SECONDS = 0.2  # how often a run's watcher looks whether gradio still runs its event
 RUNNING: dict[str, set[Cancel]] = {}  # session -> its runs' stop flags
 RUNNING_LOCK = threading.Lock()
+# A cancelled event frees its queue slot at once while its thread finishes its round: the work slots are
+# held until the work has stopped, so a cancel never lets more than RUNS_AT_ONCE runs compute together
+WORK_SLOTS = threading.BoundedSemaphore(RUNS_AT_ONCE)
+SHARED: set[int] = set()  # the runs (id of their flag) that another run computed beside, at some look
+
+
+def runs_going() -> int:
+    """Runs computing now (each holds a work slot)."""
+    return RUNS_AT_ONCE - WORK_SLOTS._value
+
+
+def was_shared(cancel: Cancel) -> bool:
+    """Whether another run computed beside this one at some look of its watcher (its timings are noisier)."""
+    return id(cancel) in SHARED
 
 
 @contextmanager
 def cancellable(request: gr.Request | None, seconds: float | None):
     """A run's stop flag: set by the Stop button and by closing the page (`stop`), by gradio's cancel
-    of the event (`watched`), or `seconds` after the run started."""
+    of the event (a watcher thread: event_alive), or `seconds` after the run started. The run holds one
+    of the WORK_SLOTS until it returns."""
     cancel = Cancel(seconds)
     session = getattr(request, "session_hash", None) or ""
-    with RUNNING_LOCK:
-        RUNNING.setdefault(session, set()).add(cancel)
-    try:
-        yield cancel
-    finally:
+    event = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    with WORK_SLOTS:
         with RUNNING_LOCK:
-            runs = RUNNING.get(session, set())
-            runs.discard(cancel)
-            if not runs:
-                RUNNING.pop(session, None)
+            RUNNING.setdefault(session, set()).add(cancel)
+        done = threading.Event()
+        watcher = threading.Thread(target=_watch, args=(event, cancel, done), daemon=True, name="specdemo-watch")
+        watcher.start()
+        try:
+            yield cancel
+        finally:
+            done.set()
+            SHARED.discard(id(cancel))
+            with RUNNING_LOCK:
+                runs = RUNNING.get(session, set())
+                runs.discard(cancel)
+                if not runs:
+                    RUNNING.pop(session, None)
+
+
+def _watch(event, cancel: Cancel, done: threading.Event) -> None:
+    while not done.wait(WATCH_SECONDS):
+        if runs_going() > 1:
+            SHARED.add(id(cancel))
+        if not event_alive(*event):
+            cancel.cancel()
+            return
 
 
 def stop(request: gr.Request):
@@ -42,10 +80,9 @@ def stop(request: gr.Request):
         cancel.cancel()
 
 
-def event_alive() -> bool:
-    """Whether gradio still runs this thread's event: a cancelled event (gradio_client's job.cancel(),
-    a `cancels=` trigger) leaves the queue's active jobs while the worker thread runs on."""
-    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+def event_alive(blocks, event_id) -> bool:
+    """Whether gradio still runs the event `event_id` of `blocks`: a cancelled event (gradio_client's
+    job.cancel(), a `cancels=` trigger) leaves the queue's active jobs while the worker thread runs on."""
     queue = getattr(blocks, "_queue", None)
     if queue is None or event_id is None:
         return True  # not inside a queued event (a direct call)
@@ -53,15 +90,14 @@ def event_alive() -> bool:
 
 
 def watched(progress, cancel: Cancel, every: float = 0.1):
-    """gr.Progress at most every `every` seconds (a round can take a millisecond), the end always;
-    each update also stops the run once gradio has dropped its event."""
+    """gr.Progress at most every `every` seconds (a round can take a millisecond), the end always; an
+    update also stops at once a run whose flag is set."""
     last = [0.0]
 
     def update(fraction: float, desc: str) -> None:
         now = time.monotonic()
         if now - last[0] >= every or fraction >= 1:
             last[0] = now
-            if not event_alive():
-                cancel.cancel()
+            cancel.check()
             progress(fraction, desc=desc)
     return update

@@ -16,12 +16,14 @@ import gradio as gr
 
 from specdemo.config import KERNEL_NAMES, SamplerConfig
 
-from .loading import hub_allowed
+from .loading import hub_allowed, hub_offline
 from .settings import (CLASS_MODELS, CUSTOM, DEFAULT, DEFAULT_KERNEL, DRAFT_CHOICES, FREEZE_CHOICES,
                        IMAGE_MODELS, MODEL_CHOICES, OBJECTIVE_CHOICES, PILOT_SAMPLES, VERIFIER_CHOICES, field_kind,
                        model_kernel, text_model)
 from .topology_text import is_auto
-from .work import MAX_SAMPLES, step_limit
+from .work import GPU_SCALE, MAX_SAMPLES, step_limit
+
+API_MAX_SAMPLES = max(MAX_SAMPLES.values()) * GPU_SCALE  # the most samples any model takes on any device
 
 # the page's groups, top to bottom, and their controls in order; a tuple is a row of controls
 LAYOUT = {
@@ -64,9 +66,12 @@ def span(name: str) -> dict:
 # (each control's elem_id is its name, dashed, unless given here)
 WIDGETS: dict[str, tuple[type, dict]] = {
     "model": (gr.Dropdown, dict(choices=MODEL_CHOICES, label="target model",
-                                info="Hub models are downloaded when first run (their size in the label)")),
+                                info="the Hub is offline here: Hub models run where this server holds them"
+                                if hub_offline() else "Hub models are downloaded when first run (their size in the "
+                                                      "label)")),
     "custom_model": (gr.Textbox, dict(label="Hub id or local diffusers folder", placeholder="google/ddpm-cifar10-32")),
-    "class_label": (gr.Number, dict(precision=0)),
+    # numbers pass as typed (precision None: gradio would round 2.5 to 2); a whole number is checked by the field
+    "class_label": (gr.Number, dict(precision=None, step=1)),
     "prompt": (gr.Textbox, dict(lines=2, max_lines=4, placeholder="a watercolour lighthouse at dawn",
                                 info=field_metadata("prompt")["help"])),
     "negative_prompt": (gr.Textbox, dict(label="negative prompt", max_lines=2, placeholder="blurry, low quality",
@@ -85,8 +90,8 @@ WIDGETS: dict[str, tuple[type, dict]] = {
     "objective": (gr.Radio, dict(choices=OBJECTIVE_CHOICES, label="the plan minimises (auto)")),
     "verifier": (gr.Dropdown, dict(choices=VERIFIER_CHOICES, label="verifier")),
     "kernel": (gr.Dropdown, dict(label="kernel")),  # the model's own kernels: kernel_choices
-    "steps": (gr.Number, dict(precision=0, label="steps", min_width=100, minimum=1)),
-    "seed": (gr.Number, dict(precision=0, label="seed", min_width=100)),
+    "steps": (gr.Number, dict(precision=None, step=1, label="steps", min_width=100, minimum=1)),
+    "seed": (gr.Number, dict(precision=None, step=1, label="seed", min_width=100)),
     "eta": (gr.Slider, dict(**span("eta"), step=0.05, label="eta (DDIM)", info=field_metadata("eta")["help"])),
     "churn": (gr.Slider, dict(**span("churn"), step=0.01, label="churn (flow matching)")),
     "num_samples": (gr.Slider, dict(minimum=1, step=1, label="samples")),
@@ -132,11 +137,13 @@ def draft_shows(draft: str) -> dict[str, dict]:
 
 def first_shown(values: dict) -> dict[str, dict]:
     """What every control shows as the page opens with `values`. Until the page has loaded, the kernel
-    control offers every kernel (the model's own need the model loaded: handlers.offered_kernels)."""
+    control offers every kernel (the model's own need the model loaded: handlers.offered_kernels), and the
+    samples control spans what any model takes (API_MAX_SAMPLES), so that an API call of another model's page
+    defaults is not refused by the control's range; the page narrows it to the model's (handlers.samples_range)."""
     return {**model_shows(values["model"]), **kernel_shows(values["model"], values["kernel"]),
             **topology_shows(values["tree"]), **draft_shows(values["draft"]),
             "kernel": dict(choices=kernel_choices(KERNEL_NAMES)), "steps": dict(maximum=step_limit()),
-            "model": dict(choices=offered_models())}
+            "model": dict(choices=offered_models()), "num_samples": dict(maximum=API_MAX_SAMPLES)}
 
 
 def laid_out() -> tuple[str, ...]:
@@ -172,7 +179,7 @@ def field_widget(name: str) -> tuple[type, dict]:
     if kind is bool:
         return gr.Checkbox, dict(info=info)
     if kind in (int, float) and not left_to_default:
-        return gr.Number, dict(precision=0 if kind is int else None, info=info)
+        return gr.Number, dict(precision=None, step=1 if kind is int else None, info=info)  # read_field checks it
     return gr.Textbox, dict(max_lines=1, info=info + ("; blank: the default" if left_to_default else ""))
 
 

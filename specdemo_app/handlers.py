@@ -26,7 +26,7 @@ from specdemo.config import KERNEL_NAMES, PRESET_NAMES, SamplerConfig
 from specdemo.errors import SettingError, SpecdemoError
 from specdemo.limits import Cancel, Cancelled, Limits
 
-from .cancelling import cancellable, watched
+from .cancelling import cancellable, runs_going, was_shared, watched
 from .controls import LAYOUT, control_label, draft_shows, kernel_choices, kernel_shows, model_shows, topology_shows
 from .curated import curated
 from .labels import exactness_text, headline, plan_text
@@ -60,7 +60,13 @@ def user_error(message: str, title: str) -> gr.Error:
     traceback (gradio prints one for every gr.Error unless told not to)."""
     message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "…"
     log.info("%s: %s", title, message)
-    return gr.Error(message, title=title, print_exception=False)
+    return gr.Error(as_text(message), title=title, print_exception=False)
+
+
+def as_text(message: str) -> str:
+    """A message the page's pop-up shows as typed: it renders HTML, so no "<" may open a tag (a visitor's
+    input is echoed in some refusals)."""
+    return message.replace("<", "&lt;")
 
 
 def setting_words(err: SettingError) -> str:
@@ -88,7 +94,7 @@ def readable_errors(fn):
             raise user_error("out of memory: use fewer samples or a smaller tree", "Too large") from None
         except Exception as err:  # a bug: its traceback logged once, here; the page says what
             log.exception("unexpected error in %s", fn.__name__)
-            raise gr.Error(f"unexpected error ({type(err).__name__}): {str(err)[:MAX_MESSAGE]}",
+            raise gr.Error(as_text(f"unexpected error ({type(err).__name__}): {str(err)[:MAX_MESSAGE]}"),
                            title="Something went wrong", print_exception=False) from None
 
     return wrapper
@@ -103,7 +109,8 @@ def _compute(config: SamplerConfig, target, draft_target, progress, limits: Limi
     from .runner import run_comparison
 
     comp = run_comparison(config, target=target, draft_target=draft_target, progress=watched(progress, cancel),
-                          limits=limits, cancel=cancel).summarised(KEPT_TRAJECTORIES, SESSION_BYTES)
+                          limits=limits, cancel=cancel, traced=KEPT_TRAJECTORIES).summarised(KEPT_TRAJECTORIES,
+                                                                                             SESSION_BYTES)
     if comp.latent:
         comp.path_images(*F.pick_round(comp.trace), decoder(target, comp.config.device))
     return comp
@@ -159,6 +166,7 @@ def run(request: gr.Request = None, progress=gr.Progress(), **settings):
     with cancellable(request, limits.max_seconds) as cancel:
         # the session keeps the trace of the first KEPT_TRAJECTORIES only: a few MB whatever the samples
         comp = _compute(config, target, draft_target, progress, limits, cancel)
+        comp.shared = was_shared(cancel) or runs_going() > 1
     t, k = F.pick_round(comp.trace)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
     out = (
@@ -282,6 +290,11 @@ def offered_kernels(model, kernel):
     when the page loads: the model's kernels need the model loaded, which building the page does not)."""
     kernels = model_kernels(model)
     return gr.update(choices=kernel_choices(kernels), value=kernel if kernel in kernels else DEFAULT)
+
+
+def samples_range(model):
+    """The samples control's range for the model the page opened on (the control itself spans every model's)."""
+    return gr.update(**model_shows(model)["num_samples"])
 
 
 def model_changed(model, kernel):

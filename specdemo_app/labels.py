@@ -19,6 +19,8 @@ def describe(problem: Problem) -> str:
     c = problem.config
     if c.method == "target":
         return "plain target"
+    if problem.declined is not None:
+        return "plain target (auto's choice)"
     return f"{c.method} {problem.tree} · {VERIFIER_LABELS.get(problem.verifier.name, problem.verifier.name)}"
 
 
@@ -51,6 +53,8 @@ def headline(comp: Comparison) -> str:
     per round (for a block-verified chain, against the same chains verified node by node), saying
     which won (whichever it is); then what the plan expected, and what planning cost."""
     h = comp.headline()
+    if comp.declined is not None:
+        return declined_headline(comp, h)
     chosen = comp.chosen
     acceptance = chosen.cost.acceptance
     by_time = h["speedup_time"] > 1 + TIE
@@ -95,7 +99,8 @@ def headline(comp: Comparison) -> str:
         text += (f" The plan expected {h['planned_s']:.2f} s and {h['planned_calls']:.1f} target calls per sample "
                  f"(measured {h['time_chosen']:.2f} s and {h['calls_chosen']:.1f}).")
     text += (f"  \nEvery sample is an exact draw of the target sampler, whatever the draft. "
-             f"{'Three' if len(comp.runs) == 3 else 'Two'} runs, seed {comp.config.seed}, {h['wall_s']:.2f} s of sampling")
+             f"{'Three' if len(comp.runs) == 3 else 'Two'} runs, seed {comp.config.seed}, {h['wall_s']:.2f} s of sampling"
+             + timing_words(comp))
     pilot = chosen.pilot
     if pilot is not None:
         text += (f"; the pilot that planned the run ({comp.config.pilot_samples} trajectories, {pilot.target_calls} "
@@ -115,9 +120,38 @@ def headline(comp: Comparison) -> str:
     return text + "."
 
 
+def timing_words(comp: Comparison) -> str:
+    """How the wall-clock figures were taken: the median of several timings, and whether another visitor's
+    run computed beside them."""
+    repeats = comp.chosen.timings
+    text = f" (each wall-clock the least of {repeats} timings)" if repeats > 1 else ""
+    if comp.shared:
+        text += "; timed while another visitor's run was computing too, so the seconds are noisier than usual"
+    return text
+
+
+def declined_headline(comp: Comparison, h: dict) -> str:
+    """The headline of an auto topology that sampled plainly: why, and what the chain and plain sampling took."""
+    plan, c = comp.declined, comp.config
+    text = (f"### auto chose plain sampling: no plan of ≤ {c.budget} target rows a round was expected to beat it "
+            f"here\nThe best plan expected {plan.expected_s:.2f} s ({plan.expected_calls:.1f} target calls per sample) "
+            f"against {comp.plain_s:.2f} s for plain sampling on this machine; measured {h['time_chosen']:.2f} s.")
+    if "speedup_time_chain" in h:
+        text += (f" The {h['chain']} made {h['speedup_chain']:.2f}× fewer target calls than plain sampling and ran "
+                 f"at {h['speedup_time_chain']:.2f}× its speed.")
+    return text + ("  \nA round's work outside the target call costs more here than the calls it saves: pick a "
+                   "fixed topology such as 3,2,1 to see a tree anyway. Every sample is an exact draw of the target "
+                   f"sampler. Seed {c.seed}, {h['wall_s']:.2f} s of sampling{timing_words(comp)}.")
+
+
 def plan_text(comp: Comparison, max_segments: int = 7) -> str:
     """One line on the topology: a fixed tree, or the planned trees along the steps."""
     chosen, c = comp.chosen, comp.config
+    if comp.declined is not None:
+        return (f"**Plain sampling**, auto's choice: the best plan (≤ {c.budget} target rows a round, "
+                f"{comp.declined.expected_calls:.1f} target calls per sample expected) was expected slower than plain "
+                "sampling on this machine, so no round drafted a tree. Pick a fixed topology (3,2,1, 1x5, ...) to "
+                "see one.")
     freeze = {"out": "the network output", "x0": "x0-hat", "x0-linear": "x0-hat extrapolated in time",
               "gaussian": "x0-hat of a fitted Gaussian", "auto": "the form chosen per step (the fitted Gaussian until a plan chooses)"}
     draft = (f"frozen draft keeping {freeze.get(c.freeze, c.freeze)}" if c.draft == "frozen"

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from specdemo.config import EMBEDDED_NAMES, PRESET_NAMES
-from specdemo.errors import SpecdemoError
+from specdemo.errors import ModelLoadError, SpecdemoError
 
 from .curated import CURATED, curated
 
@@ -163,4 +163,16 @@ def load_for_visitors(spec: str) -> Target:
     checkpoints it never downloads included), any other by the library."""
     check_hub_model(spec)
     cap = None if curated(spec) else max_download_bytes()
-    return cached_target(spec, hub_only=not local_models(), max_download_bytes=cap)
+    try:
+        return cached_target(spec, hub_only=not local_models(), max_download_bytes=cap)
+    except ModelLoadError as err:  # the loader's words name its internals and the command line's options
+        raise SpecdemoError(LOAD_WORDS[err.cause].format(spec=err.spec[:120])) from None
+
+
+LOAD_WORDS = {  # a model that could not be loaded (ModelLoadError.cause), in a visitor's words
+    "folder": "{spec} is not a model this app runs: a diffusers folder with a UNet2DModel or a listed pipeline",
+    "offline": "{spec} is not on this server and the Hub is offline here; pick an embedded or analytic model",
+    "unreachable": "the Hub does not answer from this server, and {spec} is not in its cache; try again later",
+    "hub": "{spec} could not be loaded from the Hub: the repo may not exist, may be private, or lacks "
+           "safetensors weights",
+}

@@ -76,6 +76,7 @@ class MethodRun:
     pilot: Cost | None = None  # calibration runs (auto topology or freeze), not part of `cost`
     plan_source: str | None = None  # where its calibration came from: pilot, cache or shipped
     images: torch.Tensor | None = None  # a latent model's first samples decoded for display (SHOWN_IMAGES)
+    timings: int = 1  # how many timings the wall-clock is the median of (timed_again)
 
     def summary(self) -> dict:
         return {"label": self.label, "tree": self.tree, "verifier": self.verifier,
@@ -121,6 +122,10 @@ class Comparison:
     log_density: Callable | None  # the analytic target's, for 2-D views
     paths: np.ndarray | None  # (B, N + 1, 2) every trajectory's states, for 2-D targets
     plan: TopologyPlan | None = None  # the chosen run's trees per step, when its topology was planned
+    # an auto topology that sampled plainly: the plan plain sampling was expected to beat, and its seconds
+    declined: TopologyPlan | None = None
+    plain_s: float | None = None
+    shared: bool = False  # timed while another visitor's run computed too (handlers.run)
     latent: bool = False  # its samples and node states are latents, decoded for display only
     # (trajectory, k) -> the committed path of that round decoded for display (path_images)
     decoded_paths: dict = field(default_factory=dict)
@@ -258,6 +263,27 @@ def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
                      pilot=problem.pilot, plan_source=problem.plan_source)
 
 
+TIMING_SECONDS = 1.0  # a click's runs are timed again while all its timings together stay within this
+TIMING_RUNS = 5  # ... up to this many timings of each run, the least kept
+
+
+def timed_again(runs: list[MethodRun], problems: list[Problem], cancel: Cancel | None) -> None:
+    """Time each run again, in turn (so that a burst of load falls on all of them alike), while another pass
+    fits in TIMING_SECONDS with the ones made (up to TIMING_RUNS timings each); each run's wall-clock becomes
+    the least of its timings (load only ever slows a run down), its seconds in target calls scaled alike. A run of the analytic targets takes
+    a tenth of a second, which a shared CPU moved by a quarter from click to click; a click of the digits
+    model makes one pass."""
+    timings = [[r.cost.wall_s] for r in runs]
+    while len(timings[0]) < TIMING_RUNS and sum(map(sum, timings)) / len(timings[0]) * (len(timings[0]) + 1) \
+            <= TIMING_SECONDS:
+        for times, p in zip(timings, problems):
+            times.append(p.run(learn_deltas=False, cancel=cancel).cost.wall_s)
+    for r, times in zip(runs, timings):
+        least = float(min(times))
+        r.cost.target_s *= least / r.cost.wall_s if r.cost.wall_s else 1.0
+        r.cost.wall_s, r.timings = least, len(times)
+
+
 def click_work(settings: Settings, chain: bool, plain: bool) -> list[tuple[str, int]]:
     """(run, the most target rows it may evaluate) for each run of a click, bounded as
     specdemo.limits bounds one run: samples x steps x (rows a round + the warm-up's root row), and
@@ -337,9 +363,9 @@ def plain_calls(problem: Problem) -> int:
 
 def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, baselines: bool = True,
                    target: Target | None = None, draft_target: Target | None = None, limits: Limits | None = None,
-                   cancel: Cancel | None = None) -> Comparison:
+                   cancel: Cancel | None = None, traced: int = 64) -> Comparison:
     """Run `config` (its method taken from its tree: chain, tree, or tree "auto" planned per step)
-    with a trace, then, with the same seed, the plain target sampler and, for a tree, the RMC chain
+    and its first `traced` trajectories again with a trace (for the views), then, with the same seed, the plain target sampler and, for a tree, the RMC chain
     at the same target rows per round (a plan's mean rows per round, rounded); for a block-verified
     chain, the same chains verified node by node (RMC). `limits` bound the runs together: their
     rows are checked before any work (check_click), and `cancel` (which carries the seconds
@@ -361,8 +387,10 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     others: list[tuple[str, Problem]] = []
     if baselines:
         if method == "tree":
-            chain_cfg = config.with_method("chain", matched_chain(problem.tree, stochastic, config.prefetch == "leaves"))
-            if config.freeze == "auto" and config.draft == "frozen":
+            planned = problem.declined.tree if problem.declined is not None else problem.tree
+            chain_cfg = config.with_method("chain", matched_chain(planned, stochastic,
+                                                                  config.prefetch == "leaves"))
+            if config.freeze == "auto" and config.draft == "frozen" and problem.declined is None:
                 # the chain drafts with the run's own per-step freeze table (a plan's, or the first one), which
                 # building the chain alone would not find
                 chain_cfg = replace(chain_cfg, verifier="rmc")
@@ -376,27 +404,42 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
             others.append(("chain", replace(problem, config=replace(config, verifier="rmc"),
                                             verifier=get_verifier("rmc"))))
         others.append(("target", build(config.with_method("target"), target, limits=limits, cancel=cancel)))
-    stages = 1 + len(others)
+    stages = 2 + len(others)
     plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
-    clock = TimeLeft([plain_calls(p) if key == "target" else None for key, p in others], *plan_expects(problem))
-    result = problem.run(trace=True, trace_states=kind in ("plane", "image"),
-                         keep_steps=range(steps + 1) if kind == "plane" else (),
-                         callback=stage_callback(progress, 0, 1 / stages, describe(problem), clock), cancel=cancel)
+    clock = TimeLeft([plain_calls(p) if key == "target" else None for key, p in others] + [None],
+                     *plan_expects(problem))  # the views' run: about as many sequential calls as the first
+    # every run is timed untraced, as the baselines are (recording the rounds cost the chosen run up to 4x its
+    # time on the analytic targets); the first `traced` trajectories are then run again, traced, for the views:
+    # their own streams give them the same draws (bit for bit on the analytic targets: tests/test_reproducible.py)
+    result = problem.run(callback=stage_callback(progress, 0, 1 / stages, describe(problem), clock), cancel=cancel)
     runs = [_method_run(method, problem, result)]
     for i, (key, p) in enumerate(others, start=1):
         r = p.run(callback=stage_callback(progress, i / stages, (i + 1) / stages, describe(p), clock), cancel=cancel)
         runs.append(_method_run(key, p, r))
+    timed_again(runs, [problem, *(p for _, p in others)], cancel)
     runs = runs[::-1]  # plain target first, the chosen run last
+    shown = range(min(config.num_samples, traced))
+    views = problem.run(indices=shown, learn_deltas=False, trace=True, trace_states=kind in ("plane", "image"),
+                        keep_steps=range(steps + 1) if kind == "plane" else (), cancel=cancel,
+                        callback=stage_callback(progress, 1 - 1 / stages, 1.0,
+                                                f"the rounds of {len(shown)} trajectories for the views", clock))
     paths = None
     if kind == "plane":
-        paths = torch.stack([result.states[n] for n in range(steps + 1)], 1).float().cpu().numpy()
+        paths = torch.stack([views.states[n] for n in range(steps + 1)], 1).float().cpu().numpy()
     if target.text_conditioned:  # the samples panel's images, decoded by the VAE (bounded: SHOWN_IMAGES a run)
         if progress is not None:
             progress(1.0, f"decoding {min(config.num_samples, SHOWN_IMAGES)} images a run for display")
-        runs = [replace(r, images=decode_for_display(target, r.samples[:SHOWN_IMAGES], DISPLAY_SIZE["samples"],
-                                                     problem.device)) for r in runs]
+        decoded = []
+        for r in runs:  # a run's images at a time, the cancel checked between them
+            if cancel is not None:
+                cancel.check()
+            decoded.append(replace(r, images=decode_for_display(target, r.samples[:SHOWN_IMAGES],
+                                                                DISPLAY_SIZE["samples"], problem.device)))
+        runs = decoded
     if progress is not None:
         progress(1.0, "drawing the figures")
-    return Comparison(config=config, runs=runs, trace=result.trace or [], kind=kind, num_steps=steps,
+    return Comparison(config=config, runs=runs, trace=views.trace or [], kind=kind, num_steps=steps,
                       model_name=target.name, kernel_name=problem.kernel.name, shape=tuple(target.shape),
-                      log_density=log_density_of(target), paths=paths, plan=plan, latent=target.text_conditioned)
+                      log_density=log_density_of(target), paths=paths, plan=plan, latent=target.text_conditioned,
+                      declined=problem.declined.tree if problem.declined is not None else None,
+                      plain_s=problem.plain_s)

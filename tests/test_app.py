@@ -92,7 +92,9 @@ def test_the_page_opens_on_the_embedded_digits_model():
     assert component("model").value == "digits" and component("topology").value == "auto"
     assert component("budget").visible and component("objective").visible
     assert component("class-label").visible and component("class-label").value == S.DEFAULT_CLASS
-    assert component("freeze").value == "auto" and component("num-samples").maximum == MAX_SAMPLES["image"]
+    # the control spans every model's samples (an API call of another model's defaults); the page narrows it
+    assert component("freeze").value == "auto" and component("num-samples").maximum == controls.API_MAX_SAMPLES
+    assert H.samples_range("digits")["maximum"] == MAX_SAMPLES["image"]
     assert component("verifier").value == "default" and component("objective").value == "time"
 
 
@@ -270,7 +272,8 @@ def test_a_click_is_bounded_as_a_whole(monkeypatch):
 
 
 def test_one_time_limit_covers_every_run_of_a_click(monkeypatch):
-    """The seconds limit is the click's: its three runs and the pilot share one Cancel."""
+    """The seconds limit is the click's: its three runs, their timings again and the traced run for the views
+    share one Cancel."""
     seen = []
     real_run = runner.Problem.run
 
@@ -281,7 +284,7 @@ def test_one_time_limit_covers_every_run_of_a_click(monkeypatch):
     monkeypatch.setattr(runner.Problem, "run", run)
     monkeypatch.setenv("SPECDEMO_APP_MAX_SECONDS", "77")
     H.run(**click(tree="3,2,1"), progress=no_progress)
-    assert len(seen) == 3 and len({id(c) for c in seen}) == 1 and seen[0].seconds == 77
+    assert len(seen) >= 4 and len({id(c) for c in seen}) == 1 and seen[0].seconds == 77
 
 
 def test_the_time_left_estimate():
@@ -388,7 +391,8 @@ def test_a_clicks_deltas_plan_the_next_click_of_the_same_settings(monkeypatch, t
     assert [r["trajectories"] for r in kept if r["key"].get("record") == "stats"] == [S.PILOT_SAMPLES]
     second = H.run(**settings, progress=no_progress)[9]
     assert second.chosen.plan_source == "runs" and second.chosen.pilot is None
-    assert any(t.depth > 1 for t in second.plan.trees)
+    planned = second.plan or second.declined  # plain sampling may be expected faster than the plan here
+    assert any(t.depth > 1 for t in planned.trees)
 
 
 def test_local_models_are_off_whatever_the_path_names(tmp_path):
@@ -818,3 +822,32 @@ def test_a_clicks_bound_counts_the_draft_networks_pilot():
     c = checked.config
     pilots = (len(AUTO_FORMS) + 1) * c.pilot_samples * 50 * (PILOT_DEPTH + 1)
     assert runner.click_work(checked, chain=False, plain=False)[0][1] == 2 * 50 * (c.budget + 1) + pilots
+
+
+def test_a_dropped_event_stops_its_run_in_any_phase_within_a_second():
+    """The watcher thread sets the run's flag once gradio drops its event, with no progress update needed
+    (planning and decoding send none); and a run holds a work slot until it returns, so a cancelled run still
+    computing counts against the runs at a time."""
+    from types import SimpleNamespace
+
+    from gradio.context import LocalContext
+
+    from specdemo_app import cancelling
+
+    event = SimpleNamespace(_id="event-1")
+    queue = SimpleNamespace(active_jobs=[[event]])
+    blocks, event_id = LocalContext.blocks.set(SimpleNamespace(_queue=queue)), LocalContext.event_id.set("event-1")
+    try:
+        with cancelling.cancellable(None, None) as cancel:
+            time.sleep(3 * cancelling.WATCH_SECONDS)
+            assert not cancel.cancelled  # the event runs
+            assert cancelling.WORK_SLOTS._value == cancelling.RUNS_AT_ONCE - 1  # a slot held while it runs
+            queue.active_jobs = [None]  # gradio dropped it (job.cancel(), a closed page)
+            t0 = time.monotonic()
+            while not cancel.cancelled and time.monotonic() - t0 < 5:
+                time.sleep(0.01)
+            assert cancel.cancelled and time.monotonic() - t0 < 1.0
+        assert cancelling.WORK_SLOTS._value == cancelling.RUNS_AT_ONCE  # given back when the run returned
+    finally:
+        LocalContext.blocks.reset(blocks)
+        LocalContext.event_id.reset(event_id)

@@ -251,3 +251,26 @@ def test_picking_a_listed_text_model_shows_the_prompt_and_says_how_to_fetch_it(p
     page.locator("#prompt textarea").wait_for(state="hidden")
     page.wait_for_function("() => document.querySelector('#model-status') === null || "
                            "document.querySelector('#model-status').offsetParent === null")
+
+
+@pytest.mark.parametrize("viewport", [{"width": 1400, "height": 1000}, {"width": 390, "height": 844}],
+                         ids=["desktop", "phone"])
+def test_run_stop_and_the_headline_are_in_view_without_scrolling(page, url, viewport):
+    """The first screen holds what a visitor acts on and reads: Run, Stop and the headline, which is where the
+    click's one progress display and its result appear."""
+    pg = page.context.new_page()
+    try:
+        pg.set_viewport_size(viewport)
+        pg.goto(url)
+        pg.wait_for_selector("#run-button")
+        for selector in ("#run-button", "#stop-button", "#headline"):
+            box = pg.locator(selector).bounding_box()
+            assert box is not None and box["width"] > 0, selector
+            assert 0 <= box["y"] and box["y"] + min(box["height"], 60) <= viewport["height"], (selector, box)
+        pg.click("#run-button")
+        # one progress display, on the headline, naming the phase; the figures' panels show none
+        pg.wait_for_selector("#headline .progress-text", timeout=30_000)
+        assert pg.locator("#tree-plot .progress-text").count() == 0
+        pg.wait_for_selector("#headline h3", timeout=90_000)
+    finally:
+        pg.close()

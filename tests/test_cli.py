@@ -20,7 +20,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 OPTIONS = ["--model", "--kernel", "--steps", "--eta", "--churn", "--method", "--tree", "--verifier", "--draft",
-           "--freeze", "--draft-bias", "--prefetch", "--num-samples", "--seed", "--device", "--out"]
+           "--freeze", "--draft-bias", "--prefetch", "--num-samples", "--seed", "--device", "--out", "--threads"]
 SUMMARY_KEYS = ["target_calls", "target_rows", "draft_calls", "steps", "speedup", "speedup_total", "acceptance",
                 "wall_s"]
 
@@ -222,3 +222,27 @@ def test_deterministic_kernel_runs_plain(capsys):
     assert code == 0, err
     summary = loose_json(out)
     assert summary["stochastic_steps"] == 0 and summary["speedup"] == 1.0 and summary["target_calls"] == 5
+
+
+def test_the_cli_runs_on_one_cpu_thread_by_default_and_reports_it(capsys, tmp_path):
+    """One thread on a CPU unless --threads says otherwise, set before planning and reported in the JSON; the
+    same seed and threads give the same samples."""
+    import numpy as np
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        runs = {}
+        for name, extra in (("default", []), ("again", []), ("two", ["--threads", "2"])):
+            out = tmp_path / f"{name}.npz"
+            code, stdout, stderr = in_process(["sample", "--model", "gm2d", "--tree", "1x4", "--steps", "10",
+                                               "--num-samples", "8", "--device", "cpu", "--out", str(out), *extra],
+                                              capsys)
+            assert code == 0, stderr
+            runs[name] = (json.loads(stdout.strip().splitlines()[-1])["threads"], np.load(out)["samples"])
+        assert runs["default"][0] == runs["again"][0] == 1 and runs["two"][0] == 2
+        assert np.array_equal(runs["default"][1], runs["again"][1])
+        code, _, stderr = in_process(["sample", "--model", "gm2d", "--threads", "-1"], capsys)
+        assert code == 2 and "--threads must be >= 0" in stderr
+    finally:
+        torch.set_num_threads(before)

@@ -20,7 +20,7 @@ import torch
 from diffusers import DDIMScheduler, DDPMScheduler, EulerAncestralDiscreteScheduler, UNet2DModel
 
 from ..config import EMBEDDED_NAMES
-from ..errors import SettingError, SpecdemoError
+from ..errors import ModelLoadError, SettingError, SpecdemoError
 from ..kernels import DDIMKernel, DDPMKernel, EulerAncestralKernel, Kernel
 from .base import Target
 
@@ -193,15 +193,19 @@ def load_diffusers_target(spec: str, hub_only: bool = False, max_download_bytes:
     except Exception as err:  # offline, unknown repo, missing or pickle-only weights, bad config
         reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
         if local:
-            hint = ("the folder needs model_index.json with unet/ and scheduler/ (or the components of "
-                    f"{', '.join(TEXT_TO_IMAGE)}), or config.json, scheduler_config.json and safetensors weights")
+            cause, hint = "folder", ("the folder needs model_index.json with unet/ and scheduler/ (or the components of "
+                                     f"{', '.join(TEXT_TO_IMAGE)}), or config.json, scheduler_config.json and "
+                                     "safetensors weights")
         elif _offline():
-            hint = f"the Hub is offline here (HF_HUB_OFFLINE) and it is not in the local cache; {HOW_TO_GET.format(spec=spec)}"
+            cause, hint = "offline", (f"the Hub is offline here (HF_HUB_OFFLINE) and it is not in the local cache; "
+                                      f"{HOW_TO_GET.format(spec=spec)}")
         elif cache_only:
-            hint = f"the Hub does not answer from here and it is not in the local cache; {HOW_TO_GET.format(spec=spec)}"
+            cause, hint = "unreachable", (f"the Hub does not answer from here and it is not in the local cache; "
+                                          f"{HOW_TO_GET.format(spec=spec)}")
         else:
-            hint = f"the Hub may be unreachable, or the repo lacks safetensors weights; {HOW_TO_GET.format(spec=spec)}"
-        raise SpecdemoError(f"cannot load model {spec!r} ({reason}); {hint}") from None
+            cause, hint = "hub", (f"the Hub may be unreachable, or the repo lacks safetensors weights; "
+                                  f"{HOW_TO_GET.format(spec=spec)}")
+        raise ModelLoadError(spec, cause, reason, f"cannot load model {spec!r} ({reason}); {hint}") from None
     return DiffusersTarget(spec, unet, dict(scheduler))
 
 

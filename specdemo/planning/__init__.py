@@ -25,17 +25,21 @@ from ..trees.auto import DeltaStats
 from ..trees.cost_model import CostModel
 from ..verifiers import Verifier, get_verifier
 from .cache import SHIPPED_PLANS, cache_folder, key_name, load_plan, plan_from_dict, plan_key, plan_to_dict, store_plan
-from .costs import call_seconds, call_sizes
+from .costs import call_seconds, call_sizes, plain_seconds
 from .planner import auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options
-from .stats import AUTO_FORMS, PILOT_DEPTH, draft_options, learn, learnt_seed, load_stats
+from .stats import AUTO_FORMS, PILOT_DEPTH, draft_options, learn, learnt_seed, load_stats, observe
 
 if TYPE_CHECKING:
     from ..parallel import Broadcast
     from ..pipeline import Problem
 
-__all__ = ["AUTO_FORMS", "PILOT_DEPTH", "SHIPPED_PLANS", "Plan", "best_plan", "call_seconds", "call_sizes",
-           "draft_options", "key_name", "learn", "learnt_seed", "load_stats", "plan", "plan_key",
+__all__ = ["AUTO_FORMS", "MEASURED_MIN", "PILOT_DEPTH", "SHIPPED_PLANS", "Plan", "best_plan", "call_seconds", "call_sizes",
+           "draft_options", "key_name", "learn", "learnt_seed", "load_stats", "observe", "plan", "plan_key",
            "plan_tree", "planned_options"]
+
+
+MEASURED_MIN = 2  # runs that must have measured a plan before their seconds count against plain sampling's
+MEASURED_MARGIN = 1.1  # ... and by how much they must exceed them: one loaded run does not turn a plan off
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,11 @@ class Plan:
     freeze table) and the verifier; plan_source:
     "pilot", "runs", "cache", "shipped", "online" or "default" (a fixed tree, --freeze auto's first table),
     None where nothing was planned; the cost model (time objective), the measured deltas and the pilot's cost
-    when this build measured them, the seconds planning took, and whether the plan was learnt from runs
-    (Problem.stream_seed)."""
+    when this build measured them, the seconds planning took, whether the plan was learnt from runs
+    (Problem.stream_seed), and under the time objective the expected seconds of plain sampling, the candidate
+    an auto topology is weighed against (where it wins, the tree is Topology(()): the run samples plainly, and
+    `declined` keeps the planned problem it did not run; measured_s: what runs under the plan took, per batch of slots,
+    when at least MEASURED_MIN runs measured it)."""
 
     tree: Topology | TopologyPlan | None
     draft: Draft | None
@@ -57,6 +64,9 @@ class Plan:
     pilot: Cost | None = None
     calibration_s: float = 0.0
     learnt: bool = False
+    plain_s: float | None = None
+    declined: Problem | None = None
+    measured_s: float | None = None
 
     @classmethod
     def of(cls, problem: Problem) -> "Plan":
@@ -81,7 +91,7 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         return _with_bias(problem)
     auto_tree, auto_freeze = request.tree, request.freeze
     if share is not None and not share.is_main:
-        return _with_bias(_from_record(problem, *share.receive(), auto_tree, auto_freeze))
+        return _with_bias(_plain_if_faster(_from_record(problem, *share.receive(), auto_tree, auto_freeze)))
     folder = cache_folder(c.cache_dir)
     key = plan_key(problem)
     stored = None if c.replan else load_plan(key, folder)
@@ -99,9 +109,12 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
             options = [(stats, draft)]
             problem = replace(problem, draft=draft, stats=stats, plan_source="runs", learnt=True)
         if auto_tree:
-            problem = best_plan(planned_options(problem, options), c.objective)
+            problem = best_plan(planned_options(problem, options, cancel), c.objective)
+        if auto_tree and c.objective == "time":
+            problem = replace(problem, plain_s=plain_seconds(problem))
         problem = replace(problem, calibration_s=time.perf_counter() - t0)
         stored = ({"plan": plan_to_dict(problem.tree) if auto_tree else None, "verifier": problem.verifier.name,
+                   "plain_s": problem.plain_s,
                    "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
                    "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
                    "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s} if c.pilot else None,
@@ -112,7 +125,20 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         problem = online_problem(problem, auto_tree, auto_freeze)
     if share is not None:
         share.send(stored)
-    return _with_bias(problem)
+    return _with_bias(_plain_if_faster(problem))
+
+
+def _plain_if_faster(problem: Problem) -> Problem:
+    """Plain sampling where it is expected at least as fast as the planned topology (the time objective): the
+    problem samples plainly (tree Topology(()), no draft, no verifier), its plan kept in `stats` and the
+    plain sampler's expected seconds in plain_s and the planned problem in `declined`, to say why."""
+    plan = problem.tree
+    if problem.plain_s is None or not isinstance(plan, TopologyPlan) or plan.expected_s is None:
+        return problem
+    if plan.expected_s < problem.plain_s and (problem.measured_s is None
+                                              or problem.measured_s < problem.plain_s * MEASURED_MARGIN):
+        return problem
+    return replace(problem, tree=Topology(()), draft=None, verifier=None, declined=problem)
 
 
 def _from_record(problem: Problem, record: dict, source: str, auto_tree: bool, auto_freeze: bool) -> Problem:
@@ -122,8 +148,10 @@ def _from_record(problem: Problem, record: dict, source: str, auto_tree: bool, a
     draft = auto_draft(problem, tuple(record["forms"])) if auto_freeze else problem.draft
     cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
     tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
+    measured = record.get("measured_s") if record.get("measured_runs", 0) >= MEASURED_MIN else None
     return replace(problem, draft=draft, tree=tree, verifier=get_verifier(record["verifier"]), cost_model=cost,
-                   plan_source=source, learnt=record.get("learnt_from") is not None)
+                   plan_source=source, learnt=record.get("learnt_from") is not None, plain_s=record.get("plain_s"),
+                   measured_s=measured)
 
 
 def _with_bias(problem: Problem) -> Problem:

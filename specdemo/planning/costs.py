@@ -4,6 +4,7 @@ driver's own cost per round and per level (trees/cost_model.py prices a round wi
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 import time
 from typing import TYPE_CHECKING
 
@@ -24,12 +25,16 @@ DRIVER_REPEATS = 3  # timed runs of each chain _driver_costs prices rounds and l
 MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded call sizes, 2 an octave
 
 
-def call_costs(problem: Problem) -> tuple[tuple[int, ...], tuple[float, ...]]:
+def call_costs(problem: Problem, check: Callable[[], None] = lambda: None) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """The target's call at a few row counts up to the batch times the budget: (rows, seconds), the
-    median of CALL_REPEATS after a warm-up call each."""
+    median of CALL_REPEATS after a warm-up call each; `check` (a cancel's) is called before each count."""
     top = call_size(problem.slots * (problem.config.budget + 1))
     rows = tuple(r for r in MEASURED_SIZES if r < top) + (top,)
-    return rows, tuple(statistics.median(call_seconds(problem, r, CALL_REPEATS)) for r in rows)
+    seconds = []
+    for r in rows:
+        check()
+        seconds.append(statistics.median(call_seconds(problem, r, CALL_REPEATS)))
+    return rows, tuple(seconds)
 
 
 def driver_costs(problem: Problem) -> dict[str, float]:
@@ -51,6 +56,23 @@ def driver_costs(problem: Problem) -> dict[str, float]:
     network_level_s = max(0.0, (per_round[2] - per_round[1]) / deep) if stepwise else 0.0
     return {"round_s": max(0.0, per_round[0] - level_s * shallow), "level_s": level_s,
             "network_level_s": network_level_s}
+
+
+def plain_seconds(problem: Problem) -> float:
+    """The expected seconds of plain sampling of the problem's batch: a call of the batch at every step
+    (the median of CALL_REPEATS), and the plain sampler's own cost per step (a run with an instant network
+    in place of the target, after an untimed first one; the median of DRIVER_REPEATS)."""
+    slots, steps = problem.slots, problem.kernel.num_steps
+    call = statistics.median(call_seconds(problem, call_size(slots), CALL_REPEATS))
+
+    def overhead() -> float:
+        cost = sample(lambda x, n, **cond: 0.5 * x, problem.kernel, problem.target.shape, slots,
+                      seed=problem.config.seed, cond={k: v[:slots] for k, v in problem.cond.items()},
+                      device=problem.device, dtype=problem.dtype).cost
+        return cost.wall_s - cost.target_s
+
+    overhead()
+    return steps * call + statistics.median(overhead() for _ in range(DRIVER_REPEATS))
 
 
 def call_seconds(problem: Problem, rows: int, repeats: int) -> list[float]:

@@ -12,6 +12,7 @@ from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenPerStep, N
 from ..drafts.frozen import FORMS
 from ..drafts.stepwise import RESIDUAL
 from ..errors import SpecdemoError
+from ..limits import Cancel
 from ..trees import Topology, TopologyPlan
 from ..trees.auto import DeltaStats, plan_topology
 from ..trees.cost_model import CostModel
@@ -62,23 +63,26 @@ def online_problem(problem: Problem, auto_tree: bool, auto_freeze: bool) -> Prob
                    plan_source="online" if auto_tree else "default")
 
 
-def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]]) -> list[Problem]:
+def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]],
+                    cancel: Cancel | None = None) -> list[Problem]:
     """The problem planned (--tree auto) with each draft option and each verifier (the configured one, or
     under --verifier auto each of PLANNED_VERIFIERS: block verification accepts more a round, RMC costs
     the driver less a level, so which is faster depends on the device and the batch): under the time
     objective each with the cost model of its own draft and verifier (the target's calls measured once),
     under the calls objective with the first draft option alone (it accepts at least as much at every
-    step)."""
+    step). cancel stops it between measurements and plans."""
+    check = cancel.check if cancel is not None else lambda: None
     verifiers = [problem.verifier] if problem.verifier else [get_verifier(name) for name in PLANNED_VERIFIERS]
     if problem.config.objective != "time":
         stats, draft = options[0]
         return [replace(planned, tree=plan_tree(planned, problem.config.budget))
                 for planned in (replace(problem, draft=draft, stats=stats, verifier=v, cost_model=None)
                                 for v in verifiers)]
-    calls = call_costs(problem)
+    calls = call_costs(problem, check)
     planned = []
     for stats, draft in options:
         for verifier in verifiers:
+            check()
             priced = replace(problem, draft=draft, stats=stats, verifier=verifier)
             priced = replace(priced, cost_model=CostModel(*calls, **driver_costs(priced), batch=problem.slots))
             planned.append(replace(priced, tree=plan_tree(priced, problem.config.budget)))

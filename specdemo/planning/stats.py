@@ -4,6 +4,7 @@ pilot runs before the first run (--pilot: draft_options)."""
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,6 +75,26 @@ def learn(problem: Problem, trace, trajectories: int) -> None:
     store_plan(stats_key(key), {"num_steps": stats.num_steps, "trajectories": count + trajectories,
                                 "deltas": {f"{n},{d}": [float(f"{v:.5g}") for v in values[:KEPT_PER_CELL]]
                                            for (n, d), values in sorted(stats.deltas.items())}}, folder)
+
+
+MEASURED_RUNS = 8  # a plan's measured seconds: the running mean of at most this many runs
+
+
+def observe(problem: Problem, wall_s: float, trajectories: int) -> None:
+    """Keep a planned run's measured seconds per batch of slots in its plan record, a running mean over at
+    most MEASURED_RUNS runs (measured_s, measured_runs), which planning weighs against plain sampling's
+    expected seconds (planning._plain_if_faster): where the cost model prices a round below what it takes,
+    the runs say so. A cache that cannot be written, or a plan not in it, is skipped."""
+    folder = cache_folder(problem.config.cache_dir)
+    stored = None if folder is None else load_plan(plan_key(problem), folder)
+    if stored is None:
+        return
+    record = {k: v for k, v in stored[0].items() if k != "key"}
+    seconds = wall_s / math.ceil(trajectories / problem.slots)
+    runs = min(int(record.get("measured_runs", 0)), MEASURED_RUNS - 1)
+    record["measured_s"] = (record.get("measured_s", 0.0) * runs + seconds) / (runs + 1)
+    record["measured_runs"] = runs + 1
+    store_plan(plan_key(problem), record, folder)
 
 
 def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = None
