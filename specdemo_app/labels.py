@@ -179,9 +179,23 @@ def plan_text(comp: Comparison, max_segments: int = 7) -> str:
         known = (" · a round that starts where an evaluated leaf was committed knows its root's output (no row for "
                  f"it) and drafts from the plan's trees for a known root{f', up to `{deepest}`' if deepest else ''}; "
                  "the round view marks it \"root output known\"")
+    no_tree = ("" if branching else f"  \n*No step branches: here a chain keeps enough drafts that no tree of "
+               f"{c.budget} rows or fewer is expected to beat it. To see a tree, pick the preset "
+               f"`{tree_at_rows(chosen.rows_per_round)}` (about the same rows a round) and run it with the same seed.*")
     return (f"**Planned trees** for {goal} (≤ {c.budget} target rows a round, "
             f"{rows_text(round(chosen.rows_per_round, 1))} on average; branching at {branching} of {speculative} steps) "
-            f"by starting step: " + " · ".join(parts) + known + f" · {verifier} verifier · {draft}.")
+            f"by starting step: " + " · ".join(parts) + known + f" · {verifier} verifier · {draft}." + no_tree)
+
+
+def tree_at_rows(rows: float) -> str:
+    """The page's branching preset whose target rows a round (its nodes below the root) come closest to
+    `rows` (the first of equals)."""
+    from specdemo.trees import Topology
+
+    from .settings import TREE_PRESETS
+
+    trees = [Topology.parse(value) for value, _ in TREE_PRESETS if value != "auto"]
+    return str(min((t for t in trees if not t.is_chain), key=lambda t: abs(t.num_nodes - 1 - rows)))
 
 
 def exactness_text(report: ExactnessReport, num_samples: int, draft_bias: float) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -264,6 +265,7 @@ def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
 
 
 TIMING_SECONDS = 1.0  # a click's runs are timed again while all its timings together stay within this
+# (SPECDEMO_APP_TIMING_SECONDS, where the owner sets it; the tests set 0: one timing a run)
 TIMING_RUNS = 5  # ... up to this many timings of each run, the least kept
 
 
@@ -274,8 +276,9 @@ def timed_again(runs: list[MethodRun], problems: list[Problem], cancel: Cancel |
     a tenth of a second, which a shared CPU moved by a quarter from click to click; a click of the digits
     model makes one pass."""
     timings = [[r.cost.wall_s] for r in runs]
+    budget = float(os.environ.get("SPECDEMO_APP_TIMING_SECONDS", TIMING_SECONDS))
     while len(timings[0]) < TIMING_RUNS and sum(map(sum, timings)) / len(timings[0]) * (len(timings[0]) + 1) \
-            <= TIMING_SECONDS:
+            <= budget:
         for times, p in zip(timings, problems):
             times.append(p.run(learn_deltas=False, cancel=cancel).cost.wall_s)
     for r, times in zip(runs, timings):

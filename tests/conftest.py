@@ -5,6 +5,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 # plans are not kept between tests (a build samples with the online plan, or pilots afresh with --pilot);
 # the cache's own tests give a folder
 os.environ.setdefault("SPECDEMO_CACHE", "off")
+# a click's runs are timed once (the app times them again for up to 1 s: runner.timed_again, tested alone)
+os.environ.setdefault("SPECDEMO_APP_TIMING_SECONDS", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
