@@ -129,9 +129,10 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
 
 
 def _plain_if_faster(problem: Problem) -> Problem:
-    """Plain sampling where it is expected at least as fast as the planned topology (the time objective): the
-    problem samples plainly (tree Topology(()), no draft, no verifier), its plan kept in `stats` and the
-    plain sampler's expected seconds in plain_s and the planned problem in `declined`, to say why."""
+    """Plain sampling where it is expected at least as fast as the planned topology, or where the plan's runs
+    measured (measured_s) exceed plain sampling's expected seconds by MEASURED_MARGIN (the time objective): the
+    problem then samples plainly (tree Topology(()), no draft, no verifier), and keeps the planned problem in
+    `declined` and plain sampling's expected seconds in plain_s, to say why."""
     plan = problem.tree
     if problem.plain_s is None or not isinstance(plan, TopologyPlan) or plan.expected_s is None:
         return problem

@@ -60,10 +60,11 @@ def driver_costs(problem: Problem) -> dict[str, float]:
 
 def plain_seconds(problem: Problem) -> float:
     """The expected seconds of plain sampling of the problem's batch: a call of the batch at every step
-    (the median of CALL_REPEATS), and the plain sampler's own cost per step (a run with an instant network
-    in place of the target, after an untimed first one; the median of DRIVER_REPEATS)."""
+    (the problem's cost model: its calls were measured by call_costs), and the plain sampler's own cost per
+    step (a run with an instant network in place of the target, after an untimed first one; the median of
+    DRIVER_REPEATS)."""
     slots, steps = problem.slots, problem.kernel.num_steps
-    call = statistics.median(call_seconds(problem, call_size(slots), CALL_REPEATS))
+    call = problem.cost_model.call(slots)
 
     def overhead() -> float:
         cost = sample(lambda x, n, **cond: 0.5 * x, problem.kernel, problem.target.shape, slots,
