@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import torch
 
 from .config import SamplerConfig
-from .planning import Plan, call_seconds, call_sizes, learn, learnt_seed, observe, plan
 from .drafts import CorrectedNetworkDraft, Draft, NetworkDraft, frozen_draft
 from .errors import SpecdemoError
 from .kernels import Kernel
 from .limits import Cancel, Limits
 from .models import Target, resolve_target
 from .parallel import Broadcast, process_state
+from .planning import Plan, call_seconds, call_sizes, learn, learnt_seed, observe, plan
 from .resolve import PlanRequest, Settings, resolve
 from .sampling import Cost, SampleResult, sample
 from .sampling.graphs import launched
@@ -40,7 +41,7 @@ class Problem:
     config: SamplerConfig
     target: Target
     kernel: Kernel
-    network: object
+    network: Callable[..., torch.Tensor]
     tree: Topology | TopologyPlan | None
     draft: Draft | None
     verifier: Verifier | None
@@ -90,6 +91,7 @@ class Problem:
         cond = self.cond if indices is None else {k: v[list(indices)] for k, v in self.cond.items()}
         learns = learn_deltas and self.plan_source == "online" and _learning_process()
         traced = kwargs.pop("trace", False)
+        assert self.tree is not None  # planning settles an auto tree before a run
         if learns and not traced:  # learning reads the deltas alone: no node states kept on the host
             kwargs["trace_states"] = False
         result = sample(self.network, self.kernel, self.target.shape, num, tree=self.tree, draft=self.draft,
@@ -97,7 +99,7 @@ class Problem:
                         indices=indices, cond=cond, device=self.device, dtype=self.dtype,
                         max_batch=self.config.max_batch, trace=traced or learns, **kwargs)
         if learns:  # the run's deltas plan the setting's later runs (planning.learn)
-            learn(self, result.trace, num)
+            learn(self, result.trace, range(num) if indices is None else indices)
             result.trace = result.trace if traced else None
         elif (learn_deltas and not traced and self.plain_s is not None and isinstance(self.tree, TopologyPlan)
               and _learning_process()):
@@ -134,6 +136,7 @@ def prepare(config: SamplerConfig, target: Target | None = None, *, draft_target
         verifier = get_verifier(settings.verifier) if settings.verifier else None  # None: chosen by planning
         draft = build_draft(settings, draft_target)
     if target.text_conditioned:  # the prompts encoded once for the run, every trajectory's rows a view of it
+        assert c.guidance_scale is not None  # resolve() settles a text-conditioned target's
         cond = {**cond, **target.prompt_conditioning(c.prompt, c.negative_prompt, c.guidance_scale, c.num_samples,
                                                      device)}
     return Problem(c, target, kernel, launched(target.network(kernel, device), c.launch, device), settings.topology,
@@ -159,6 +162,7 @@ def build_draft(settings: Settings, draft_target: Target | None = None) -> Draft
     target's conditioning (class labels, prompt embeddings and guidance) goes to the draft network too;
     with --freeze residual the network is corrected by the target's residual (CorrectedNetworkDraft)."""
     config, target, kernel, device = settings.config, settings.target, settings.kernel, settings.device
+    assert config.freeze is not None and config.start is not None  # resolve() settles both
     if config.draft == "frozen":
         return frozen_draft(config.freeze, start=config.start)
     draft_target = draft_target or resolve_target(config.draft)

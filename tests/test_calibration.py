@@ -10,14 +10,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from specdemo import SamplerConfig, build, generate
-from specdemo import planning
-from specdemo.planning import costs, planner
-from specdemo.planning import SHIPPED_PLANS, key_name, plan_key, plan_tree
+from specdemo import SamplerConfig, build, generate, planning
 from specdemo.config import PLANNED_VERIFIERS
 from specdemo.drafts import FrozenDraft, FrozenX0, StepwiseDraft
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
+from specdemo.planning import SHIPPED_PLANS, costs, key_name, plan_key, plan_tree, planner, stats
+from specdemo.sampling import sample
 from specdemo.trees.auto import plan_topology
 from specdemo.trees.cost_model import CostModel
 from specdemo.verifiers import get_verifier
@@ -117,6 +116,20 @@ def test_the_plan_cache_spares_the_second_run_its_pilot(tmp_path):
     assert other.plan_source == "pilot" and len(list(tmp_path.iterdir())) == 2
 
 
+def test_a_pilot_draws_from_streams_of_its_own(monkeypatch):
+    """The pilot of seed s keys its streams by a hash of s in a domain of its own (stats.pilot_seed), as a plan
+    learnt from runs does (learnt_seed): an offset, s + k, would give it the streams of a user's run of seed
+    s + k, and leave the seed's range at its top."""
+    seeds = []
+    monkeypatch.setattr(stats, "sample", lambda *args, **kwargs: seeds.append(kwargs["seed"]) or sample(*args, **kwargs))
+    for seed in (0, 1, 2**63 - 1):
+        build(SamplerConfig(pilot=True, **{**AUTO, "seed": seed}, objective="calls", cache_dir="off"))
+    assert len(seeds) == 3 and all(0 <= s < 2**63 for s in seeds)
+    assert all(abs(pilot - seed) > 2**32 for pilot, seed in zip(seeds, (0, 1, 2**63 - 1), strict=True))
+    assert abs(seeds[1] - seeds[0]) > 2**32 and seeds[0] != planning.learnt_seed(0)
+
+
+@pytest.mark.slow
 def test_cli_reports_the_pilot_and_the_plan(tmp_path):
     args = [sys.executable, "-m", "specdemo", "sample", "--model", "gm2d", "--steps", "30", "--tree", "auto",
             "--budget", "6", "--num-samples", "2", "--pilot-samples", "8", "--pilot", "--cache-dir", str(tmp_path)]
@@ -164,6 +177,7 @@ def test_objective_and_verifier_refusals():
     assert get_verifier("rmc").max_children == 1
 
 
+@pytest.mark.slow
 def test_freeze_auto_with_a_draft_network_chooses_per_step_between_it_and_the_frozen_forms(tmp_path):
     """--draft NETWORK --freeze auto: a pilot for each frozen form and one for the network corrected by the
     target's residual; the digits model's table drafts early steps with frozen forms and late ones with the
@@ -181,6 +195,7 @@ def test_freeze_auto_with_a_draft_network_chooses_per_step_between_it_and_the_fr
     assert second_result.cost.pilot_calls == 0 and (second_result.samples == first_result.samples).all()
 
 
+@pytest.mark.slow
 def test_the_time_objective_weighs_the_draft_network_against_the_frozen_forms_alone(tmp_path, monkeypatch):
     """--draft NETWORK --freeze auto --objective time: the table of highest acceptance gives some steps to
     the draft network, whose levels cost a draft call each (network_level_s, priced at those steps only);

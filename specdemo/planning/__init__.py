@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
-from ..drafts import BiasedDraft, Draft
+from ..drafts import BiasedDraft, Draft, FrozenPerStep, StepwiseDraft
 from ..limits import Cancel
 from ..sampling import Cost
 from ..trees import Topology, TopologyPlan
@@ -69,7 +69,7 @@ class Plan:
     measured_s: float | None = None
 
     @classmethod
-    def of(cls, problem: Problem) -> "Plan":
+    def of(cls, problem: Problem) -> Plan:
         return cls(**{f.name: getattr(problem, f.name) for f in fields(cls)})
 
 
@@ -80,9 +80,10 @@ def plan(problem: Problem, cancel: Cancel | None = None, share: Broadcast | None
 
 
 def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -> Problem:
-    """The problem as its plan settles it: from the plan cache when the setting was planned before; else
-    planned from the deltas its earlier runs left (stats.learn), once they hold config.pilot_samples
-    trajectories, or from pilots (--pilot: chains with their own seeds, their cost kept in problem.pilot
+    """The problem as its plan settles it: from the plan cache when the setting was planned before (or from
+    the plans shipped with the package, where its runs have kept no statistics in the cache); else planned
+    from the deltas its earlier runs left (stats.learn), once they hold config.pilot_samples trajectories, or
+    from pilots (--pilot: chains with streams of their own, stats.pilot_seed, their cost kept in problem.pilot
     apart from the run's); else the online problem, which samples without a plan and learns. Under
     accelerate launch the main process plans and sends its record to the others (a plan priced by time
     differs with each process's measurements)."""
@@ -91,11 +92,15 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         return _with_bias(problem)
     auto_tree, auto_freeze = request.tree, request.freeze
     if share is not None and not share.is_main:
-        return _with_bias(_plain_if_faster(_from_record(problem, *share.receive(), auto_tree, auto_freeze)))
+        record, source = share.receive()
+        return _with_bias(_plain_if_faster(_from_record(problem, record, source, auto_tree, auto_freeze)))
     folder = cache_folder(c.cache_dir)
     key = plan_key(problem)
-    stored = None if c.replan else load_plan(key, folder)
-    learnt = None if c.replan or c.pilot or stored is not None or not auto_tree else load_stats(key, folder)
+    kept = None if c.replan else load_stats(key, folder)
+    # a shipped plan is the default of a setting this cache has measured nothing of: once its runs keep
+    # statistics here (--replan learns anew), they plan it, not the shipped plan --replan set aside
+    stored = None if c.replan else load_plan(key, folder, shipped=kept is None)
+    learnt = None if c.pilot or stored is not None or not auto_tree else kept
     if stored is not None:
         problem = _from_record(problem, *stored, auto_tree, auto_freeze)
     elif c.pilot or (learnt is not None and learnt[1] >= c.pilot_samples):
@@ -105,6 +110,7 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
             stats, draft = options[0]
             problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
         else:
+            assert learnt is not None  # the condition above
             stats, draft = learnt[0], online_draft(problem, auto_freeze)
             options = [(stats, draft)]
             problem = replace(problem, draft=draft, stats=stats, plan_source="runs", learnt=True)
@@ -113,12 +119,20 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         if auto_tree and c.objective == "time":
             problem = replace(problem, plain_s=plain_seconds(problem))
         problem = replace(problem, calibration_s=time.perf_counter() - t0)
-        stored = ({"plan": plan_to_dict(problem.tree) if auto_tree else None, "verifier": problem.verifier.name,
-                   "plain_s": problem.plain_s,
-                   "forms": list(problem.draft.forms.tolist()) if auto_freeze else None,
+        verifier, source = problem.verifier, problem.plan_source
+        assert verifier is not None and source is not None  # settled above: planned, by "pilot" or "runs"
+        plan_record: dict | None = None
+        forms: list[int] | None = None
+        if auto_tree:
+            assert isinstance(problem.tree, TopologyPlan)  # best_plan's
+            plan_record = plan_to_dict(problem.tree)
+        if auto_freeze:
+            assert isinstance(problem.draft, (FrozenPerStep, StepwiseDraft))  # auto_draft's
+            forms = list(problem.draft.forms.tolist())
+        stored = ({"plan": plan_record, "verifier": verifier.name, "plain_s": problem.plain_s, "forms": forms,
                    "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
                    "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s} if c.pilot else None,
-                   "learnt_from": None if c.pilot else learnt[1]}, problem.plan_source)
+                   "learnt_from": None if c.pilot or learnt is None else learnt[1]}, source)
         store_plan(key, stored[0], folder)
     else:
         stored = ({"online": True}, "online")

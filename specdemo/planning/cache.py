@@ -56,9 +56,10 @@ def key_name(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20] + ".json"
 
 
-def load_plan(key: dict, folder: Path | None) -> tuple[dict, str] | None:
-    """A stored calibration for this key: from the cache folder, else shipped with the package."""
-    for where, source in ((folder, "cache"), (SHIPPED_PLANS, "shipped")):
+def load_plan(key: dict, folder: Path | None, shipped: bool = True) -> tuple[dict, str] | None:
+    """A stored calibration for this key: from the cache folder, else (where `shipped`) shipped with the
+    package."""
+    for where, source in ((folder, "cache"), (SHIPPED_PLANS if shipped else None, "shipped")):
         if where is None:
             continue
         path = where / key_name(key)
@@ -92,7 +93,7 @@ def plan_to_dict(plan: TopologyPlan) -> dict:
 
 
 def plan_from_dict(d: dict) -> TopologyPlan:
-    trees = {}
+    trees: dict[tuple[int, ...], Topology] = {}
     topology = lambda widths: trees.setdefault(tuple(widths), Topology(tuple(widths)))
     return TopologyPlan(trees=tuple(topology(w) for w in d["trees"]), leaves=tuple(d["leaves"]),
                         known_trees=tuple(topology(w) for w in d["known_trees"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,6 @@ from .planner import auto_draft
 if TYPE_CHECKING:
     from ..pipeline import Problem
 
-PILOT_SEED_OFFSET = 7919
 KEPT_PER_CELL = 64  # deltas a stored statistics record keeps per (step, depth): DeltaStats.pooled reads 24
 
 
@@ -35,7 +35,20 @@ def learnt_seed(seed: int) -> int:
     The learning runs drew from the streams of their own seeds; a planned run of the same seed drawing from
     them again would sample with a plan that is a function of its own draws (docs/algorithms.md, section 6,
     "Plans learnt from runs")."""
-    digest = hashlib.sha256(f"specdemo-learnt-plan/{seed}".encode()).digest()
+    return _hashed_seed("specdemo-learnt-plan", seed)
+
+
+def pilot_seed(seed: int) -> int:
+    """The seed of the pilots' random streams for a run of `seed`: a hash of it in a domain of its own, in
+    0..2**63 - 1, so that the run's plan is no function of its own draws. An offset (seed + k) would give the
+    pilot of seed s the streams of a user's run of seed s + k, and leave the seed's range at its top."""
+    return _hashed_seed("specdemo-pilot", seed)
+
+
+def _hashed_seed(domain: str, seed: int) -> int:
+    """SHA-256 of the domain and the seed, reduced to 0..2**63 - 1: the streams of two domains, or of a domain
+    and the users' seeds, are as independent as those of two seeds."""
+    digest = hashlib.sha256(f"{domain}/{seed}".encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1
 
 
@@ -47,34 +60,73 @@ def stats_key(key: dict) -> dict:
 
 def load_stats(key: dict, folder: Path | None) -> tuple[DeltaStats, int] | None:
     """The deltas the setting's runs left in the cache, and how many trajectories measured them."""
-    stored = load_plan(stats_key(key), folder)
-    if stored is None or stored[1] != "cache":
-        return None
-    record = stored[0]
-    deltas = {tuple(int(v) for v in cell.split(",")): values for cell, values in record["deltas"].items()}
+    record = _stats_record(key, folder)
+    return None if record is None else _stats_of(record)
+
+
+def _stats_record(key: dict, folder: Path | None) -> dict | None:
+    stored = load_plan(stats_key(key), folder, shipped=False)  # statistics are the cache's own: none ship
+    return None if stored is None else stored[0]
+
+
+def _cell(text: str) -> tuple[int, int]:
+    """A stored cell "n,d": (step, depth)."""
+    n, d = (int(v) for v in text.split(","))
+    return n, d
+
+
+def _stats_of(record: dict) -> tuple[DeltaStats, int]:
+    deltas = {_cell(cell): values for cell, values in record["deltas"].items()}
     return DeltaStats(deltas, int(record["num_steps"])), int(record["trajectories"])
 
 
-def learn(problem: Problem, trace, trajectories: int) -> None:
+def learn(problem: Problem, trace, indices: Sequence[int]) -> None:
     """Add a run's deltas (its trace: the verified paths' deltas, as a pilot measures them) to the
-    setting's statistics in the plan cache; under --replan they replace the ones kept (and the plan
-    goes, so that the next run plans from the new ones). A cache that cannot be written is skipped."""
+    setting's statistics in the plan cache, those of its trajectories (`indices`) not learnt from yet: a
+    trajectory is the stream of its index under its seed, so a run repeated with a seed draws the same
+    deltas again, which would weigh them twice. The record keeps the trajectories learnt from, per seed
+    ("learnt"; a record written without it learnt from none that it knows of). Under --replan they replace
+    the ones kept (and the plan goes, so that the next run plans from the new ones). A cache that cannot be
+    written is skipped."""
     folder = cache_folder(problem.config.cache_dir)
     if folder is None:
         return
     key = plan_key(problem)
-    kept = None if problem.config.replan else load_stats(key, folder)
-    stats, count = kept if kept is not None else (DeltaStats({}, problem.kernel.num_steps), 0)
-    for cell, values in DeltaStats.from_traces(trace, problem.kernel.num_steps).deltas.items():
+    record = None if problem.config.replan else _stats_record(key, folder)
+    stats, count = _stats_of(record) if record is not None else (DeltaStats({}, problem.kernel.num_steps), 0)
+    learnt = {} if record is None else record.get("learnt", {})
+    seed = str(problem.stream_seed)
+    known = _indices(learnt.get(seed, []))
+    new = set(indices) - known
+    if not new:
+        return  # a repeat: every trajectory's deltas are kept already
+    fresh = [rnd.restricted(np.isin(rnd.trajectories, sorted(new))) for rnd in trace]
+    for cell, values in DeltaStats.from_traces(fresh, problem.kernel.num_steps).deltas.items():
         stats.deltas.setdefault(cell, []).extend(values)
     if problem.config.replan:
         try:
             (folder / key_name(key)).unlink(missing_ok=True)
         except OSError:
             pass  # a cache that cannot be written is skipped (store_plan skips it too)
-    store_plan(stats_key(key), {"num_steps": stats.num_steps, "trajectories": count + trajectories,
+    store_plan(stats_key(key), {"num_steps": stats.num_steps, "trajectories": count + len(new),
+                                "learnt": {**learnt, seed: _ranges(known | new)},
                                 "deltas": {f"{n},{d}": [float(f"{v:.5g}") for v in values[:KEPT_PER_CELL]]
                                            for (n, d), values in sorted(stats.deltas.items())}}, folder)
+
+
+def _ranges(indices: set[int]) -> list[list[int]]:
+    """Trajectory indices as [first, last + 1) runs: a run's range(num_samples) is kept as one."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    return runs
+
+
+def _indices(ranges: list[list[int]]) -> set[int]:
+    return {i for first, stop in ranges for i in range(first, stop)}
 
 
 MEASURED_RUNS = 8  # a plan's measured seconds: the running mean of at most this many runs
@@ -84,7 +136,10 @@ def observe(problem: Problem, wall_s: float, trajectories: int) -> None:
     """Keep a planned run's measured seconds per batch of slots in its plan record, a running mean over at
     most MEASURED_RUNS runs (measured_s, measured_runs), which planning weighs against plain sampling's
     expected seconds (planning._plain_if_faster): where the cost model prices a round below what it takes,
-    the runs say so. A cache that cannot be written, or a plan not in it, is skipped."""
+    the runs say so. A repeated seed counts again here, unlike in learn: its draws are the same, but its
+    seconds are a new measurement of what the plan takes on this machine now (its load, its warm caches),
+    and what the runs a user repeats take is what plain sampling is weighed against. A cache that cannot be
+    written, or a plan not in it, is skipped."""
     folder = cache_folder(problem.config.cache_dir)
     stored = None if folder is None else load_plan(plan_key(problem), folder)
     if stored is None:
@@ -106,11 +161,12 @@ def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = N
     acceptance (a tie goes to the earlier form). Where that gives some steps to the network, the second
     drafts with the frozen forms alone: a network level costs a draft call, which the time objective
     weighs (planned_options)."""
+    assert problem.draft is not None and problem.config.start is not None  # a speculative method's, resolved
     if not auto_freeze:
         stats, cost = _pilot(problem, problem.draft, cancel)
         return cost, [(stats, problem.draft)]
     n_steps = problem.kernel.num_steps
-    candidates = [(FORMS[mode], frozen_draft(mode, start=problem.config.start)) for mode in AUTO_FORMS]
+    candidates: list[tuple[int, Draft]] = [(FORMS[mode], frozen_draft(mode, start=problem.config.start)) for mode in AUTO_FORMS]
     if isinstance(problem.draft, NetworkDraft):
         candidates.append((RESIDUAL, CorrectedNetworkDraft(problem.draft.network, problem.draft.name)))
     pilots = [_pilot(problem, draft, cancel) for _, draft in candidates]
@@ -118,7 +174,7 @@ def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = N
     options = []
     for kinds in (len(candidates), len(AUTO_FORMS)):  # every form, then the frozen forms alone
         table = tuple(candidates[i][0] for i in acceptance[:kinds].argmax(0).tolist())
-        stats = DeltaStats({k: v for (form, _), (st, _) in zip(candidates, pilots) for k, v in st.deltas.items()
+        stats = DeltaStats({k: v for (form, _), (st, _) in zip(candidates, pilots, strict=True) for k, v in st.deltas.items()
                             if table[k[0]] == form}, n_steps)
         options.append((stats, auto_draft(problem, table)))
         if RESIDUAL not in table:
@@ -133,13 +189,14 @@ def _pilot(problem: Problem, draft: Draft, cancel: Cancel | None) -> tuple[Delta
     """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain.
     PILOT_DEPTH, not the deepest level a plan may reach: a chain's deep levels are reached only by
     the trajectories whose draft fits best, so their deltas flatter the wider trees a plan builds
-    (on gm512, a pilot as deep as the horizon, 28, planned trees 2% slower than a pilot of 12)."""
+    (on gm512, a pilot as deep as the horizon, 28, planned trees 2% slower than a pilot of 12). Its streams
+    are pilot_seed's, not the run's."""
     c = problem.config
     if c.draft_bias:
         draft = BiasedDraft(draft, c.draft_bias)
     depth = max(1, min(PILOT_DEPTH, int(problem.kernel.stochastic_run_lengths().max())))
     pilot = sample(problem.network, problem.kernel, problem.target.shape, c.pilot_samples, tree=Topology.chain(depth),
-                   draft=draft, verifier=get_verifier("rmc"), prefetch=c.prefetch, seed=c.seed + PILOT_SEED_OFFSET,
+                   draft=draft, verifier=get_verifier("rmc"), prefetch=c.prefetch, seed=pilot_seed(c.seed),
                    cond={k: v[:1].expand(c.pilot_samples, *v.shape[1:]) for k, v in problem.cond.items()},
                    device=problem.device, dtype=problem.dtype, trace=True, trace_states=False, cancel=cancel)
     return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
