@@ -20,7 +20,9 @@ from specdemo_app import cancelling, controls, handlers, settings, style
 
 CONCURRENCY_LIMIT = cancelling.RUNS_AT_ONCE  # runs at once; the queue holds the others
 QUEUE_SIZE = 64
-SESSIONS = 256  # sessions whose last run the server keeps (the least recently used goes first)
+# sessions whose last run the server keeps (the least recently used goes first): with handlers.SESSION_BYTES
+# a session, the kept runs hold at most about 1 GB in all
+SESSIONS = 64
 
 
 def build_demo() -> gr.Blocks:
@@ -67,10 +69,12 @@ def build_demo() -> gr.Blocks:
                 with gr.Tabs():
                     with gr.Tab("Draft tree", id="tree-tab"):
                         plan_line = gr.Markdown(elem_id="plan-line", elem_classes="sd-plan")
+                        # shown where the run drafted no tree: the branching preset of about its rows, one click away
+                        tree_button = gr.Button(visible=False, size="sm", elem_id="tree-button")
                         with gr.Row():
-                            trajectory = gr.Slider(0, 1, value=0, step=1, label="trajectory", interactive=False)
-                            round_k = gr.Slider(1, 2, value=1, step=1, label="round of this trajectory",
-                                                interactive=False)
+                            trajectory = controls.RawSlider(0, 1, value=0, step=1, label="trajectory", interactive=False)
+                            round_k = controls.RawSlider(1, 2, value=1, step=1, label="round of this trajectory",
+                                                         interactive=False)
                         tree_plot = gr.Plot(label="draft tree", show_label=False, elem_id="tree-plot")
                         data_plot = gr.Plot(label="the round in the data plane", show_label=False, elem_id="data-plot")
                         rounds_plot = gr.Plot(label="all rounds", show_label=False, elem_id="rounds-plot")
@@ -89,8 +93,8 @@ def build_demo() -> gr.Blocks:
                                     "distribution. For the analytic targets. Try a large draft bias: the speedup "
                                     "drops, the p-value does not.")
                         with gr.Row():
-                            test_samples = gr.Slider(100, 2000, value=settings.EXACTNESS_SAMPLES, step=100,
-                                                     label="samples per group")
+                            test_samples = controls.RawSlider(100, 2000, value=settings.EXACTNESS_SAMPLES, step=100,
+                                                              label="samples per group")
                             test_button = gr.Button(variant="secondary",
                                                     **handlers.exactness_button(settings.DEFAULT_MODEL))
                         test_summary = gr.Markdown(elem_id="exact-summary")
@@ -107,16 +111,23 @@ def build_demo() -> gr.Blocks:
         # the run settings go by name (the endpoints' parameters are the settings' names); they are
         # checked in an event with no outputs first: a refusal is a message, and the last results stay on
         # screen (an error in the run itself marks every output panel); Enter in the topology box runs
-        # what it holds, as the Run button does
+        # what it holds, as the Run button does, and so does the offered tree's button once it has set it
         tree, model, kernel = run_settings["tree"], run_settings["model"], run_settings["kernel"]
+        run_outputs = [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot,
+                       state, trajectory, round_k, tree_button]
+
+        def then_run(check: gr.events.Dependency, api: bool) -> gr.events.Dependency:
+            return check.success(handlers.run, None, run_outputs, inputs_kwargs=run_settings, api_name="run" if api else None,
+                                 api_visibility="public" if api else "private", concurrency_id="sampler",
+                                 show_progress_on=[summary])
+
         run_check = gr.on([run_button.click, tree.submit], handlers.check_inputs, None, None,
                           inputs_kwargs=run_settings, api_name="check", show_progress="hidden")
-        run_event = run_check.success(
-            handlers.run, None,
-            [summary, plan_line, tree_plot, data_plot, rounds_plot, cost_plot, accept_plot, table, samples_plot, state,
-             trajectory, round_k],
-            inputs_kwargs=run_settings, api_name="run", concurrency_id="sampler", show_progress_on=[summary],
-        )
+        run_event = then_run(run_check, api=True)
+        offer = tree_button.click(handlers.offer_tree, [state], [tree], api_name="offered_tree", show_progress="hidden")
+        offer_check = offer.success(handlers.check_inputs, None, None, inputs_kwargs=run_settings,
+                                    api_visibility="private", show_progress="hidden")
+        offer_event = then_run(offer_check, api=False)
         round_k.input(handlers.show_round, [state, trajectory, round_k], [tree_plot, data_plot, rounds_plot],
                       api_name="tree_view", trigger_mode="always_last", show_progress="hidden")
         trajectory.input(handlers.show_trajectory, [state, trajectory], [tree_plot, data_plot, rounds_plot, round_k],
@@ -127,7 +138,8 @@ def build_demo() -> gr.Blocks:
                                         inputs_kwargs=run_settings, api_name="exactness", concurrency_id="sampler",
                                         show_progress_on=[test_summary])
         # the flag stops the work between rounds; `cancels` frees the queue's slot and the page at once
-        stop_button.click(cancelling.stop, None, None, cancels=[run_check, run_event, test_check, test_event],
+        stop_button.click(cancelling.stop, None, None, cancels=[run_check, run_event, offer, offer_check, offer_event,
+                                                             test_check, test_event],
                           api_name="stop", queue=False)
         demo.unload(cancelling.stop)
         export_button.click(handlers.export, [state], [export_file], api_name="export")
@@ -138,7 +150,7 @@ def build_demo() -> gr.Blocks:
                      [kernel, run_settings["custom_model"], run_settings["steps"], run_settings["num_samples"], tree,
                       run_settings["budget"], run_settings["class_label"], run_settings["draft"], run_settings["freeze"],
                       run_settings["eta"], run_settings["churn"],
-                      *[run_settings[name] for name in controls.LAYOUT["prompt"]]],
+                      *[run_settings[name] for name in controls.PROMPT_FIELDS]],
                      api_name="model_defaults", show_progress="hidden")
         # a Hub model: whether the server holds it, or how to fetch it, in one line and at once
         model.change(handlers.model_status, [model], [model_status], api_name="model_status", show_progress="hidden")

@@ -10,25 +10,80 @@ on the page and in the /run endpoint (whose inputs are the controls, by name) wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import fields
+from typing import Any
 
 import gradio as gr
+from gradio import component_meta
 
 from specdemo.config import KERNEL_NAMES, SamplerConfig
 
 from .loading import hub_allowed, hub_offline
-from .settings import (CLASS_MODELS, CUSTOM, DEFAULT, DEFAULT_KERNEL, DRAFT_CHOICES, FREEZE_CHOICES,
-                       IMAGE_MODELS, MODEL_CHOICES, OBJECTIVE_CHOICES, PILOT_SAMPLES, VERIFIER_CHOICES, field_kind,
-                       model_kernel, text_model)
+from .settings import (
+    CLASS_MODELS,
+    CUSTOM,
+    DEFAULT,
+    DEFAULT_KERNEL,
+    DRAFT_CHOICES,
+    FREEZE_CHOICES,
+    IMAGE_MODELS,
+    MODEL_CHOICES,
+    OBJECTIVE_CHOICES,
+    PILOT_SAMPLES,
+    VERIFIER_CHOICES,
+    field_kind,
+    model_kernel,
+    text_model,
+)
 from .topology_text import is_auto
 from .work import GPU_SCALE, MAX_SAMPLES, step_limit
 
 API_MAX_SAMPLES = max(MAX_SAMPLES.values()) * GPU_SCALE  # the most samples any model takes on any device
 
+
+@contextmanager
+def _no_stub_files():
+    """gradio writes a .pyi file beside the module of every component subclass it sees defined (for its
+    custom-component tooling): into the source tree, or site-packages, at import. These subclasses keep
+    their parent's interface, so the stub is skipped while they are defined."""
+    write = component_meta.create_or_modify_pyi
+    component_meta.create_or_modify_pyi = lambda *args: None
+    try:
+        yield
+    finally:
+        component_meta.create_or_modify_pyi = write
+
+
+with _no_stub_files():
+
+    class RawNumber(gr.Number):
+        """A number box that hands its value on as sent. gradio's own compares it with its bounds first, so
+        text sent through the API fails there with a generic error; the handlers check every value
+        (settings.read_field) and name the control in their refusal. The page draws it as a Number. A
+        subclass, not an override on the instance: a session's updated copy of a control is built from its
+        class."""
+
+        is_template = True  # gradio draws a template with its parent's frontend
+
+        def preprocess(self, payload):
+            return payload
+
+    class RawSlider(gr.Slider):
+        """A slider that hands its value on as sent (as RawNumber)."""
+
+        is_template = True
+
+        def preprocess(self, payload):
+            return payload
+
+
 # the page's groups, top to bottom, and their controls in order; a tuple is a row of controls
-LAYOUT = {
+PROMPT_FIELDS = ("prompt", "negative_prompt", "guidance_scale")  # text-to-image models only: model_shows
+LAYOUT: dict[str, tuple[str | tuple[str, ...], ...]] = {
     "model": ("model", "custom_model", "class_label"),
-    "prompt": ("prompt", "negative_prompt", "guidance_scale"),  # text-to-image models only: model_shows
+    "prompt": PROMPT_FIELDS,
     "draft": ("draft", "freeze", "draft_bias"),
     "topology": ("tree",),
     "plan": ("budget", "objective", "verifier"),
@@ -51,7 +106,7 @@ NOT_OFFERED = {
 }
 
 
-def field_metadata(name: str) -> dict:
+def field_metadata(name: str) -> Mapping[str, Any]:
     """A SamplerConfig field's help and accepted values."""
     return next(f.metadata for f in fields(SamplerConfig) if f.name == name)
 
@@ -71,7 +126,7 @@ WIDGETS: dict[str, tuple[type, dict]] = {
                                                       "label)")),
     "custom_model": (gr.Textbox, dict(label="Hub id or local diffusers folder", placeholder="google/ddpm-cifar10-32")),
     # numbers pass as typed (precision None: gradio would round 2.5 to 2); a whole number is checked by the field
-    "class_label": (gr.Number, dict(precision=None, step=1)),
+    "class_label": (RawNumber, dict(precision=None, step=1)),
     "prompt": (gr.Textbox, dict(lines=2, max_lines=4, placeholder="a watercolour lighthouse at dawn",
                                 info=field_metadata("prompt")["help"])),
     "negative_prompt": (gr.Textbox, dict(label="negative prompt", max_lines=2, placeholder="blurry, low quality",
@@ -80,21 +135,21 @@ WIDGETS: dict[str, tuple[type, dict]] = {
                                 info="or a draft network's folder or Hub id (same noise schedule)")),
     "freeze": (gr.Radio, dict(choices=FREEZE_CHOICES, label="freeze",
                               info="what the draft keeps from the last target call")),
-    "draft_bias": (gr.Slider, dict(**span("draft_bias"), step=0.1, label="draft bias",
+    "draft_bias": (RawSlider, dict(**span("draft_bias"), step=0.1, label="draft bias",
                                    info=field_metadata("draft_bias")["help"])),
     "tree": (gr.Textbox, dict(label="topology", elem_id="topology", max_lines=1,
                               info="auto, or widths per depth such as 3,2,1, 4x4, 1x5 (Enter runs it)")),
-    "budget": (gr.Slider, dict(**span("budget"), step=1, label="rows per round (auto)",
+    "budget": (RawSlider, dict(**span("budget"), step=1, label="rows per round (auto)",
                                info=f"target rows a round may use; widths planned per step from the deltas of "
                                     f"the first {PILOT_SAMPLES} trajectories run with these settings")),
     "objective": (gr.Radio, dict(choices=OBJECTIVE_CHOICES, label="the plan minimises (auto)")),
     "verifier": (gr.Dropdown, dict(choices=VERIFIER_CHOICES, label="verifier")),
     "kernel": (gr.Dropdown, dict(label="kernel")),  # the model's own kernels: kernel_choices
-    "steps": (gr.Number, dict(precision=None, step=1, label="steps", min_width=100, minimum=1)),
-    "seed": (gr.Number, dict(precision=None, step=1, label="seed", min_width=100)),
-    "eta": (gr.Slider, dict(**span("eta"), step=0.05, label="eta (DDIM)", info=field_metadata("eta")["help"])),
-    "churn": (gr.Slider, dict(**span("churn"), step=0.01, label="churn (flow matching)")),
-    "num_samples": (gr.Slider, dict(minimum=1, step=1, label="samples")),
+    "steps": (RawNumber, dict(precision=None, step=1, label="steps", min_width=100, minimum=1)),
+    "seed": (RawNumber, dict(precision=None, step=1, label="seed", min_width=100)),
+    "eta": (RawSlider, dict(**span("eta"), step=0.05, label="eta (DDIM)", info=field_metadata("eta")["help"])),
+    "churn": (RawSlider, dict(**span("churn"), step=0.01, label="churn (flow matching)")),
+    "num_samples": (RawSlider, dict(minimum=1, step=1, label="samples")),
     "device": (gr.Radio, dict(choices=list(field_metadata("device")["choices"]), label="device")),
 }
 
@@ -117,7 +172,7 @@ def model_shows(model: str) -> dict[str, dict]:
             "class_label": dict(visible=model in CLASS_MODELS, label="class label (the digit to draw)"
                                 if model == "digits" else "class label"),
             "num_samples": dict(maximum=MAX_SAMPLES["image" if image else "other"]),
-            **{name: dict(visible=text) for name in LAYOUT["prompt"]}}
+            **{name: dict(visible=text) for name in PROMPT_FIELDS}}
 
 
 def kernel_shows(model: str, kernel: str) -> dict[str, dict]:
@@ -179,7 +234,7 @@ def field_widget(name: str) -> tuple[type, dict]:
     if kind is bool:
         return gr.Checkbox, dict(info=info)
     if kind in (int, float) and not left_to_default:
-        return gr.Number, dict(precision=None, step=1 if kind is int else None, info=info)  # read_field checks it
+        return RawNumber, dict(precision=None, step=1 if kind is int else None, info=info)  # read_field checks it
     return gr.Textbox, dict(max_lines=1, info=info + ("; blank: the default" if left_to_default else ""))
 
 
@@ -190,8 +245,9 @@ def control(name: str, value, shown: dict) -> gr.components.Component:
     return kind(value=value, **props)
 
 
-def place(group: str, values: dict) -> dict[str, gr.components.Component]:
-    """The controls of a group (a LAYOUT key, or ADVANCED) in the current gradio layout, by name."""
+def place(group: str, values: dict) -> dict[str, Any]:
+    """The controls of a group (a LAYOUT key, or ADVANCED) in the current gradio layout, by name (typed Any:
+    gradio's metaclass makes their events, .change and .submit, which a type checker does not see)."""
     items = advanced_fields() if group == ADVANCED else LAYOUT[group]
     shown = first_shown(values)
     out = {}

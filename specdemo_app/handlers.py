@@ -27,9 +27,17 @@ from specdemo.errors import SettingError, SpecdemoError
 from specdemo.limits import Cancel, Cancelled, Limits
 
 from .cancelling import cancellable, runs_going, was_shared, watched
-from .controls import LAYOUT, control_label, draft_shows, kernel_choices, kernel_shows, model_shows, topology_shows
+from .controls import (
+    PROMPT_FIELDS,
+    control_label,
+    draft_shows,
+    kernel_choices,
+    kernel_shows,
+    model_shows,
+    topology_shows,
+)
 from .curated import curated
-from .labels import exactness_text, headline, plan_text
+from .labels import exactness_text, headline, offered_tree, plan_text, tree_button_text
 from .loading import HUB_ID, cached_target, hub_status
 from .settings import CUSTOM, DEFAULT, DEFAULT_MODEL, MODEL_VALUES, UI_DEFAULTS, has_denoised, make_config, whole
 from .topology_text import is_auto
@@ -112,7 +120,8 @@ def _compute(config: SamplerConfig, target, draft_target, progress, limits: Limi
                           limits=limits, cancel=cancel, traced=KEPT_TRAJECTORIES).summarised(KEPT_TRAJECTORIES,
                                                                                              SESSION_BYTES)
     if comp.latent:
-        comp.path_images(*F.pick_round(comp.trace), decoder(target, comp.config.device))
+        trajectory, k = F.pick_round(comp.trace)
+        comp.path_images(trajectory, k, decoder(target, comp.config.device))
     return comp
 
 
@@ -154,7 +163,7 @@ def check_inputs(**settings):
 
 
 @readable_errors
-def run(request: gr.Request = None, progress=gr.Progress(), **settings):
+def run(request: gr.Request | None = None, progress=gr.Progress(), **settings):
     """Run the chosen chain, tree or planned topology, the plain target sampler and the budget-matched chain."""
     from specdemo import figures as F
 
@@ -177,9 +186,25 @@ def run(request: gr.Request = None, progress=gr.Progress(), **settings):
         comp,
         gr.Slider(minimum=0, maximum=max(viewable(comp) - 1, 1), value=t, step=1, interactive=viewable(comp) > 1),
         gr.Slider(minimum=1, maximum=max(n_rounds, 2), value=k, step=1, interactive=n_rounds > 1),
+        tree_offer(comp),
     )
     log.info("run %s took %.2f s", config.to_dict(), time.perf_counter() - t0)
     return out
+
+
+def tree_offer(comp: Comparison) -> dict:
+    """The Draft tree tab's button after a run: shown where the run drafted no tree, naming the tree it runs."""
+    tree = offered_tree(comp)
+    return gr.update(visible=tree is not None, value=tree_button_text(tree) if tree else "")
+
+
+@readable_errors
+def offer_tree(comp):
+    """The topology box set to the tree the last run offers (the Run chain then runs it, seed unchanged)."""
+    tree = offered_tree(last_run(comp))
+    if tree is None:
+        raise user_error("the last run drafted trees: it offers none", "Nothing to offer")
+    return tree
 
 
 def last_run(comp: Comparison | None) -> Comparison:
@@ -218,7 +243,7 @@ def _exactness(config, num, target, draft_target, progress, limits: Limits, canc
 
 
 @readable_errors
-def exactness(test_samples, request: gr.Request = None, progress=gr.Progress(), **settings):
+def exactness(test_samples, request: gr.Request | None = None, progress=gr.Progress(), **settings):
     """Two-sample test of the chosen chain, tree or plan against plain target sampling (analytic targets)."""
     from specdemo import figures as F
 
@@ -280,8 +305,8 @@ def model_kernels(model: str) -> tuple[str, ...]:
     library refuses one its scheduler has not, saying which it has)."""
     if model == CUSTOM:
         return CUSTOM_KERNELS
-    if curated(model):
-        return curated(model).kernels
+    if (entry := curated(model)) is not None:
+        return entry.kernels
     return cached_target(model).kernels if model in MODEL_VALUES else KERNEL_NAMES
 
 
@@ -315,7 +340,7 @@ def model_changed(model, kernel):
         gr.update(value=d["draft"]),  # a listed model's paired draft network, else the frozen draft
         gr.update(value=freeze, **shows["freeze"]),
         *kernel_changed(model, kernel),
-        *[gr.update(**shows[name]) for name in LAYOUT["prompt"]],  # text-to-image models only
+        *[gr.update(**shows[name]) for name in PROMPT_FIELDS],  # text-to-image models only
     )
 
 

@@ -21,6 +21,7 @@ def describe(problem: Problem) -> str:
         return "plain target"
     if problem.declined is not None:
         return "plain target (auto's choice)"
+    assert problem.verifier is not None  # resolve(): every speculative run has its verifier
     return f"{c.method} {problem.tree} · {VERIFIER_LABELS.get(problem.verifier.name, problem.verifier.name)}"
 
 
@@ -29,7 +30,7 @@ def plan_segments(plan: TopologyPlan) -> list[tuple[int, int, str]]:
     root whose output is not known, worded as Topology.text); steps with no speculation
     (deterministic ones, the last step) are left out."""
     out: list[tuple[int, int, str]] = []
-    for n, (tree, leaves) in enumerate(zip(plan.trees, plan.leaves)):
+    for n, (tree, leaves) in enumerate(zip(plan.trees, plan.leaves, strict=True)):
         if not tree.widths:
             continue
         text = tree.text(leaves)
@@ -133,6 +134,7 @@ def timing_words(comp: Comparison) -> str:
 def declined_headline(comp: Comparison, h: dict) -> str:
     """The headline of an auto topology that sampled plainly: why, and what the chain and plain sampling took."""
     plan, c = comp.declined, comp.config
+    assert plan is not None
     text = (f"### auto chose plain sampling: no plan of ≤ {c.budget} target rows a round was expected to beat it "
             f"here\nThe best plan expected {plan.expected_s:.2f} s ({plan.expected_calls:.1f} target calls per sample) "
             f"against {comp.plain_s:.2f} s for plain sampling on this machine; measured {h['time_chosen']:.2f} s.")
@@ -150,13 +152,14 @@ def plan_text(comp: Comparison, max_segments: int = 7) -> str:
     if comp.declined is not None:
         return (f"**Plain sampling**, auto's choice: the best plan (≤ {c.budget} target rows a round, "
                 f"{comp.declined.expected_calls:.1f} target calls per sample expected) was expected slower than plain "
-                "sampling on this machine, so no round drafted a tree. Pick a fixed topology (3,2,1, 1x5, ...) to "
-                "see one.")
+                "sampling on this machine, so no round drafted a tree. To see one, run the tree "
+                f"`{offered_tree(comp)}` with the same seed (the button below), or pick a fixed topology.")
     freeze = {"out": "the network output", "x0": "x0-hat", "x0-linear": "x0-hat extrapolated in time",
               "gaussian": "x0-hat of a fitted Gaussian", "auto": "the form chosen per step (the fitted Gaussian until a plan chooses)"}
     draft = (f"frozen draft keeping {freeze.get(c.freeze, c.freeze)}" if c.draft == "frozen"
              else f"draft network {c.draft}" + (" corrected by the target's residual" if c.freeze == "residual" else "")) \
         + (f", biased by {c.draft_bias:g}" if c.draft_bias else "")
+    assert chosen.verifier is not None  # the chosen run speculates (a declined plan has its own headline)
     verifier = VERIFIER_LABELS.get(chosen.verifier, chosen.verifier) + (" (chosen by the planner)" if c.verifier == "auto"
                                                                         else "")
     if comp.plan is None:
@@ -180,11 +183,26 @@ def plan_text(comp: Comparison, max_segments: int = 7) -> str:
                  f"it) and drafts from the plan's trees for a known root{f', up to `{deepest}`' if deepest else ''}; "
                  "the round view marks it \"root output known\"")
     no_tree = ("" if branching else f"  \n*No step branches: here a chain keeps enough drafts that no tree of "
-               f"{c.budget} rows or fewer is expected to beat it. To see a tree, pick the preset "
-               f"`{tree_at_rows(chosen.rows_per_round)}` (about the same rows a round) and run it with the same seed.*")
+               f"{c.budget} rows or fewer is expected to beat it. To see a tree, run `{offered_tree(comp)}` (about the "
+               "same rows a round) with the same seed: the button below.*")
     return (f"**Planned trees** for {goal} (≤ {c.budget} target rows a round, "
             f"{rows_text(round(chosen.rows_per_round, 1))} on average; branching at {branching} of {speculative} steps) "
             f"by starting step: " + " · ".join(parts) + known + f" · {verifier} verifier · {draft}." + no_tree)
+
+
+def offered_tree(comp: Comparison) -> str | None:
+    """The branching preset the page offers after a run that drafted no tree (auto's plain sampling, or a
+    plan of chains): the one of about the run's target rows a round (the plan's budget where no round
+    drafted); None after a run that drafted trees or a fixed topology."""
+    if comp.declined is not None:
+        return tree_at_rows(comp.config.budget)
+    if comp.plan is not None and not any(t.widths and not t.is_chain for t in comp.plan.trees):
+        return tree_at_rows(comp.chosen.rows_per_round)
+    return None
+
+
+def tree_button_text(tree: str) -> str:
+    return f"Run the tree {tree} with the same seed"
 
 
 def tree_at_rows(rows: float) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 Progress = Callable[[float, str], None]  # (share of the click done, what is going on)
 
@@ -17,14 +17,14 @@ class TimeLeft:
     where `later_calls` gives them (plain sampling: one per step and batch of slots), or None for
     "as many as the first run" (the chain at the same rows)."""
 
-    def __init__(self, later_calls: list[float | None], expected_s: float | None = None,
+    def __init__(self, later_calls: Sequence[float | None], expected_s: float | None = None,
                  expected_calls: float | None = None):
         self.later_calls = later_calls
         self.expected_s = expected_s
         self.stage = -1
         self.started = time.perf_counter()
-        known = expected_s is not None and expected_calls
-        self.seconds_per_call: float | None = expected_s / expected_calls if known else None
+        self.seconds_per_call: float | None = (expected_s / expected_calls if expected_s is not None and expected_calls
+                                               else None)
         self.first_calls: float | None = expected_calls  # the first run's calls, projected to its end
 
     def next_stage(self) -> None:

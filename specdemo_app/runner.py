@@ -135,7 +135,11 @@ class Comparison:
         """The runs as the samples panel draws them: a latent model's decoded images as samples."""
         if not self.latent:
             return self.runs
-        return [replace(r, samples=as_unit(r.images)) for r in self.runs]
+        shown = []
+        for r in self.runs:
+            assert r.images is not None  # run_comparison decodes every run of a latent model
+            shown.append(replace(r, samples=as_unit(r.images)))
+        return shown
 
     def path_latents(self, trajectory: int, k: int) -> tuple[int, np.ndarray] | None:
         """(round index, the latents of the committed path) of the trajectory's k-th round (k clamped),
@@ -204,7 +208,7 @@ class Comparison:
         """How many trajectories (the first ones) the trace and paths hold."""
         return max((int(rt.trajectories.max()) + 1 for rt in self.trace if len(rt.trajectories)), default=0)
 
-    def summarised(self, max_trajectories: int, max_bytes: int | None = None) -> "Comparison":
+    def summarised(self, max_trajectories: int, max_bytes: int | None = None) -> Comparison:
         """The trace and paths of the first trajectories only: at most max_trajectories, and as many
         as fit in max_bytes (at least one), what a session keeps whatever the number of samples
         (the samples and every cost are kept whole)."""
@@ -220,7 +224,7 @@ class Comparison:
                 kept = self._first(count)
         return kept
 
-    def _first(self, count: int) -> "Comparison":
+    def _first(self, count: int) -> Comparison:
         trace = [rt.restricted(rt.trajectories < count) for rt in self.trace]
         return replace(self, trace=[rt for rt in trace if len(rt.trajectories)],
                        paths=None if self.paths is None else self.paths[:count])
@@ -257,6 +261,7 @@ def _plain(v):
 
 
 def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
+    assert problem.tree is not None  # a problem that has run was planned
     return MethodRun(key=key, label=describe(problem), config=problem.config, cost=result.cost,
                      samples=result.samples.detach().float().cpu(), tree=str(problem.tree),
                      verifier=problem.verifier.name if problem.verifier else None,
@@ -279,9 +284,9 @@ def timed_again(runs: list[MethodRun], problems: list[Problem], cancel: Cancel |
     budget = float(os.environ.get("SPECDEMO_APP_TIMING_SECONDS", TIMING_SECONDS))
     while len(timings[0]) < TIMING_RUNS and sum(map(sum, timings)) / len(timings[0]) * (len(timings[0]) + 1) \
             <= budget:
-        for times, p in zip(timings, problems):
+        for times, p in zip(timings, problems, strict=True):
             times.append(p.run(learn_deltas=False, cancel=cancel).cost.wall_s)
-    for r, times in zip(runs, timings):
+    for r, times in zip(runs, timings, strict=True):
         least = float(min(times))
         r.cost.target_s *= least / r.cost.wall_s if r.cost.wall_s else 1.0
         r.cost.wall_s, r.timings = least, len(times)
@@ -300,8 +305,12 @@ def click_work(settings: Settings, chain: bool, plain: bool) -> list[tuple[str, 
     work = [(chosen, samples * steps * settings.rows_per_round + settings.pilot_rows)]
     if chain and c.method == "tree":
         stochastic = int((kernel.scales > 0).sum())
-        matched = Topology.parse(matched_chain(Topology.chain(c.budget) if auto else settings.topology, stochastic,
-                                               c.prefetch == "leaves"))
+        if settings.topology is not None:
+            basis = settings.topology
+        else:
+            assert settings.plan is not None and settings.plan.budget is not None  # --tree auto: within a budget
+            basis = Topology.chain(settings.plan.budget)
+        matched = Topology.parse(matched_chain(basis, stochastic, c.prefetch == "leaves"))
         work.append((f"chain {matched}", samples * steps * (matched.num_nodes + 1)))
     elif chain and get_verifier(c.verifier).weighs_whole_tree:
         work.append((f"chain {settings.topology} under RMC", samples * steps * settings.rows_per_round))
@@ -432,12 +441,12 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     if target.text_conditioned:  # the samples panel's images, decoded by the VAE (bounded: SHOWN_IMAGES a run)
         if progress is not None:
             progress(1.0, f"decoding {min(config.num_samples, SHOWN_IMAGES)} images a run for display")
-        decoded = []
-        for r in runs:  # a run's images at a time, the cancel checked between them
+        decoded: list[MethodRun] = []
+        for run in runs:  # a run's images at a time, the cancel checked between them
             if cancel is not None:
                 cancel.check()
-            decoded.append(replace(r, images=decode_for_display(target, r.samples[:SHOWN_IMAGES],
-                                                                DISPLAY_SIZE["samples"], problem.device)))
+            decoded.append(replace(run, images=decode_for_display(target, run.samples[:SHOWN_IMAGES],
+                                                                  DISPLAY_SIZE["samples"], problem.device)))
         runs = decoded
     if progress is not None:
         progress(1.0, "drawing the figures")

@@ -105,8 +105,8 @@ def model_kernel(model: str, kernel: str | None) -> str:
     (DDPM for the other image models)."""
     if kernel and kernel != DEFAULT:
         return kernel
-    if curated(model):
-        return curated(model).kernels[0]
+    if (entry := curated(model)) is not None:
+        return entry.kernels[0]
     if model not in PRESET_NAMES:
         return "ddpm"
     from specdemo import PRESETS  # the analytic targets, imported when a preset is asked about

@@ -20,6 +20,7 @@ def data_view(comp: Comparison, trajectory: int, k: int, decode=None) -> PlotDat
     """The round in data space: the 2-D plane, an image model's committed path (a latent model's
     decoded by `decode`, latents -> images, once: Comparison.path_images), or why neither."""
     if comp.kind == "plane":
+        assert comp.paths is not None  # run_comparison keeps a plane model's paths
         fig = F.plane_figure(comp.trace, trajectory, k, comp.log_density, path=comp.paths[trajectory],
                              samples=comp.chosen.samples.numpy())
         return plot(fig, "specdemo-data-plane")

@@ -25,8 +25,8 @@ from specdemo.errors import SpecdemoError
 from specdemo.limits import Limits
 
 if TYPE_CHECKING:
-    from specdemo.resolve import Settings
     from specdemo import Target
+    from specdemo.resolve import Settings
 
 MAX_SAMPLES = {"image": 64, "other": 4096}  # what one click may ask for (x16 on a GPU)
 MAX_WORK = {"image": 4096, "other": 1_500_000}  # samples x tree nodes per round, ditto
@@ -127,8 +127,11 @@ def check_round_size(settings: Settings, test: bool = False) -> None:
     """Refuse more samples x tree nodes a round (Settings.round_nodes) than the Space runs at once: MAX_WORK
     for a click, TEST_WORK for an exactness test (test)."""
     nodes, samples = settings.round_nodes, settings.config.num_samples
-    what = (f"auto topology of {settings.plan.budget} rows" if settings.topology is None
-            else f"tree {settings.topology} ({nodes} nodes per round)")
+    if settings.topology is not None:
+        what = f"tree {settings.topology} ({nodes} nodes per round)"
+    else:
+        assert settings.plan is not None  # resolve(): a run without a fixed topology has a plan request
+        what = f"auto topology of {settings.plan.budget} rows"
     if test:
         most = TEST_WORK
     else:

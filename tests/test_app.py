@@ -17,17 +17,21 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 import pytest
+import torch
 
 import app
 from specdemo import SpecdemoError, Topology
-from specdemo.config import PLANNED_VERIFIERS
 from specdemo import figures as F
+from specdemo.config import PLANNED_VERIFIERS
 from specdemo.figures.compare import short_label
 from specdemo_app import controls, curated, labels, loading, progress, runner, work
 from specdemo_app import handlers as H
 from specdemo_app import settings as S
 from specdemo_app.work import MAX_SAMPLES
+
 from .helpers import tiny_pipeline_folder, tiny_sd3_folder, tiny_sd_folder
+
+pytestmark = pytest.mark.app
 
 ROOT = Path(__file__).resolve().parents[1]
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
@@ -112,6 +116,7 @@ def test_the_topology_is_typed_and_presets_fill_it():
         H.run(**click(tree="0"), progress=no_progress)
 
 
+@pytest.mark.slow
 def test_importing_the_app_runs_no_sampling_and_sets_no_threads():
     """Sampling, the thread setting and the warm-up happen when the server starts (app.launch)."""
     code = ("import torch, specdemo.pipeline as P\n"
@@ -126,6 +131,7 @@ def test_importing_the_app_runs_no_sampling_and_sets_no_threads():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_importing_the_app_leaves_the_sampling_stack_to_the_server_start():
     """Building the page needs gradio and the settings, not the sampler, the models or the figures
     of a run (diffusers' networks and schedulers, scipy): importing app.py costs little more than
@@ -139,8 +145,9 @@ def test_importing_the_app_leaves_the_sampling_stack_to_the_server_start():
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
+@pytest.mark.slow
 def test_default_click(default_run):
-    summary, plan, tree, data, rounds, cost, accept, table, samples, comp, trajectory, round_k = default_run
+    summary, plan, tree, data, rounds, cost, accept, table, samples, comp, trajectory, round_k, tree_button = default_run
     # time first where time was saved, else calls (which the headline tests below check either way)
     assert ("faster** than plain sampling" in summary or "fewer target calls than plain sampling" in summary)
     assert "fewer target calls" in summary and "exact" in summary
@@ -159,7 +166,15 @@ def test_default_click(default_run):
     assert plan.startswith("**Planned trees**") and "`1x" in plan
     # a plan of chains says so, and names the branching preset of about its rows a round
     branches = any(t.widths and not t.is_chain for t in comp.plan.trees)
-    assert branches or f"pick the preset `{labels.tree_at_rows(comp.chosen.rows_per_round)}`" in plan
+    offered = labels.tree_at_rows(comp.chosen.rows_per_round)
+    assert branches or f"run `{offered}` (about the same rows a round) with the same seed" in plan
+    assert tree_button["visible"] is not branches
+    assert branches or tree_button["value"] == f"Run the tree {offered} with the same seed"
+    if branches:
+        with pytest.raises(gr.Error, match="drafted trees: it offers none"):
+            H.offer_tree(comp)
+    else:  # the button sets the topology box, and the Run chain runs it with the same settings
+        assert H.offer_tree(comp) == offered and Topology.parse(offered).widths and not Topology.parse(offered).is_chain
     assert len(table) == 3 and table[0][0] == "plain target" and table[2][0].startswith("tree auto(16 rows)")
     assert spec(tree)["config"]["toImageButtonOptions"]["filename"] == "specdemo-tree"
     assert any(tr["type"] == "image" for tr in spec(data)["data"])  # the committed path's images
@@ -329,6 +344,7 @@ def test_the_progress_bar_says_the_time_left(monkeypatch):
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
 
 
+@pytest.mark.slow
 def test_round_titles_word_the_tree_as_the_plan_does(default_run):
     """One wording everywhere: "1x15, leaves evaluated" in the plan line and in the round view (which
     read "tree 1x16" for it), and a round from a known root says so (its tree is the plan's for a
@@ -490,6 +506,7 @@ def test_a_session_keeps_a_bounded_result():
     assert H.show_trajectory(comp, 500)[3].maximum >= 1  # a trajectory past the kept ones shows the last kept
 
 
+@pytest.mark.slow
 def test_a_session_keeps_what_fits_its_byte_budget(monkeypatch):
     """An image model's node states are large: a session keeps as many trajectories as fit."""
     monkeypatch.setattr(H, "SESSION_BYTES", 400_000)
@@ -498,6 +515,21 @@ def test_a_session_keeps_what_fits_its_byte_budget(monkeypatch):
     comp, trajectory_slider = out[9], out[10]
     assert 1 <= comp.traced_trajectories < 12 and comp.trace_bytes() <= 400_000
     assert trajectory_slider.maximum == max(comp.traced_trajectories - 1, 1)
+
+
+def test_the_sessions_kept_runs_are_bounded_in_all(monkeypatch):
+    """The server keeps the last run of at most app.SESSIONS sessions (gradio drops the least recently used),
+    each within SESSION_BYTES: about 1 GB in all, whatever the number of visitors."""
+    launched = {}
+    monkeypatch.setattr(app.demo, "launch", lambda **kwargs: launched.update(kwargs))
+    monkeypatch.setattr(H, "warm_up", lambda: None)
+    threads = torch.get_num_threads()
+    try:
+        app.launch(prevent_thread_lock=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert launched["state_session_capacity"] == app.SESSIONS
+    assert app.SESSIONS * H.SESSION_BYTES <= 1.1e9
 
 
 def test_old_exports_are_removed(default_run, monkeypatch):
@@ -637,6 +669,7 @@ def image_shapes(plot_data) -> list[list[int]]:
             else list(np.asarray(tr["z"]).shape) for tr in spec(plot_data)["data"] if tr["type"] == "image"]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("family", ["sd", "sd3"])
 def test_a_text_to_image_model_runs_with_a_prompt_and_shows_decoded_images(family, text_folders, monkeypatch):
@@ -652,7 +685,10 @@ def test_a_text_to_image_model_runs_with_a_prompt_and_shows_decoded_images(famil
     out = H.run(**click(model="custom", custom_model=folder, prompt="a red circle", negative_prompt="blue",
                         guidance_scale=3.0, tree="2,1", steps=8, num_samples=samples, class_label=0),
                 progress=no_progress)
-    summary, plan, tree, data, rounds, cost, accept, table, samples_plot, comp, trajectory, round_k = out
+    summary, plan, tree, data, rounds, cost, accept, table, samples_plot, comp, trajectory, round_k, tree_button = out
+    assert tree_button["visible"] is False  # a fixed topology offers no tree
+    with pytest.raises(gr.Error, match="it offers none"):
+        H.offer_tree(comp)
     assert comp.latent and comp.kind == "image" and comp.config.class_label is None
     assert (comp.config.prompt, comp.config.negative_prompt, comp.config.guidance_scale) == ("a red circle", "blue", 3.0)
     assert [r.key for r in comp.runs] == ["target", "chain", "tree"] and len(table) == 3 and "fewer target calls" in summary
@@ -662,7 +698,7 @@ def test_a_text_to_image_model_runs_with_a_prompt_and_shows_decoded_images(famil
     assert len(shapes) == 3 and all(s[-1] == 3 for s in shapes)
     assert all(r.images.shape[0] == runner.SHOWN_IMAGES and r.images.shape[1] == 3 for r in comp.runs)
     # the committed path of the round on screen: RGB images, decoded with the run
-    path = [s for s in image_shapes(data)]
+    path = list(image_shapes(data))
     assert path and all(s == [16, 16, 3] for s in path)
     assert sum(decoded) == 3 * runner.SHOWN_IMAGES + len(path) and len(comp.decoded_paths) == 1
     # another round's path is decoded when it is shown, once
@@ -685,11 +721,11 @@ def test_the_prompt_controls_are_shown_for_text_models_only():
     a custom model may be either, so they show (a model without text leaves them out of its run)."""
     for name in ("prompt", "negative-prompt", "guidance-scale"):
         assert not component(name).visible
-    names = list(controls.LAYOUT["prompt"])
+    names = list(controls.PROMPT_FIELDS)
 
     def changed(model):
         return dict(zip(["kernel", "custom", "steps", "samples", "tree", "budget", "label", "draft", "freeze", "eta",
-                         "churn", *names], H.model_changed(model, "default")))
+                         "churn", *names], H.model_changed(model, "default"), strict=True))
 
     sd = changed("stable-diffusion-v1-5/stable-diffusion-v1-5")
     assert all(sd[name]["visible"] for name in names) and sd["draft"]["value"] == "nota-ai/bk-sdm-tiny"
@@ -739,7 +775,7 @@ def test_the_curated_list_is_shown_with_sizes_and_is_the_default_allow_list(monk
     with pytest.raises(SpecdemoError, match="not on this Space's list; accepted: " + ", ".join(repos)):
         loading.allowed_model("someone/else")
     # the dropdown: each listed model with its size (and its draft), between the presets and "custom"
-    choices = dict((value, label) for label, value in component("model").choices)
+    choices = {value: label for label, value in component("model").choices}
     for c in curated.CURATED:
         assert c.size in choices[c.repo] and (not c.draft or c.draft.split("/")[-1] in choices[c.repo])
         assert ("gated" in choices[c.repo]) == c.gated

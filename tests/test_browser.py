@@ -12,7 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+
 from .helpers import served_app
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -23,13 +25,20 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 # the README's screenshots are retaken with SPECDEMO_SCREENSHOTS=assets/screenshots; tests write no tracked file
 SHOTS = Path(os.environ.get("SPECDEMO_SCREENSHOTS") or tempfile.mkdtemp(prefix="specdemo-screenshots-"))
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+pytestmark = [pytest.mark.app, pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
 
 
 @pytest.fixture(scope="module")
-def url():
-    with served_app() as (address, _):
-        yield address
+def server():
+    """The served app's address and its process (psutil), whose CPU and memory the tests read."""
+    with served_app() as (address, proc):
+        yield address, psutil.Process(proc.pid)
+
+
+@pytest.fixture(scope="module")
+def url(server):
+    return server[0]
 
 
 @pytest.fixture(scope="module")
@@ -274,3 +283,92 @@ def test_run_stop_and_the_headline_are_in_view_without_scrolling(page, url, view
         pg.wait_for_selector("#headline h3", timeout=90_000)
     finally:
         pg.close()
+
+
+def test_the_offered_tree_runs_with_one_click(page):
+    """A run of the default plan drafts chains at these settings (the plan line says so): the Draft tree tab
+    offers the branching preset of about its rows, and one click sets the topology box and runs it with the
+    same seed, so the tab then shows a tree."""
+    pick_model(page, "digits · embedded 16×16 UNet")
+    set_topology(page, "auto")
+    page.get_by_role("tab", name="Draft tree").click()
+    run_and_wait(page, "fewer target calls")
+    button = page.locator("#tree-button")
+    if not button.is_visible():  # the plan branched: nothing to offer, and the plan line names its trees
+        assert "branching at 0 of" not in page.locator("#plan-line").inner_text()
+        pytest.fail("the default plan branched on this machine: the offer is not exercised (pick settings that "
+                    "plan chains)")
+    offered = button.inner_text().removeprefix("Run the tree ").removesuffix(" with the same seed")
+    seed = page.locator("#seed input").input_value()
+    before = page.locator("#headline").inner_text()
+    button.click()
+    page.wait_for_function("t => document.querySelector('#topology textarea, #topology input').value === t",
+                           arg=offered)
+    page.wait_for_function(
+        "([b, t]) => { const h = document.querySelector('#headline'); const p = document.querySelector('#plan-line');"
+        " return h && h.innerText !== b && p && p.innerText.includes('Topology ' + t + ' at every'); }",
+        arg=[before, offered])
+    wait_for_plot(page, "#tree-plot")
+    assert page.locator("#seed input").input_value() == seed
+    assert not button.is_visible()  # a run of a fixed topology offers nothing
+    assert f"seed {seed}" in page.locator("#headline").inner_text().lower()
+
+
+def progress_text(page) -> str:
+    """What the headline's one progress display says now ('' when none is shown)."""
+    bar = page.locator("#headline .progress-level-inner")
+    return bar.inner_text() if bar.count() else ""
+
+
+def test_the_progress_moves_and_stop_ends_the_servers_work(page, server):
+    """A long run (gm512, 1,000 steps, 4,096 samples: minutes of work): the headline's progress names the run
+    and its round and moves; after Stop the server uses under 0.2 of a core from 5 s on."""
+    _, proc = server
+    pick_model(page, "gm512 · 512-D benchmark (flow)")
+    set_topology(page, "1x5")
+    set_number(page, "samples", 4096)
+    steps = page.locator("#steps input")
+    steps.fill("1000")
+    steps.press("Enter")
+    page.click("#run-button")
+    page.wait_for_function("() => { const e = document.querySelector('#headline .progress-level-inner');"
+                           " return e && e.innerText.includes('round'); }")
+    seen = {progress_text(page)}
+    deadline = time.monotonic() + 30
+    while len(seen) < 3 and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+        seen.add(progress_text(page))
+    assert len(seen) >= 3, seen  # it moves: three different texts (round, samples done, time left, share)
+    assert all("chain 1x5" in text and "round" in text for text in seen if text), seen
+    page.click("#stop-button")
+    t_stop = time.monotonic()
+    page.wait_for_function("() => document.querySelector('#headline .progress-level-inner') === null")
+    time.sleep(max(0.0, 5 - (time.monotonic() - t_stop)))
+    proc.cpu_percent(None)
+    time.sleep(3)
+    cores = proc.cpu_percent(None) / 100
+    print(f"server's cores 5-8 s after Stop: {cores:.3f}")
+    assert cores < 0.2, cores
+
+
+def test_memory_stays_flat_over_many_clicks(page, server):
+    """40 clicks of a small gm2d run after 5 warm-up clicks: the server's resident memory grows by at most
+    100 MB (each session keeps its last run, within handlers.SESSION_BYTES)."""
+    _, proc = server
+    pick_model(page, "gm2d · 2-D Gaussian mixture")
+    set_topology(page, "2,1")
+    set_number(page, "samples", 8)
+    steps = page.locator("#steps input")
+    steps.fill("12")
+    steps.press("Enter")
+    seed = page.locator("#seed input")
+    rss = []
+    for click in range(45):
+        seed.fill(str(1000 + click))
+        seed.press("Enter")
+        run_and_wait(page, f"eed {1000 + click},")
+        if click == 4:
+            rss.append(proc.memory_info().rss)
+    rss.append(proc.memory_info().rss)
+    print(f"server RSS after the warm-up {rss[0] / 1e6:.0f} MB, after 40 more clicks {rss[1] / 1e6:.0f} MB")
+    assert rss[1] - rss[0] <= 100e6, rss

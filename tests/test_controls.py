@@ -3,6 +3,7 @@ and a control of the app's page (a parameter of its /run endpoint, with a defaul
 its value on to the run's config."""
 
 import dataclasses
+from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -10,6 +11,8 @@ import pytest
 import app
 from specdemo import SpecdemoError, cli, config
 from specdemo_app import controls, settings
+
+pytestmark = pytest.mark.app
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +89,7 @@ def test_every_setting_is_a_control_or_left_out_for_a_reason():
 
 def test_slider_spans_and_accepted_ranges_are_the_fields():
     """A slider's span is its field's (slider=, else range=); a field's range is checked by validate()
-    (so by the CLI and the app alike), its slider span is not (the README's --budget 85 stays valid);
+    (so by the CLI and the app alike), its slider span is not (the benchmarks' --budget 85 stays valid);
     the CLI's options carry only argparse's keys of the metadata."""
     meta = {f.name: f.metadata for f in dataclasses.fields(config.SamplerConfig)}
     for name, elem_id in (("draft_bias", "draft-bias"), ("budget", "budget"), ("churn", "churn"), ("eta", "eta")):
@@ -108,3 +111,10 @@ def test_slider_spans_and_accepted_ranges_are_the_fields():
     # one reading of a field's type, shared by the CLI and the app
     budget = next(f for f in dataclasses.fields(config.SamplerConfig) if f.name == "budget")
     assert settings.field_kind(budget) is config.field_type(config.SamplerConfig, budget) is int
+
+
+def test_the_raw_controls_write_no_stub_file():
+    """gradio writes a .pyi beside the module of a component subclass as it is defined; the app's own
+    (RawNumber, RawSlider) must leave the source tree, or site-packages, as they were."""
+    assert issubclass(controls.RawNumber, gr.Number) and issubclass(controls.RawSlider, gr.Slider)
+    assert not Path(controls.__file__).with_suffix(".pyi").exists()
