@@ -2,22 +2,30 @@
 
     python scripts/mutations.py            # every planted bug
     python scripts/mutations.py --short    # the ones CI runs (see .ci/run)
+    python scripts/mutations.py --check    # only that each bug can still be planted (no tests run)
     python scripts/mutations.py --list
 
-Each mutation replaces one exact piece of code (it must occur once) in a copy of the checkout (the
-files git tracks or would track), then runs the tests named for it there; the mutation is caught when
-they fail. The checkout itself is never written. Exit status 1 if any planted bug went uncaught.
+Each mutation names the function it changes (its qualified name in its file, "Class.method" or
+"outer.inner") and a piece of code in it, found by its tokens, not its text, so that reformatting the
+code keeps the anchor; the piece must occur exactly once in that function. The bug is planted in a copy
+of the checkout (the files git tracks or would track), then the tests named for it run there; the bug is
+caught when they fail. The checkout itself is never written. Exit status 1 if any planted bug went
+uncaught or could not be planted.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import io
+import itertools
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,109 +36,206 @@ REPO = Path(__file__).resolve().parents[1]
 class Mutation:
     name: str
     path: str
-    old: str
-    new: str
+    function: str  # qualified name of the function changed, as ast finds it in `path`
+    old: str  # code in that function, matched by tokens (layout and comments ignored)
+    new: str  # its replacement; lines after the first are indented to where `old` starts
     tests: tuple[str, ...]  # pytest arguments
     short: bool = False  # one of CI's short list
 
 
 MUTATIONS = [
     Mutation("a cold trajectory's kept plain-step output reads its slot's earlier trajectory's history",
-             "specdemo/sampling/driver.py",
-             "            history = {\"previous\": torch.where(held, self.frozen, 0.0),\n",
-             "            history = {\"previous\": self.frozen,\n",
+             "specdemo/sampling/driver.py", "_Batch.freeze",
+             "history = {\"previous\": torch.where(held, self.frozen, 0.0),",
+             "history = {\"previous\": self.frozen,",
              ("tests/test_sampler.py", "-k", "slot_bitwise")),
     Mutation("the planner keeps its first plan, not the one of least expected seconds or calls",
-             "specdemo/planning/planner.py",
-             "    return min(planned, key=lambda p: p.tree.expected_s if objective == \"time\" else p.tree.expected_calls)\n",
-             "    return planned[0]\n",
+             "specdemo/planning/planner.py", "best_plan",
+             "return min(planned, key=lambda p: p.tree.expected_s if objective == \"time\" else p.tree.expected_calls)",
+             "return planned[0]",
              ("tests/test_calibration.py", "-k", "verifier_auto or kept_plan")),
-    Mutation("the fitted Gaussian draft drops its gain on the state", "specdemo/drafts/frozen.py",
-             "        alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu\n",
-             "        alpha_g, beta_g = alpha_x0, lift(b_x0) * c_mu\n",
+    Mutation("the fitted Gaussian draft drops its gain on the state",
+             "specdemo/drafts/frozen.py", "FrozenGaussian.for_round",
+             "alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu",
+             "alpha_g, beta_g = alpha_x0, lift(b_x0) * c_mu",
              ("tests/test_sampler.py", "-k", "gaussian")),
-    Mutation("the draft network's residual correction is dropped", "specdemo/drafts/corrected.py",
-             "        return output + frozen[None]\n",
-             "        return output\n",
+    Mutation("the draft network's residual correction is dropped",
+             "specdemo/drafts/corrected.py", "CorrectedNetworkDraft.level_output",
+             "return output + frozen[None]",
+             "return output",
              ("tests/test_sampler.py", "-k", "residual")),
-    Mutation("the stepwise draft drafts the network's steps with the frozen draft", "specdemo/drafts/stepwise.py",
-             "                m[:, rows] = means(0, x[:, rows])\n",
-             "                means(0, x[:, rows])\n",
+    Mutation("the stepwise draft drafts the network's steps with the frozen draft",
+             "specdemo/drafts/stepwise.py", "StepwiseDraft.for_round.level",
+             "m[:, rows] = means(0, x[:, rows])",
+             "means(0, x[:, rows])",
              ("tests/test_sampler.py", "-k", "stepwise")),
-    Mutation("siblings share one noise draw", "specdemo/sampling/layout.py",
-             "        self.noise_nodes = noise[:drafted]\n",
-             "        self.noise_nodes = noise[:drafted]\n"
-             "        if lay.max_width > 1 and depth:\n"
-             "            self.noise_nodes = noise[:1].expand(drafted, -1, -1)\n",
+    Mutation("siblings share one noise draw",
+             "specdemo/sampling/layout.py", "Workspace._views",
+             "self.noise_nodes = noise[:drafted]",
+             "self.noise_nodes = noise[:drafted]\n"
+             "if lay.max_width > 1 and depth:\n"
+             "    self.noise_nodes = noise[:1].expand(drafted, -1, -1)",
              ("tests/test_exactness.py", "-k", "gm2d-ddpm-wide-dgrs-bias2"), short=True),
-    Mutation("a level drafted with another level's noise", "specdemo/sampling/round.py",
-             "    torch.addcmul(ws.b_nodes, ws.scale_nodes, noise, out=ws.x_bias)\n",
-             "    torch.addcmul(ws.b_nodes, ws.scale_nodes, noise.roll(1, 0), out=ws.x_bias)\n",
+    Mutation("a level drafted with another level's noise",
+             "specdemo/sampling/round.py", "_draft_affine",
+             "torch.addcmul(ws.b_nodes, ws.scale_nodes, noise, out=ws.x_bias)",
+             "torch.addcmul(ws.b_nodes, ws.scale_nodes, noise.roll(1, 0), out=ws.x_bias)",
              ("tests/test_round.py", "-k", "chain-rmc-out"), short=True),
-    Mutation("a round drafts from the roots of the round before (a stale input)", "specdemo/sampling/driver.py",
-             "        ws.x_root.copy_(self.y_flat)\n",
-             "        ws.x_root.copy_(self.y_flat) if self.cost.rounds == 0 else None\n",
+    Mutation("a round drafts from the roots of the round before (a stale input)",
+             "specdemo/sampling/driver.py", "_Batch.prepare",
+             "ws.x_root.copy_(self.y_flat)",
+             "ws.x_root.copy_(self.y_flat) if self.cost.rounds == 0 else None",
              ("tests/test_round.py", "-k", "chain-rmc-out")),
-    Mutation("RMC accepts every child", "specdemo/verifiers/rmc.py",
-             "        accept = uniforms[:, 0] < p\n", "        accept = uniforms[:, 0] < 2.0\n",
+    Mutation("RMC accepts every child",
+             "specdemo/verifiers/rmc.py", "ReflectionMaximalCoupling._decide",
+             "accept = uniforms[:, 0] < p",
+             "accept = uniforms[:, 0] < 2.0",
              ("tests/test_verifiers.py", "-k", "rmc"), short=True),
-    Mutation("RMC reflects to -u instead of delta - u", "specdemo/verifiers/rmc.py",
-             "delta - u[:, 0]", "-u[:, 0]",
+    Mutation("RMC reflects to -u instead of delta - u",
+             "specdemo/verifiers/rmc.py", "ReflectionMaximalCoupling.correct",
+             "delta - u[:, 0]",
+             "-u[:, 0]",
              ("tests/test_verifiers.py", "-k", "rmc")),
-    Mutation("block verification draws from the unweighted residual", "specdemo/verifiers/block.py",
-             "            u_new[rows] = self.residual(delta[rows, stop[rows]], -log_p[rows, eta[rows]], uniforms[rows, top + 1])\n",
-             "            u_new[rows] = self.residual(delta[rows, stop[rows]], 0 * log_p[rows, eta[rows]], uniforms[rows, top + 1])\n",
+    Mutation("block verification draws from the unweighted residual",
+             "specdemo/verifiers/block.py", "BlockVerification._walk_chain",
+             "u_new[rows] = self.residual(delta[rows, stop[rows]], -log_p[rows, eta[rows]], uniforms[rows, top + 1])",
+             "u_new[rows] = self.residual(delta[rows, stop[rows]], 0 * log_p[rows, eta[rows]], uniforms[rows, top + 1])",
              ("tests/test_exactness.py", "-k", "gm2d-ddpm-chain-block-bias1.5"), short=True),
-    Mutation("a tree's later siblings weighed against the target, not the residual", "specdemo/verifiers/block.py",
-             "        first = selected.log_ratio[:, None] if root_pick else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])\n",
-             "        first = selected.log_ratio[:, None] if root_pick else lr[:, :1]\n",
+    Mutation("a tree's later siblings weighed against the target, not the residual",
+             "specdemo/verifiers/block.py", "weigh_tree",
+             "first = selected.log_ratio[:, None] if root_pick else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])",
+             "first = selected.log_ratio[:, None] if root_pick else lr[:, :1]",
              ("tests/test_exactness.py", "-k", "gm2d-ddpm-tree-block-bias1.5")),
-    Mutation("a tree's stairs do not climb after a rejected sibling", "specdemo/verifiers/block.py",
-             "            stepped = np.logaddexp(log_lam, np.log(residual_mass(log_lam, d[:, 0])))\n",
-             "            stepped = log_lam\n",
+    Mutation("a tree's stairs do not climb after a rejected sibling",
+             "specdemo/verifiers/block.py", "weigh_tree",
+             "stepped = np.logaddexp(log_lam, np.log(residual_mass(log_lam, d[:, 0])))",
+             "stepped = log_lam",
              ("tests/test_block.py", "-k", "dgrs")),
-    Mutation("a rank-selected root child weighed as if drawn from the draft", "specdemo/verifiers/block.py",
-             "    log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]\n",
-             "    log_ratio = delta * u_sel - 0.5 * delta**2\n",
+    Mutation("a rank-selected root child weighed as if drawn from the draft",
+             "specdemo/verifiers/block.py", "select_root_child",
+             "log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]",
+             "log_ratio = delta * u_sel - 0.5 * delta**2",
              ("tests/test_block.py", "-k", "target_law")),
-    Mutation("D-GRS levels off (lambda grows by 0.99 G)", "specdemo/verifiers/dgrs.py",
-             "            lam.append(lam[-1] + reach[-1])\n", "            lam.append(lam[-1] + 0.99 * reach[-1])\n",
+    Mutation("D-GRS levels off (lambda grows by 0.99 G)",
+             "specdemo/verifiers/dgrs.py", "grs_levels",
+             "lam.append(lam[-1] + reach[-1])",
+             "lam.append(lam[-1] + 0.99 * reach[-1])",
              ("tests/test_verifiers.py", "-k", "grs_levels")),
-    Mutation("a known root takes its parent's output", "specdemo/sampling/driver.py",
-             "                decided.known_rows(kept, walk.node[~corrected] * a + kept, part.index)\n",
-             "                decided.known_rows(kept, t.parent[walk.node[~corrected]] * a + kept, part.index)\n",
+    Mutation("a known root takes its parent's output",
+             "specdemo/sampling/driver.py", "_Batch.walk",
+             "decided.known_rows(kept, walk.node[~corrected] * a + kept, part.index)",
+             "decided.known_rows(kept, t.parent[walk.node[~corrected]] * a + kept, part.index)",
              ("tests/test_exactness.py", "-k", "known_root"), short=True),
-    Mutation("a plan learnt from runs samples from the learning runs' own streams", "specdemo/pipeline.py",
-             "        return learnt_seed(self.config.seed) if self.learnt else self.config.seed\n",
-             "        return self.config.seed\n",
+    Mutation("a plan learnt from runs samples from the learning runs' own streams",
+             "specdemo/pipeline.py", "Problem.stream_seed",
+             "return learnt_seed(self.config.seed) if self.learnt else self.config.seed",
+             "return self.config.seed",
              ("tests/test_learning.py", "-k", "streams"), short=True),
-    Mutation("a known root's first-level delta taken as computed (rounding), not 0", "specdemo/sampling/driver.py",
-             "                delta[self.root_known[slots], 0] = 0.0\n",
-             "                pass\n",
+    Mutation("a known root's first-level delta taken as computed (rounding), not 0",
+             "specdemo/sampling/driver.py", "_Batch.walk",
+             "delta[self.root_known[slots], 0] = 0.0",
+             "pass",
              ("tests/test_reproducible.py", "-k", "rounding"), short=True),
-    Mutation("the network's conditioning taken by slot, not by trajectory", "specdemo/sampling/driver.py",
-             "            box[\"traj\"][at:hi] = self.slot_traj[slots]\n",
-             "            box[\"traj\"][at:hi] = slots\n",
+    Mutation("the network's conditioning taken by slot, not by trajectory",
+             "specdemo/sampling/driver.py", "_Batch.call_layout",
+             "box[\"traj\"][at:hi] = self.slot_traj[part_slots]",
+             "box[\"traj\"][at:hi] = part_slots",
              ("tests/test_sampler.py", "-k", "own_conditioning"), short=True),
-    Mutation("guidance's unconditional rows take their neighbour's step", "specdemo/models/latent.py",
-             "        t = self.timesteps[n].repeat(groups)\n",
-             "        t = self.timesteps[n].roll(1).repeat(groups)\n",
+    Mutation("guidance's unconditional rows take their neighbour's step",
+             "specdemo/models/latent.py", "GuidedNetwork.__call__",
+             "t = self.timesteps[n].repeat(groups)",
+             "t = self.timesteps[n].roll(1).repeat(groups)",
              ("tests/test_latent.py", "-k", "exact")),
-    Mutation("leaves evaluated at step N", "specdemo/sampling/driver.py",
-             "        self.leaves = leaf_table & (self.depth > 0) & (steps[:, None] + self.depth < n_steps)\n",
-             "        self.leaves = leaf_table & (self.depth > 0)\n",
+    Mutation("leaves evaluated at step N",
+             "specdemo/sampling/driver.py", "Schedule.__init__",
+             "self.leaves = leaf_table & (self.depth > 0) & (steps[:, None] + self.depth < n_steps)",
+             "self.leaves = leaf_table & (self.depth > 0)",
              ("tests/test_sampler.py", "-k", "within_the_steps")),
-    Mutation("a run goes on after it is cancelled", "specdemo/sampling/driver.py",
-             "            cancel.check()\n", "            pass\n",
+    Mutation("a run goes on after it is cancelled",
+             "specdemo/sampling/driver.py", "_run",
+             "cancel.check()",
+             "pass",
              ("tests/test_limits.py",)),
-    Mutation("the work limit ignores the pilot", "specdemo/limits.py",
-             "        pilot = pilot_runs * pilot_samples * steps * pilot_rows_per_round\n", "        pilot = 0\n",
+    Mutation("the work limit ignores the pilot",
+             "specdemo/limits.py", "Limits.check",
+             "pilot = pilot_runs * pilot_samples * steps * pilot_rows_per_round",
+             "pilot = 0",
              ("tests/test_limits.py",)),
-    Mutation("the time planner prices a draft network's levels nowhere", "specdemo/trees/auto.py",
-             "        return self.cost.round_time(rows, int(self.network[n + depth] - self.network[n])) if self.cost else 0.0\n",
-             "        return self.cost.round_time(rows) if self.cost else 0.0\n",
+    Mutation("the time planner prices a draft network's levels nowhere",
+             "specdemo/trees/auto.py", "RoundPrice.seconds",
+             "return self.cost.round_time(rows, int(self.network[n + depth] - self.network[n])) if self.cost else 0.0",
+             "return self.cost.round_time(rows) if self.cost else 0.0",
              ("tests/test_calibration.py", "-k", "network")),
 ]
+
+LAYOUT = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT, tokenize.ENDMARKER}
+
+
+class StaleAnchor(Exception):
+    """A mutation's function or code is not found exactly once: the code moved on, so update the mutation."""
+
+
+def code_tokens(source: str) -> list[tokenize.TokenInfo]:
+    """The tokens of `source` less layout and comments, which a reformat may change."""
+    tokens = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type not in LAYOUT:
+                tokens.append(token)
+    except tokenize.TokenError:  # a piece of code that leaves a bracket open ends there
+        pass
+    return tokens
+
+
+def functions_named(tree: ast.Module, qualname: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions whose enclosing classes and functions, dotted, with their own name, spell `qualname`."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if prefix + child.name == qualname and not isinstance(child, ast.ClassDef):
+                    found.append(child)
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def planted(mutation: Mutation, source: str) -> str:
+    """`source`, the text of the mutation's file, with its `old` code in its function replaced by `new`."""
+    functions = functions_named(ast.parse(source), mutation.function)
+    if len(functions) != 1:
+        raise StaleAnchor(f"mutation {mutation.name!r}: {len(functions)} functions named {mutation.function} "
+                          f"in {mutation.path}, not 1; update scripts/mutations.py")
+    function = functions[0]
+    span = (function.lineno, function.col_offset), (function.end_lineno, function.end_col_offset)
+    body = [t for t in code_tokens(source) if span[0] <= t.start and t.end <= span[1]]
+    wanted = [(t.type, t.string) for t in code_tokens(mutation.old)]
+    tokens = [(t.type, t.string) for t in body]
+    starts = [i for i in range(len(tokens) - len(wanted) + 1) if tokens[i:i + len(wanted)] == wanted]
+    if len(starts) != 1:
+        raise StaleAnchor(f"mutation {mutation.name!r}: its code occurs {len(starts)} times in {mutation.function} "
+                          f"({mutation.path}), not once; update scripts/mutations.py")
+    first, last = body[starts[0]], body[starts[0] + len(wanted) - 1]
+    line_offsets = list(itertools.accumulate((len(line) + 1 for line in source.split("\n")), initial=0))
+    begin, end = (line_offsets[row - 1] + column for row, column in (first.start, last.end))
+    return source[:begin] + mutation.new.replace("\n", "\n" + " " * first.start[1]) + source[end:]
+
+
+def check(mutations: list[Mutation]) -> list[str]:
+    """Why each mutation that cannot be planted in the checkout can't: its anchor is stale or the result won't compile."""
+    problems = []
+    for m in mutations:
+        try:
+            compile(planted(m, (REPO / m.path).read_text()), m.path, "exec")
+        except StaleAnchor as stale:
+            problems.append(str(stale))
+        except SyntaxError as error:
+            problems.append(f"mutation {m.name!r}: planted in {m.function} ({m.path}), it does not compile: {error}")
+    return problems
 
 
 def checkout_copy(into: Path) -> None:
@@ -145,13 +250,10 @@ def checkout_copy(into: Path) -> None:
 
 
 def run_one(mutation: Mutation, work: Path) -> tuple[bool, float]:
-    """(caught, seconds): apply to the copy, run its tests, undo."""
+    """(caught, seconds): plant in the copy, run its tests, undo."""
     target = work / mutation.path
     original = target.read_text()
-    if original.count(mutation.old) != 1:
-        raise SystemExit(f"mutation {mutation.name!r}: its code occurs {original.count(mutation.old)} times in "
-                         f"{mutation.path}; update scripts/mutations.py")
-    target.write_text(original.replace(mutation.old, mutation.new))
+    target.write_text(planted(mutation, original))
     env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", SPECDEMO_CACHE="off",
                PYTHONPATH=str(work))
     t0 = time.perf_counter()
@@ -169,12 +271,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="only the mutations CI runs")
     parser.add_argument("--list", action="store_true", help="list the mutations and their tests")
+    parser.add_argument("--check", action="store_true", help="only check that each mutation can be planted")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTATIONS if m.short or not args.short]
     if args.list:
         for m in chosen:
-            print(f"{m.name}: {m.path} -> {' '.join(m.tests)}")
+            print(f"{m.name}: {m.path} {m.function} -> {' '.join(m.tests)}")
         return 0
+    problems = check(chosen)  # before any test runs, so a stale anchor fails at once
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems or args.check:
+        print(f"{len(chosen) - len(problems)} of {len(chosen)} planted bugs can be planted")
+        return 1 if problems else 0
     missed = []
     with tempfile.TemporaryDirectory(prefix="specdemo-mutations-") as tmp:
         work = Path(tmp)
