@@ -103,20 +103,3 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
                           yaxis=dict(title="speedup (28 / target calls)"))
         lines += ["", plot(fig, "gm512_speedup_vs_rows", report)]
     return "\n".join(lines), results
-
-
-def readme(results: dict) -> str:
-    """The README's bullet: the best auto configuration within the budget, against the best fixed tree
-    and the authors' code (the peer table)."""
-    budget = results["budget"]
-    auto = {_key(a, "method", "verifier", "freeze", "prefetch"): a for a in results["auto"]}
-    best_auto = max((auto[("tree", "rank", "auto", p)] for p in ("nearest", "auto")), key=lambda a: a["speedup"])
-    fixed = max(results["fixed"], key=lambda f: f["speedup"])
-    within = peer.best(peer.side_by_side().values(), budget)
-    widest = peer.best(peer.their_table().values())
-    return (f"- **Auto topology with per-step freezing reaches {best_auto['speedup']:.2f}x within {budget} target rows "
-            f"per round** on `gm512` (rank-aware, freeze auto, prefetch {best_auto['prefetch']}), where the authors' code "
-            f"reaches {within.speedup:.2f}x (side by side on {peer.SIDE_BY_SIDE_DATE}, from the peer table; "
-            f"{widest.speedup:.2f}x with {widest.rows_per_round:,} rows in their own table) and the best fixed tree here "
-            f"{fixed['speedup']:.2f}x ({fixed['verifier']} ({fixed['k']}, {fixed['depth']})"
-            f"{', leaves evaluated' if fixed['leaves'] else ''}, freeze {fixed['freeze']}).")

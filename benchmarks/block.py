@@ -52,7 +52,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     for steps, count in samples.items():
         rows = image_rows("digits", steps, count, "cpu", CONFIGS)
         lines += [f"| {steps} | {count} | {row}" for row, _ in rows]
-        runs += [{"label": label, **summary} for (label, _), (_, summary) in zip(LABELLED, rows)]
+        runs += [{"label": label, **summary} for (label, _), (_, summary) in zip(LABELLED, rows, strict=True)]
     lines.append("")
     for steps in samples:
         at = [r for r in runs if r["config"]["steps"] == steps]
@@ -75,30 +75,3 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         "gains little where the nodes past the first rejection are far off. The corrected draw keeps the orthogonal "
         "part of the next drafted node, as RMC's reflection does, so nearest-sibling prefetch keeps working.")
     return "\n".join(lines), {"runs": runs, "gm512": gm}
-
-
-def readme(results: dict) -> str:
-    """The README's bullet: block-verified planned chains against node-by-node ones, with the draft
-    network and with the frozen draft, on digits and gm512."""
-    at = {steps: [r for r in results["runs"] if r["config"]["steps"] == steps] for steps in (100, 1000)}
-    wide = {steps: planned(runs, max(BUDGETS))[1:] for steps, runs in at.items()}  # (RMC, block)
-    narrow = {steps: planned(runs, min(BUDGETS))[1:] for steps, runs in at.items()}
-    x0 = {steps: tuple(find(runs, tree="1x9", freeze="x0", verifier=v) for v in ("rmc", "block"))
-          for steps, runs in at.items()}
-
-    def gain(pair: tuple[dict, dict]) -> str:
-        return percent_gain(shown(pair[1]), shown(pair[0]))
-
-    top = all(shown(wide[steps][1]) == max(map(shown, runs)) for steps, runs in at.items())
-    less = all(shown(x0[s][1]) / shown(x0[s][0]) < shown(narrow[s][1]) / shown(narrow[s][0]) for s in at)
-    gm = results["gm512"]
-    return (f"- **Block verification** of chains: with the small draft network, planned chains of {max(BUDGETS)} rows "
-            f"reach **{shown(wide[100][1]):.2f}x** at 100 steps and **{shown(wide[1000][1]):.2f}x** at 1,000 steps, "
-            f"against {shown(wide[100][0]):.2f}x and {shown(wide[1000][0]):.2f}x for chains planned and verified node "
-            "by node (RMC)" + (", the highest speedups in calls of the section" if top else "")
-            + f"; with {min(BUDGETS)} rows {gain(narrow[100])} and {gain(narrow[1000])}. With the frozen draft it gains "
-            + ("less" if less else "as much or more")
-            + f" ({gain(x0[100])} and {gain(x0[1000])} for a 1x9 chain of x0-hat; "
-            f"{gain((gm['rmc'], gm['block']))} on `gm512`)"
-            + (", because that draft's delta grows with depth and little is left to weigh past the first rejection."
-               if less else "."))

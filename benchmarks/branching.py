@@ -6,7 +6,7 @@ Monte Carlo walks of the verifier on the pilot's deltas, as the planner's own la
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +74,7 @@ def steps_law(stats: DeltaStats, n: int, shape: tuple[int, int, int], walks: int
     return np.bincount(steps, minlength=depth + 2) / walks
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tree(shape: tuple[int, int, int]) -> TreeTables:
     """The shape's walk tables, built once for every step that walks it."""
     k, j, depth = shape
@@ -113,7 +113,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             problem = build(cfg)
             run_lengths = problem.kernel.stochastic_run_lengths().tolist()
             rng = np.random.default_rng(0)
-            wanted = lambda shape: any(keep(shape[0], shape[1]) for _, keep in families)
+            wanted = lambda shape: any(keep(shape[0], shape[1]) for _, keep in families)  # noqa: B023  (used in this iteration)
             laws = {n: {shape: steps_law(problem.stats, n, shape, walks, rng)
                         for shape in shapes(budget, run_lengths[n]) if wanted(shape)}
                     for n in range(steps) if run_lengths[n]}

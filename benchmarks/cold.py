@@ -10,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specdemo.planning import plan_tree
 from specdemo.pipeline import SamplerConfig, build
-
+from specdemo.planning import plan_tree
 from specdemo.sampling.cost import time_speedup
 
 from .common import BY_CALLS, find, percent_gain, run_cell, shown
@@ -146,26 +145,3 @@ def summary_lines(results: dict) -> list[str]:
                      f"{time_speedup(w['warm'], w['plain']):.2f}x ({t['calls']['cold']:.1f} against "
                      f"{t['calls']['warm']:.1f} calls a sample).")
     return lines
-
-
-def readme(results: dict) -> str:
-    gm, digits = paired(results["runs"])
-    margins = {(r["steps"], r["start"]): measured_margin(r) for r in results["margins"]}
-    cold_margins = [f"{100 * margins[(steps, 'cold')][0]:+.0f}% ± {100 * margins[(steps, 'cold')][1]:.0f}% at "
-                    f"{steps:,} steps ({100 * margins[(steps, 'warm')][0]:+.0f}% warm)"
-                    for steps in sorted({steps for steps, _ in margins})]
-    times = {t["steps"]: t for t in results["timed"]}
-    timed_text = "; ".join(
-        f"{steps:,} steps {time_speedup(t['wall_s']['cold'], t['wall_s']['plain']):.2f}x cold and "
-        f"{time_speedup(t['wall_s']['warm'], t['wall_s']['plain']):.2f}x warm" for steps, t in times.items())
-    level = all(abs(t["wall_s"]["warm"] / t["wall_s"]["cold"] - 1) < 0.05 for t in times.values())
-    digits_text = " and ".join(f"{shown(d['cold']):.2f}x against {shown(d['warm']):.2f}x at {steps:,} steps"
-                               for steps, d in digits.items())
-    return (f"- **The frozen draft starts cold** (the default; `--start warm` spends the authors' warm-up call): no "
-            f"warm-up call, the first round drafted from a deterministic step's output or from x0-hat = 0. In calls "
-            f"(`--tree auto --objective calls`): `gm512` within 85 rows **{shown(gm['cold']):.2f}x** against "
-            f"{shown(gm['warm']):.2f}x warm; the digits model within 48 rows {digits_text}. Planned trees lead "
-            f"planned chains at {TOP_ROWS} rows on the digits model by " + " and ".join(cold_margins)
-            + f", measured. One sample at a time, wall-clock against plain sampling: {timed_text}"
-            + ("; a warm-up call is a call of one row, the cheapest there is, so at batch 1 on this CPU the calls "
-               "saved do not show in wall-clock" if level else "") + ".")

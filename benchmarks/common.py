@@ -54,7 +54,7 @@ def image_rows(model: str, steps: int, samples: int, device: str, configs, class
     # kernels' loading and autotuning, the clocks' ramp): an untimed run keeps it out of every row
     run_cell(cfgs[0], 1, target)
     rows, plain = [], None
-    for (name, _), cfg in zip(configs, cfgs):
+    for (name, _), cfg in zip(configs, cfgs, strict=True):
         s = run_cell(cfg, repeats, target, with_pilot)
         plain = plain or s
         acceptance = "" if s["acceptance"] is None else f"{s['acceptance']:.3f}"
@@ -150,39 +150,6 @@ def save_results(report: Path, name: str, results: dict, settings: dict) -> None
     path.parent.mkdir(exist_ok=True)
     record = {"section": name, "machine": machine(), "settings": settings, "results": results}
     path.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
-
-
-def load_results(report: Path, name: str) -> dict | None:
-    """The results a section saved last (None: it has not run since it began saving them)."""
-    path = results_path(report, name)
-    return json.loads(path.read_text())["results"] if path.exists() else None
-
-
-def readme_path(report: Path) -> Path:
-    """The README next to the report's folder (docs/benchmarks.md -> README.md)."""
-    return report.resolve().parent.parent / "README.md"
-
-
-def with_readme_block(readme: str, name: str, text: str) -> str:
-    """The README with its block `<!-- readme:NAME -->...<!-- /readme:NAME -->` holding `text` (unchanged
-    where it has no such block): the figures the README quotes are written from the run that measured them."""
-    pattern = re.compile(rf"(<!-- readme:{re.escape(name)} -->\n).*?(<!-- /readme:{re.escape(name)} -->)", re.S)
-    return pattern.sub(lambda m: m.group(1) + text.rstrip() + "\n" + m.group(2), readme)
-
-
-def readme_blocks(readme: str) -> list[str]:
-    """The names of the README's blocks, in order."""
-    return re.findall(r"<!-- readme:(\w+) -->", readme)
-
-
-def write_readme_block(report: Path, name: str, text: str) -> None:
-    """Write a block into the README next to the report's folder, where it has that block."""
-    readme = readme_path(report)
-    if readme.exists():
-        old = readme.read_text()
-        new = with_readme_block(old, name, text)
-        if new != old:
-            readme.write_text(new)
 
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

@@ -56,7 +56,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     for steps in step_counts:
         rows = image_rows("digits", steps, samples[steps], "cpu", CONFIGS)
         lines += [f"| {steps} | {samples[steps]} | {row}" for row, _ in rows]
-        runs += [{"name": name, **summary} for (name, _), (_, summary) in zip(CONFIGS, rows)]
+        runs += [{"name": name, **summary} for (name, _), (_, summary) in zip(CONFIGS, rows, strict=True)]
     lines.append("")
     fig = go.Figure()
     for steps in step_counts:
@@ -78,16 +78,3 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
                       yaxis=dict(title="plain target calls / calls"), xaxis=dict(tickangle=-30))
     lines += ["", plot(fig, "digits_speedup", report)]
     return "\n".join(lines), {"runs": runs, "delta_by_step": deltas}
-
-
-def readme(results: dict) -> str:
-    """The README's bullet: the seed paper's chain (1x5, the frozen draft) and the best configuration
-    with the frozen draft, in target calls."""
-    runs = results["runs"]
-    chain = find(runs, steps=100, method="chain", tree="1x5", draft="frozen")
-    best = {steps: max((r for r in runs if r["config"]["steps"] == steps and r["config"]["draft"] == "frozen"), key=shown)
-            for steps in (100, 1000)}
-    at_1000 = "" if best[1000]["name"] == best[100]["name"] else f" with {best[1000]['name']}"
-    return (f"- **The digits model:** {shown(chain):.2f}x fewer target calls for the seed paper's chain (1x5, the frozen "
-            f"draft) at 100 steps, {shown(best[100]):.2f}x for the best configuration with the frozen draft "
-            f"({best[100]['name']}; {shown(best[1000]):.2f}x at 1,000 steps{at_1000}).")

@@ -110,24 +110,3 @@ def _text(results: dict) -> str:
                      " / ".join(f"{s['planned_calls']:.2f}" for s in pair) + " | " +
                      " / ".join(str(s["pilot_calls"]) for s in pair) + " |")
     return "\n".join(lines)
-
-
-def readme(results: dict) -> str:
-    """The README's bullet: the distilled draft against the one trained on the noise, per step count (mean of the seeds)."""
-    runs = results["runs"]
-
-    def mean_speedup(draft: str, steps: int) -> tuple[float, list[float]]:
-        each = [r["speedup"] for r in runs if r["config"]["draft"] == draft and r["config"]["steps"] == steps]
-        return sum(each) / len(each), each
-
-    parts = []
-    for steps in sorted({r["config"]["steps"] for r in runs}):
-        (trained, _), (distilled, each) = (mean_speedup(name, steps) for name in DRAFTS)
-        samples = {r["config"]["num_samples"] for r in runs if r["config"]["steps"] == steps}
-        parts.append(f"at {steps:,} steps **{distilled:.2f}x** ({', '.join(f'{s:.2f}x' for s in each)} on "
-                     f"{len(each)} seeds of {', '.join(map(str, sorted(samples)))} samples) against {trained:.2f}x")
-    return ("- **A draft network distilled from the target** (`--draft digits-draft-distilled --freeze auto`: the "
-            f"digits draft's architecture trained on the target's outputs instead of the noise), within {BUDGET} rows"
-            + (", the network drafting each trajectory's first round itself (no warm-up call)"
-               if all(r.get("warm_ups") == 0 for r in runs) else "") + ": "
-            + "; ".join(parts) + " with `digits-draft`.")

@@ -102,25 +102,3 @@ def _summary(results: dict) -> str:
             f"{gm['x0']['speedup']:.2f}x freezing x0-hat). Its components are isotropic Gaussians, whose x0-hat is "
             "exactly the fitted form once a trajectory's component is settled. On the digits model the fit gains "
             "little: x0-hat of a digit is not that of one isotropic Gaussian.")
-
-
-def readme(results: dict) -> str:
-    """The README's bullet: the done-when command's setting (gm512, 85 rows, calls, defaults) and the drafts."""
-    runs = results["runs"]
-    gm = find(runs, model="gm512", tree="auto", freeze="auto")
-    x0 = find(runs, model="gm512", tree="auto", freeze="x0")
-    digits = {st: find(runs, model="digits", tree="auto", freeze="auto", steps=st, draft="frozen") for st in (100, 1000)}
-    network = {f: {st: find(runs, model="digits", tree="auto", freeze=f, steps=st, draft=NETWORK["draft"])
-                   for st in (100, 1000)} for f in ("residual", "auto")}
-    return (f"- **A draft fitted online** (freeze gaussian: x0-hat of a Gaussian fitted per trajectory to the last two "
-            f"target outputs; exact like every draft): on `gm512` within 85 rows a round, `--tree auto --objective "
-            f"calls` with the defaults, started warm as the authors count, reaches **{gm['speedup']:.2f}x** ({x0['speedup']:.2f}x freezing x0-hat; the "
-            f"authors' code 2.11x side by side), with {gm['pilot_calls']} pilot calls besides. The digits model within "
-            f"48 rows: {digits[100]['speedup']:.2f}x at 100 steps and {digits[1000]['speedup']:.2f}x at 1,000 with the "
-            f"frozen draft; with the small draft network corrected by the target's residual (`--freeze residual`), "
-            f"{network['residual'][100]['speedup']:.2f}x and {network['residual'][1000]['speedup']:.2f}x, and drafting "
-            f"each step with that or a frozen form, whichever its pilot found best (`--draft digits-draft --freeze "
-            f"auto`), **{network['auto'][100]['speedup']:.2f}x** and **{network['auto'][1000]['speedup']:.2f}x**"
-            + (" (measured when the draft network still spent a warm-up call per trajectory: the next bullet has it "
-               "without)" if any(run.get("warm_ups") != 0 for by_steps in network.values() for run in by_steps.values())
-               else "") + ".")

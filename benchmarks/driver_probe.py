@@ -12,8 +12,8 @@ import torch
 from diffusers import DDPMScheduler
 
 import specdemo
-from specdemo.drafts import FrozenX0
 from specdemo import Topology, get_verifier, sample
+from specdemo.drafts import FrozenX0
 from specdemo.kernels import DDPMKernel
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specdemo.planning import plan_tree
 from specdemo.pipeline import SamplerConfig, build
+from specdemo.planning import plan_tree
 from specdemo.trees.auto import DeltaStats
 
 from .common import BY_CALLS, NETWORK, plot
@@ -19,7 +19,6 @@ TITLE = "Trees against chains at equal target rows"
 # per step the frozen draft's best form, and with the draft network per step that network corrected by the
 # target's residual or a frozen form (the best settings of docs/benchmarks.md, section "drafts")
 DRAFTS = (("frozen, freeze auto", {"freeze": "auto"}), ("digits-draft network, freeze auto", {**NETWORK, "freeze": "auto"}))
-FEW_ROWS = 16  # a budget where a chain is hard to beat
 
 
 def _mean_and_error(calls: np.ndarray) -> tuple[float, float]:
@@ -96,29 +95,3 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
                       yaxis=dict(title="chain calls / tree calls - 1 (%)"))
     lines += ["", plot(fig, "digits_equal_rows", report)]
     return "\n".join(lines), {"budgets": list(budgets), "rows": rows}
-
-
-def readme(results: dict) -> str:
-    """The README's bullet: the measured and planned margins at the largest budget, and the planned
-    one with few rows."""
-    budgets = results["budgets"]
-    by = {(row["steps"], row["draft"]): row for row in results["rows"]}
-    (frozen, _), (network, _) = DRAFTS
-    cells = [(100, frozen), (100, network), (1000, frozen), (1000, network)]
-    measured = {cell: measured_margin(by[cell]) for cell in cells}
-    shown = {cell: f"{100 * m:+.0f}% ± {100 * e:.0f}%" for cell, (m, e) in measured.items()}
-    expected = {cell: f"{100 * by[cell]['planned_margins'][-1]:+.0f}%" for cell in cells}
-    ceiling = {steps: f"{100 * by[(steps, frozen)]['ceiling']:+.0f}%" for steps in (100, 1000)}
-    few = {steps: f"{100 * by[(steps, frozen)]['planned_margins'][budgets.index(FEW_ROWS)]:+.0f}%" for steps in (100, 1000)}
-    growing = all(np.all(np.diff(row["planned_margins"]) >= 0) for row in by.values())
-    return ("- **Trees against chains at equal rows** (the digits model, block verification): planned trees (fans) "
-            + ("lead" if all(m > 0 for m, _ in measured.values()) else "do not always lead")
-            + " planned chains at the same target rows per round"
-            + (", and by more the more rows a round may use" if growing else "")
-            + f": at {budgets[-1]} rows by {shown[cells[0]]} (frozen draft) and {shown[cells[1]]} (draft network) at "
-            f"100 steps, and by {shown[cells[2]]} and {shown[cells[3]]} at 1,000 steps, measured; the planner expected "
-            f"{expected[cells[0]]}, {expected[cells[1]]}, {expected[cells[2]]} and {expected[cells[3]]}. A fan gains at "
-            f"its first level only: a chain that never lost its first level would lead by {ceiling[100]} at 100 steps "
-            f"and {ceiling[1000]} at 1,000 (frozen draft, planned), the most any fan can. With few rows "
-            f"the two are level: at {FEW_ROWS} rows the planner expects {few[100]} at 100 steps and {few[1000]} at "
-            "1,000 (frozen draft).")

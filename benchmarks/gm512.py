@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -42,7 +42,7 @@ def cell_config(trajectories: int, verifier: str, k: int, depth: int, leaves: bo
                          prefetch="leaves" if leaves else "nearest", freeze=freeze, start="warm")
 
 
-@lru_cache(maxsize=None)
+@cache
 def cells(trajectories: int, quick: bool) -> dict:
     """Every gm512 cell, by (freeze, verifier, K, L, leaves), once per process (the gm512 and auto
     sections both read them)."""
@@ -169,40 +169,6 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         f"call. With a network target the share is small (the digits section below)."
     )
     results = {"trajectories": trajectories,
-               "cells": [dict(zip(("freeze", "verifier", "k", "depth", "leaves"), key), **s) for key, s in by_key.items()],
+               "cells": [dict(zip(("freeze", "verifier", "k", "depth", "leaves"), key, strict=True), **s) for key, s in by_key.items()],
                "plain": plain, "authors_cells": agree, "drafting_floor": floor}
     return "\n".join(lines), results
-
-
-def readme(results: dict) -> str:
-    """The README's bullets on the authors' benchmark and on the engine's speed."""
-    by_key = {_key(c): c for c in results["cells"]}
-    agree = results["authors_cells"]
-    within = sum(abs(a["speedup"] - a["authors"]) <= AGREEMENT for a in agree)
-    wins = rank_wins(by_key)
-    won = sum(r > d for r, d in wins)
-    engine = {v: by_key[("out", v, 4, 4, False)] for v in ("dgrs", "rank")}
-    theirs = peer.side_by_side()
-    floor, plain = results["drafting_floor"], results["plain"]
-    return (
-        "- **The draft-tree authors' benchmark** (`gm512`, flow matching with churn, 28 stochastic steps): RMC chains, "
-        f"D-GRS and rank-aware trees agree with the authors' own code within {AGREEMENT}x in "
-        + (f"all {len(agree)}" if within == len(agree) else f"{within} of {len(agree)}")
-        + " cells of their table; rank-aware beats D-GRS "
-        + ("on every tree" if won == len(wins) else f"in {won} of {len(wins)} cells")
-        + f"; freezing x0-hat instead of the network output adds {statistics.mean(x0_gains(by_key)):.2f}x on average.\n"
-        f"- **Engine speed:** side by side with the authors' code on {peer.SIDE_BY_SIDE_DATE} under the same load (one "
-        "thread each; the peer table in benchmarks/peer.py, from algorithms.md section 5, not rerun since), "
-        + " and ".join(f"{name} (4, 4) {'costs ' if v == 'dgrs' else ''}{theirs[(v, 4, 4, False)].ours_ms:.0f} ms per "
-                       f"trajectory against {theirs[(v, 4, 4, False)].ms:.0f} ms "
-                       f"({theirs[(v, 4, 4, False)].ms / theirs[(v, 4, 4, False)].ours_ms:.0f}x less)"
-                       for name, v in (("D-GRS", "dgrs"), ("rank-aware", "rank")))
-        + f"; in the benchmark's own batch of {results['trajectories']} trajectories, "
-        f"{engine['dgrs']['wall_ms_per_sample']:.2f} ms and {engine['rank']['wall_ms_per_sample']:.2f} ms. With this "
-        "closed-form target, drafting alone (512 normals per drafted node, which exactness needs) costs "
-        + ("more" if floor["draft_ms"] > floor["target_ms"] else "less")
-        + f" than the target call ({floor['draft_ms']:.1f} ms against {floor['target_ms']:.1f} ms for a (4, 4) round "
-        f"of {results['trajectories']} trajectories), so the target call is {1 - engine['dgrs']['non_target_fraction']:.0%} "
-        f"(D-GRS) and {1 - engine['rank']['non_target_fraction']:.0%} (rank-aware) of the wall-clock; even plain "
-        f"target sampling spends {plain['non_target_fraction']:.0%} of its time outside the target call there."
-    )

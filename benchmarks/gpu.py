@@ -13,7 +13,7 @@ import torch
 from specdemo.pipeline import SamplerConfig, build
 from specdemo.sampling.cost import time_speedup
 
-from .common import cifar_sized_unet, find, image_rows
+from .common import cifar_sized_unet, image_rows
 
 TITLE = "GPU"
 PENDING = "GPU figures: pending (no CUDA device on the machine that wrote this file; run scripts/gpu_check.sh)."
@@ -21,7 +21,6 @@ PENDING = "GPU figures: pending (no CUDA device on the machine that wrote this f
 PLAIN, CHAIN = {"method": "target"}, {"method": "chain", "tree": "1x5", "verifier": "rmc"}
 AUTO = {"tree": "auto", "objective": "time"}
 CIFAR = "CIFAR-10-sized random UNet"
-NO_GAIN = 1.1  # x: plain sampling's wall-clock over a method's, below which the README says it gains none
 CONFIGS = [("plain target", PLAIN),
            ("chain 1x5 rmc", CHAIN),
            ("chain 1x9 block", {"method": "chain", "tree": "1x9", "verifier": "block"}),
@@ -77,39 +76,6 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | N
                 plain = rows[0][1]
                 runs += [{**s, "model": name, "batch": batch, "name": shown_as, "vs_plain": time_speedup(s['wall_s'], plain['wall_s']),
                           "ms_per_call": 1e3 * s["target_s"] / max(s["target_calls"], 1)}
-                         for (shown_as, _), (_, s) in zip(CONFIGS, rows)]
+                         for (shown_as, _), (_, s) in zip(CONFIGS, rows, strict=True)]
     return "\n".join(lines), {"device": device, "date": datetime.date.today().isoformat(), "runs": runs,
                               "launch_ms": launch_ms}
-
-
-def readme(results: dict) -> str:
-    """The README's GPU bullet: the CIFAR-10-sized UNet's 1x5 chain at batch 1, the most the digits UNet
-    gains in wall-clock, and how `tree="auto"` with the device's defaults fares against that chain."""
-    runs = results["runs"]
-    cells = sorted({(r["model"], r["batch"]) for r in runs})
-    in_cell = {cell: [r for r in runs if (r["model"], r["batch"]) == cell] for cell in cells}
-    chain = find(in_cell[(CIFAR, 1)], **CHAIN)
-    digits = max(r["vs_plain"] for r in runs if r["model"] == "digits" and not PLAIN.items() <= r["config"].items())
-    # auto against the chain, cell by cell: the chain's wall-clock over auto's (below 1: auto is slower)
-    auto = [(find(rows, **AUTO), find(rows, **CHAIN)) for rows in in_cell.values()]
-    vs_chain = [time_speedup(a["wall_s"], c["wall_s"]) for a, c in auto]
-    slower = sum(x < 1 for x in vs_chain)
-    fewer = sum(a["target_calls"] < c["target_calls"] for a, c in auto)
-    outside = [a["non_target_fraction"] for a, _ in auto]
-    per_cell = ", ".join(f"{'digits' if model == 'digits' else 'CIFAR-sized'} batch {batch} {x:.2f}x"
-                         for (model, batch), x in zip(in_cell, vs_chain))
-    share = lambda k: f"all {k}" if k == len(auto) else f"{k} of the {len(auto)}"  # of the cells
-    verdict = f"slower than that chain in {share(slower)} cells" if slower else \
-        f"at least as fast as that chain in {share(len(auto))} cells"
-    # runs before the verifier was planned carry none: their defaults verified by blocks
-    planned = sorted({a.get("verifier") or "block, the defaults then" for a, _ in auto})
-    return (f"- **GPU** ({results['device']}, fp16, the GPU table of {results['date']}): a CIFAR-10-sized UNet at "
-            f"batch 1 samples in {chain['vs_plain']:.2f}x less wall-clock with a 1x5 chain ({chain['speedup']:.2f}x fewer calls); "
-            "the small digits UNet " + (f"is too cheap per call to gain wall-clock there (at most {digits:.2f}x)"
-                                        if digits < NO_GAIN else f"gains up to {digits:.2f}x in wall-clock there")
-            + f". `tree=\"auto\"` with the GPU's defaults (AUTO_DEFAULTS in specdemo/resolve.py; verifier: "
-            f"{'; '.join(planned)}) makes fewer calls "
-            f"than the 1x5 chain in {share(fewer)} cells and is {verdict} "
-            f"(its speed against the chain's: {per_cell}); "
-            f"{min(outside):.0%} to {max(outside):.0%} of its time is spent outside the target call"
-            + (", so on this GPU the 1x5 chain is the faster choice for now." if slower == len(auto) else "."))

@@ -155,7 +155,7 @@ def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], lis
 
 
 def cli_runs(steps: int, cache: Path, repeats: int = 5) -> dict:
-    """The README's command as a user runs it: new processes, the auto plan's first run (pilot), then
+    """The command line as a user runs it: new processes, the auto plan's first run (pilot), then
     `repeats` times the second (plan from the cache) and the same command with --method target, in
     alternation (one fresh process is noisy: the ratio is of their medians); each JSON's last line."""
     def cli(*extra):
@@ -243,12 +243,12 @@ def stream_rows() -> list[str]:
         out = torch.empty(batch, count)
         keys, counters = torch.arange(batch) * 7919 + 1, torch.arange(batch)
 
-        def per_trajectory():
-            for i, g in enumerate(generators):
-                torch.randn(count, generator=g, out=out[i])
+        def per_trajectory():  # called in this iteration only
+            for i, g in enumerate(generators):  # noqa: B023
+                torch.randn(count, generator=g, out=out[i])  # noqa: B023
 
         times = {}
-        for name, fn in (("loop", per_trajectory), ("philox", lambda: philox_normals(keys, counters, count))):
+        for name, fn in (("loop", per_trajectory), ("philox", lambda: philox_normals(keys, counters, count))):  # noqa: B023
             fn()
             runs = []
             for _ in range(7):
@@ -395,41 +395,3 @@ def against_plain(runs: list[dict]) -> tuple[dict, dict, dict]:
 def block_alone(runs: list[dict]) -> dict:
     """Auto planned for time with block verification alone (the defaults before the verifier was planned)."""
     return find(runs, tree="auto", objective="time", verifier="block")
-
-
-def readme(results: dict) -> str:
-    """The README's wall-clock bullet."""
-    by_cell = {}
-    for r in results["digits"]:
-        by_cell.setdefault((r["config"]["steps"], r["config"]["num_samples"]), []).append(r)
-    paired = {cell: against_plain(runs) for cell, runs in by_cell.items()}
-    ratio = {cell: [time_speedup(r["wall_s"], plain["wall_s"]) for r in (timed, by_calls)]
-             for cell, (plain, timed, by_calls) in paired.items()}
-    plain16, _, by_calls16 = paired[(100, 16)]
-    # per cell: the verifier auto kept, and auto's speed over that of the plan for block alone
-    verifier = {cell: timed["verifier"] for cell, (_, timed, _) in paired.items()}
-    vs_block = {cell: block_alone(by_cell[cell])["wall_s"] / timed["wall_s"] for cell, (_, timed, _) in paired.items()}
-    kept_block = [cell for cell in sorted(by_cell) if verifier[cell] == "block"]
-    kept_rmc = [cell for cell in sorted(by_cell) if verifier[cell] == "rmc"]
-    spread = lambda values: f"{min(values) - 1:+.0%} to {max(values) - 1:+.0%}"
-    cli = {int(steps): time_speedup(median_run(out["second"])["wall_s"], median_run(out["target"])["wall_s"])
-           for steps, out in results["cli"].items()}
-    chain9 = next(d for d in results["driver"] if (d["batch"], d["tree"], d["verifier"]) == (1, "1x9", "rmc"))
-    return (
-        "- **Wall-clock** (latency section): one sample of the digits model, `--tree auto` alone (planned for the "
-        f"least wall-clock on this CPU) samples **{ratio[(100, 1)][0]:.2f}x** faster than plain sampling at 100 "
-        f"steps and **{ratio[(1000, 1)][0]:.2f}x** at 1,000 steps in one process; run from the command line in a "
-        f"new process with the plan from the cache, {cli[100]:.2f}x and {cli[1000]:.2f}x. With 16 "
-        "samples at once a call of many rows costs nearly as many times a row, so speculation gains less there: "
-        f"{ratio[(100, 16)][0]:.2f}x at 100 steps with the plan for time, where the plan for calls "
-        f"({plain16['calls_per_trajectory'] / by_calls16['calls_per_trajectory']:.2f}x fewer calls) gives "
-        f"{ratio[(100, 16)][1]:.2f}x. The planner also picks the verifier (block verification or RMC, whichever "
-        f"plan it expects faster): it kept RMC in {len(kept_rmc)} of the {len(by_cell)} cells ("
-        + ", ".join(f"{steps:,} steps, batch {batch}: {ratio[(steps, batch)][0]:.2f}x, {vs_block[(steps, batch)] - 1:+.0%} "
-                    "in speed against the plan for block alone" for steps, batch in kept_rmc)
-        + ") and block in the others, where its speed against the plan for block alone, made and timed in a build of "
-        f"its own, was {spread([vs_block[c] for c in kept_block])} (each build measures its own costs, and at batch 1 a "
-        "single trajectory's calls vary with the plan). The driver's own work per round for a chain of 9 "
-        "at batch 1 is "
-        f"{chain9['ms']:.2f} ms ({chain9['before_ms']:.2f} ms before the driver was rewritten), "
-        f"{chain9['ms'] / results['call_ms']:.2f}x of a 1-row call of the digits UNet on one thread.")

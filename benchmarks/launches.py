@@ -65,14 +65,3 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | N
                "cells": [{"name": name, "settings": settings(name), "limit": CELLS[name][1], "now": now[name],
                           "before": before[name]} for name in cells]}
     return "\n".join(lines), results
-
-
-def readme(results: dict) -> str:
-    """The README's launches bullet: each cell's operations per round, before and now, and the network's own."""
-    cells = results["cells"]
-    listed = "; ".join(f"{c['name']} {c['now']['ops_per_round']:.0f} ({c['before']['ops_per_round']:.0f} before)"
-                       for c in cells)
-    network = cells[0]["now"]["network_ops_per_call"]
-    return (f"- **Launches** (launches section, {results['date']}): a round dispatches few ATen operations outside "
-            f"the target network, each a kernel launch on a GPU (the digits model, 100 steps): {listed}. "
-            f"The digits UNet's own call dispatches {network}.")

@@ -10,9 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from specdemo.planning import best_plan, draft_options, plan_tree, planned_options
+
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.pipeline import prepare
+from specdemo.planning import best_plan, draft_options, plan_tree, planned_options
 
 from .common import NETWORK
 from .drafts import config

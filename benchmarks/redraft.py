@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from specdemo.pipeline import build
 from specdemo.verifiers import get_verifier
 
@@ -41,13 +42,13 @@ def _nodes(trace, steps: int) -> tuple[list, ...]:
     found = []
     for a, seq in rounds.items():
         seq.sort(key=lambda r: r[0])
-        for (_, n0, states0, _, depth0, evaluated0), (_, n1, states1, delta1, depth1, _) in zip(seq, seq[1:]):
+        for (_, n0, states0, _, depth0, evaluated0), (_, n1, states1, delta1, depth1, _) in zip(seq, seq[1:], strict=False):
             earlier = {n0 + int(d): k for k, d in enumerate(depth0) if evaluated0[k]}
             for node in np.nonzero(~np.isnan(delta1))[0]:
                 m = n1 + int(depth1[node])
                 if m < steps and m in earlier:
                     found.append((m, a, float(delta1[node]), states1[node], states0[earlier[m]]))
-    return tuple(zip(*found)) if found else ((),) * 5
+    return tuple(zip(*found, strict=True)) if found else ((),) * 5
 
 
 def _redrafted_deltas(problem, steps_m, trajectories, states, earlier_states) -> np.ndarray:

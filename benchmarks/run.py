@@ -1,8 +1,9 @@
 """`python -m benchmarks.run` (from the checkout's root; `python -m specdemo bench` runs it too): run
 benchmark sections and write them into docs/benchmarks.md, with each section's raw results
-(docs/bench_results/NAME.json) and the README's Results blocks rendered from those results.
+(docs/bench_results/NAME.json), then the README's results table rendered from those results
+(benchmarks/readme_table.py).
 
-`--readme` renders the README's blocks from the committed results alone, running nothing.
+`--readme` renders the README's table from the committed results alone, running nothing.
 Importing this module imports no torch, so that --help answers at once.
 """
 
@@ -27,34 +28,19 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                                                             "raw results and the README's figures.")
     parser.add_argument("--out", default="docs/benchmarks.md",
                         help="the report (default %(default)s); results go to bench_results/ next to it, and the "
-                             "README's blocks to the README of the folder above")
+                             "README's table to the README of the folder above")
     parser.add_argument("--trajectories", type=int, default=100, help="trajectories per gm512 cell (default %(default)s)")
     parser.add_argument("--quick", action="store_true",
                         help="a small smoke run (few cells, shorter runs): writes the report's sections only")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--sections", help="comma-separated sections to refresh (default: all): " + ", ".join(SECTIONS))
     what.add_argument("--readme", action="store_true",
-                      help="render the README's blocks from the committed results, running nothing")
+                      help="render the README's results table from the committed results, running nothing")
     return parser
 
 
 def section(name: str):
     return importlib.import_module(f"{__package__}.{name}")
-
-
-def rendered_readme(readme: str, report: Path) -> tuple[str, list[str]]:
-    """The README with every block `<!-- readme:NAME -->` written by section NAME from its saved results;
-    and the blocks left as they were, whose section has saved no results yet."""
-    from .common import load_results, readme_blocks, with_readme_block
-
-    left = []
-    for name in readme_blocks(readme):
-        module, results = section(name), load_results(report, name)
-        if results is not None:
-            readme = with_readme_block(readme, name, module.readme(results))
-        else:
-            left.append(name)
-    return readme, left
 
 
 def run(args) -> int:
@@ -63,14 +49,11 @@ def run(args) -> int:
     unknown = [name for name in names if name not in SECTIONS]
     if unknown:
         raise SpecdemoError(f"unknown section(s) {', '.join(n[:40] for n in unknown)}; accepted: {', '.join(SECTIONS)}")
-    from .common import readme_path, save_results, write_readme_block, write_section
+    from .common import save_results, write_section
+    from .readme_table import readme_path, write_readme_table
 
     if args.readme:
-        readme = readme_path(path)
-        text, left = rendered_readme(readme.read_text(), path)
-        readme.write_text(text)
-        print(f"{readme}: blocks written from {path.parent / 'bench_results'}"
-              + (f"; left as they were (no results yet): {', '.join(left)}" if left else ""))
+        print(f"{write_readme_table(path)}: results table written from {path.parent / 'bench_results'}")
         return 0
     os.environ.setdefault("SPECDEMO_CACHE", "off")  # every planned setting pilots afresh: its pilot is reported
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,9 +65,12 @@ def run(args) -> int:
         # a quick run's figures are a smoke test's: the saved results and the README keep the full run's
         if results is not None and not args.quick:
             save_results(path, name, results, {"trajectories": args.trajectories})
-            if hasattr(module, "readme"):
-                write_readme_block(path, name, module.readme(results))
         print(f"{name}: {time.perf_counter() - t0:.0f} s -> {path}")
+    if not args.quick and readme_path(path).exists():
+        try:
+            print(f"{write_readme_table(path)}: results table written again")
+        except SpecdemoError as err:  # a report of its own (scripts/gpu_check.sh): the README stays as it is
+            print(f"README table left as it was: {err}")
     return 0
 
 

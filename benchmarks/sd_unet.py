@@ -81,7 +81,7 @@ def rows_on(device: str, folder: str, target, steps: int, repeats: int) -> list[
     rows = image_rows(folder, steps, 1, device, configs, class_label=None, repeats=repeats, target=target,
                       with_pilot=True)
     plain = rows[0][1]
-    return [{**s, "name": name, "vs_plain": time_speedup(s["wall_s"], plain["wall_s"])} for (name, _), (_, s) in zip(CONFIGS, rows)]
+    return [{**s, "name": name, "vs_plain": time_speedup(s["wall_s"], plain["wall_s"])} for (name, _), (_, s) in zip(CONFIGS, rows, strict=True)]
 
 
 def table(runs: list[dict], device: str) -> list[str]:

@@ -7,7 +7,7 @@
 # Needs the packages of requirements.txt (gradio and plotly excepted) and the checkout (benchmarks/ is not
 # installed with the package). With $OUT set (the device tool's output folder) the logs, a fresh report
 # holding these sections and their results (bench_results/gpu.json, sd_unet.json, launches.json) go there; else the section is written
-# into docs/benchmarks.md, its results into docs/bench_results/ and its README block into README.md.
+# into docs/benchmarks.md, its results into docs/bench_results/ and the README's table written again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-.}
@@ -16,7 +16,7 @@ python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; pr
 status=0
 python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tee "$out/gpu_tests.log" || status=$?
 # in place, or (under the device tool) a fresh report whose section and results the caller merges, then
-# renders the README's blocks from the results (python -m benchmarks.run --readme)
+# renders the README's table from the results (python -m benchmarks.run --readme)
 report=docs/benchmarks.md
 [ "$out" = . ] || report="$out/benchmarks_gpu.md"
 python3 -m benchmarks.run --sections gpu,sd_unet,launches --out "$report" 2>&1 | tee "$out/gpu_bench.log"

@@ -1,6 +1,6 @@
 """Plan the settings whose plans ship with the package (specdemo/plans/), so that their first run pays no
 pilot: the app's default page of each embedded and analytic model (one thread a run, as the app sets it)
-and the README's latency commands (digits at 100 and 1,000 steps, one sample, the CLI's threads). Each plan
+and the latency benchmark's commands (digits at 100 and 1,000 steps, one sample, the CLI's threads). Each plan
 is then run MEASURED_MIN times, so that it ships with what its runs took against plain sampling
 (planning.observe): where plain sampling is faster, auto samples plainly from the first click.
 
