@@ -18,7 +18,6 @@ from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
 
 from benchmarks.common import tiny_clip_tokenizer, tiny_vae  # shared with the SD-sized benchmark
 
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

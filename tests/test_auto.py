@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from specdemo import SamplerConfig, build
-from specdemo.planning import plan_tree
-from specdemo.resolve import AUTO_DEFAULTS
 from specdemo import figures as F
 from specdemo.errors import SpecdemoError
+from specdemo.planning import plan_tree
+from specdemo.resolve import AUTO_DEFAULTS
 from specdemo.sampling import ACCEPTED
 from specdemo.trees import Topology
 from specdemo.trees.auto import DeltaStats, _best_round
@@ -120,6 +120,7 @@ def test_auto_plans_every_step_within_the_budget():
     assert 0 < plan.expected_calls < 40
 
 
+@pytest.mark.slow
 def test_replanning_from_the_pilot_reproduces_the_plan_and_more_rows_never_cost_calls():
     problem = build(SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="auto", budget=6, verifier="rank",
                                   freeze="out", prefetch="nearest", objective="calls", num_samples=8, device="cpu"))
@@ -141,12 +142,12 @@ def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_
     assert any(plan.leaves) and not plan.leaves[59]  # no leaves where the horizon is 0 (the deterministic last step)
     # nor a leaf row at step N, which the driver would not evaluate: the plan must not count it
     assert all(n + plan.at(n, known).depth < 60 for n in range(60) for known in (False, True) if plan.leaves_at(n, known))
-    assert all(t.rows_per_round(ev) <= 10 for t, ev in zip(plan.trees, plan.leaves) if t.widths)
-    assert all(t.rows_per_round(ev) - 1 <= 10 for t, ev in zip(plan.known_trees, plan.known_leaves) if t.widths)
+    assert all(t.rows_per_round(ev) <= 10 for t, ev in zip(plan.trees, plan.leaves, strict=True) if t.widths)
+    assert all(t.rows_per_round(ev) - 1 <= 10 for t, ev in zip(plan.known_trees, plan.known_leaves, strict=True) if t.widths)
     result = problem.run(trace=True, trace_states=False)
     known_rounds = 0
     for rt in result.trace:
-        for i, (step, known, depth) in enumerate(zip(rt.step, rt.root_known, rt.depth)):
+        for i, (step, known, depth) in enumerate(zip(rt.step, rt.root_known, rt.depth, strict=True)):
             tree, leaves = plan.at(int(step), bool(known)), plan.leaves_at(int(step), bool(known))
             assert F.round_widths(rt)[:depth] == tree.widths[:depth]
             leaf_nodes = np.flatnonzero(rt.node_depth == depth)
@@ -172,6 +173,8 @@ def test_auto_alone_takes_the_fastest_measured_settings():
 
 @pytest.mark.parametrize("method,verifier,objective", [("tree", "rank", "calls"), ("chain", "block", "calls"),
                                                        ("tree", "rank", "time"), ("tree", "block", "time")])
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_a_planned_run_is_exact(method, verifier, objective):
     base = dict(model="gm2d", steps=40, num_samples=10_000, device="cpu")
     plain = build(SamplerConfig(pilot=True, **base, method="target", seed=1)).run(keep_steps=[20])
@@ -217,7 +220,7 @@ def test_the_programmes_pieces_each_do_their_part():
     far = DeltaStats({(n, d): list(rng.uniform(2, 4, 30)) for n in range(10) for d in (1, 2)}, 10)
     exact, hard = LevelAcceptance(close, GreedyRejectionSampling(), 4), LevelAcceptance(far, GreedyRejectionSampling(), 4)
     assert min(exact(5, 1)) > 0.99 and exact.exact == (1.0,) * 4
-    assert all(a < b for a, b in zip(hard(5, 1), hard(5, 1)[1:])) and hard(5, 1)[0] < 0.5  # more children, more kept
+    assert all(a < b for a, b in zip(hard(5, 1), hard(5, 1)[1:], strict=False)) and hard(5, 1)[0] < 0.5  # more children, more kept
     fans = BlockStops(far, 8)(2, 3, False)
     assert fans.shape == (BLOCK_FAN_WIDTHS, 3, 4) and np.allclose(fans.sum(2), 1.0)
     assert BlockStops(far, 8)(2, 3, True).shape == (1, 3, 4)  # an exact first level: one child is enough

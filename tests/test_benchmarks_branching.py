@@ -29,6 +29,7 @@ def planner_steps_law(delta_at_depth, width: int, depth: int) -> np.ndarray:
     return law
 
 
+@pytest.mark.statistical
 def test_a_chain_and_a_fan_walked_have_the_planners_laws():
     growing = lambda d: 0.2 + 0.15 * d  # the frozen draft's delta grows with depth
     stats = stats_with(growing)
@@ -61,7 +62,7 @@ def test_shapes_fit_the_rows_and_the_programme_adds_calls_up():
         assert 1 + j + k * (depth - 1 - j) <= 96 < 1 + j + k * (depth - j) or depth == 100
     assert (1, 0, 7) in branching.shapes(96, 7)
     two = np.array([0, 0, 1.0])  # every round commits two steps
-    assert branching.expected_calls({n: two for n in range(10)}, 10) == 5
+    assert branching.expected_calls(dict.fromkeys(range(10), two), 10) == 5
     assert branching.expected_calls({}, 10) == 10  # deterministic steps: one call each
     laws = {n: {(1, 0, 2): two, (2, 0, 2): np.array([0, 1.0, 0])} for n in range(10)}
     picks, value = branching.plan_family(laws, lambda k, j: True, 10)
@@ -74,7 +75,7 @@ def test_the_report_says_what_the_rows_show():
     def rows(best, steps=100, families=branching.FAMILIES):
         return [{"steps": steps, "rows": 96, "draft": "d", "family": family, "in_sample": calls, "fresh": calls,
                  "fresh_error": 0.01, "branching_steps": 0}
-                for (family, _), calls in zip(families, (10.0, 9.5, 9.6, best))]
+                for (family, _), calls in zip(families, (10.0, 9.5, 9.6, best), strict=False)]
     fans_only = rows(None, 1000, branching.FAMILIES[:2])  # 1,000 steps: chains and fans only
     kept = branching.render({"rows": rows(9.45) + fans_only, "walks": 512, "fresh_walks": 1024})
     worth = branching.render({"rows": rows(9.0), "walks": 512, "fresh_walks": 1024})

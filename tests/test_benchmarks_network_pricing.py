@@ -1,9 +1,12 @@
 """The network-pricing section (benchmarks/network_pricing.py): a quick run plans its three settings from one
 pilot and one measurement of the target's calls, and its report states what its rows show."""
 
+import pytest
+
 from benchmarks import network_pricing as section
 
 
+@pytest.mark.slow
 def test_a_quick_run_compares_three_plans_of_one_pilot(tmp_path):
     body, results = section.measure(0, True, tmp_path / "benchmarks.md")
     rows = results["rows"]

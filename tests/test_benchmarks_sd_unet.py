@@ -30,6 +30,7 @@ def test_the_full_size_config_is_stable_diffusion_1_5s_unet():
     assert (sd_unet.SD15_UNET["sample_size"], sd_unet.SD15_UNET["cross_attention_dim"], sd_unet.SD15_STEPS) == (64, 768, 50)
 
 
+@pytest.mark.slow
 def test_the_quick_section_measures_plain_chain_and_auto(tmp_path):
     report = tmp_path / "docs" / "benchmarks.md"
     body, results = sd_unet.measure(1, True, report)

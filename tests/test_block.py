@@ -47,6 +47,7 @@ def committed_steps(eta, depth):
 
 
 @pytest.mark.parametrize("delta", [0.1, 0.5, 1.0])
+@pytest.mark.statistical
 def test_block_commits_more_steps_than_node_by_node(delta):
     """Sun et al.'s block verification against RMC on the same drafted chains of 8 nodes: RMC commits
     sum_{i < 8} a^i steps (a = 2 Phi(-delta / 2)); block verification commits more (measured with
@@ -87,6 +88,7 @@ def test_identical_kernels_keep_the_whole_chain():
     assert (accept_prob == 1).all()
 
 
+@pytest.mark.statistical
 def test_commit_probability_matches_its_frequency():
     """accept_prob[i] = P(eta >= i | drafted chain): for one fixed chain, the frequency over fresh coins."""
     delta, u, depth, _ = chains(0.6, 6, rows=1, seed=3)
@@ -99,6 +101,7 @@ def test_commit_probability_matches_its_frequency():
         assert abs(freq - expected) <= 3 * math.sqrt(max(expected * (1 - expected), 1e-12) / n) + 1e-12
 
 
+@pytest.mark.statistical
 def test_block_beats_rmc_with_a_draft_network():
     """End to end on the 2-D mixture with an independent draft network (the target with every mean
     moved by 0.3): the same chains of 12 commit more steps per target call (measured: +8%)."""
@@ -133,6 +136,7 @@ def test_residual_mass_by_quadrature(p, delta):
 
 
 @pytest.mark.parametrize("u1", [-1.0, 0.2, 1.5])
+@pytest.mark.statistical
 def test_stopping_depends_on_the_next_node_through_its_projection_alone(u1):
     """The lemma behind keeping z_perp of X_{eta+1} in the corrected draw: P(eta = 0 | X_1) = 1 - p_1,
     whatever the nodes below X_1 (here their deltas vary from chain to chain, as the target and draft
@@ -149,6 +153,7 @@ def test_stopping_depends_on_the_next_node_through_its_projection_alone(u1):
     assert abs(freq - (1 - p1)) <= 4 * math.sqrt(max(p1 * (1 - p1), 1e-12) / n)
 
 
+@pytest.mark.statistical
 def test_the_planners_stop_probabilities_match_the_verifiers_frequencies():
     """P(eta = j | L) of the block planner (trees/auto.py), from 20,000 chains, against the
     frequencies of verify_chain on 200,000 others, for chains truncated at L = 1, 3, 6, with a
@@ -168,6 +173,7 @@ def test_the_planners_stop_probabilities_match_the_verifiers_frequencies():
         assert (planned[length - 1, length + 1:] == 0).all()
 
 
+@pytest.mark.slow
 def test_the_block_plan_predicts_its_calls():
     """gm2d with a biased draft (DDPM, 60 steps, 16 rows): the block planner's expected calls are
     within 10% of the run's (measured with these seeds: 17.3 planned, 18.0 run), where a plan made
@@ -178,8 +184,8 @@ def test_the_block_plan_predicts_its_calls():
     block = build(SamplerConfig(**base, verifier="block"))
     assert all(t.is_chain for t in block.tree.topologies)
     plan = block.tree
-    assert all(t.rows_per_round(leaves) <= 16 for t, leaves in zip(plan.trees, plan.leaves))
-    assert all(t.rows_per_round(leaves) - 1 <= 16 for t, leaves in zip(plan.known_trees, plan.known_leaves))
+    assert all(t.rows_per_round(leaves) <= 16 for t, leaves in zip(plan.trees, plan.leaves, strict=True))
+    assert all(t.rows_per_round(leaves) - 1 <= 16 for t, leaves in zip(plan.known_trees, plan.known_leaves, strict=True))
     measured = block.run().cost.calls_per_trajectory.mean()
     assert abs(block.tree.expected_calls / measured - 1) < 0.1, (block.tree.expected_calls, measured)
     block = replace(block, tree=build(SamplerConfig(**base, verifier="rmc")).tree)
@@ -257,6 +263,7 @@ def test_a_chain_weighed_as_a_tree_is_block_verification():
 
 
 @pytest.mark.parametrize("k,delta", [(2, 0.7), (3, 1.5), (4, 3.0)])
+@pytest.mark.statistical
 def test_the_first_step_is_lost_with_dgrs_probability(k, delta):
     """The stairs on a fan (K, 1, 1) without a root selection: the round commits no drafted child iff
     every child's path gave eta = 0,
@@ -271,6 +278,8 @@ def test_the_first_step_is_lost_with_dgrs_probability(k, delta):
 
 
 @pytest.mark.parametrize("k,delta", [(2, 0.7), (3, 1.5), (4, 3.0)])
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_a_branching_root_is_lost_with_rank_aware_probability(k, delta):
     """The block verifier on a fan (K, 1, 1): the root's child is chosen by rank-aware selection and its
     path weighed with the ratio phi(u - delta) / g(u), so the first step is lost (the residual of the
@@ -282,6 +291,8 @@ def test_a_branching_root_is_lost_with_rank_aware_probability(k, delta):
     assert abs(lost - expected) <= 4 * math.sqrt(expected * (1 - expected) / rows) + 2e-3, (lost, expected)
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_the_planners_fan_law_matches_the_walk():
     """block_fan_stop_probabilities (the block planner's law for fans (K, 1, ..., 1)), from 50,000
     Monte Carlo chains, against the frequencies of the block verifier's walk on 200,000 drafted fans,
@@ -325,6 +336,7 @@ class _Uniforms:
 
 
 @pytest.mark.parametrize("k,delta", [(2, 0.8), (4, 1.5)])
+@pytest.mark.statistical
 def test_a_branching_roots_first_step_has_the_target_law(k, delta):
     """The block verifier on fans (K, 1, 1): the first committed state's projection, the selected
     child's u where its path kept it, else the draw from the selection's residual (phi - g)_+, is

@@ -68,7 +68,8 @@ def start(args):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The module's subprocess invocations, two at a time; {name: (returncode, stdout, stderr)}."""
+    """The module's subprocess invocations, two at a time; {name: (returncode, stdout, stderr)}. About 30 s on
+    two cores: the tests that take it are slow (pytest.ini)."""
     out = tmp_path_factory.mktemp("cli") / "samples.npz"
     small = ["sample", "--model", "gm512", "--method", "chain", "--tree", "1x3", "--num-samples", "3",
              "--seed", "1", "--device", "cpu", "--out", str(out)]
@@ -100,6 +101,7 @@ def in_process(args, capsys):
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_help_documents_every_option(runs):
     code, stdout, stderr = runs["help"]
     assert code == 0, stderr
@@ -123,6 +125,7 @@ def loose_json(stdout):
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_small_run_prints_its_cost_and_saves_samples(runs):
     code, stdout, stderr = runs["small"]
     assert code == 0, stderr
@@ -140,6 +143,7 @@ def test_small_run_prints_its_cost_and_saves_samples(runs):
     assert samples.shape == (3, 512) and np.isfinite(samples).all()
 
 
+@pytest.mark.slow
 def test_the_last_line_is_strict_json(runs, capsys):
     """A JSON object for any consumer (jq, JavaScript): NaN (e.g. the acceptance of plain sampling, or
     of a depth never reached) must be written as null."""
@@ -188,6 +192,7 @@ def one_line_error(result):
 
 
 @pytest.mark.parametrize("name", list(BAD))
+@pytest.mark.slow
 def test_bad_arguments_fail_with_one_line(runs, name):
     line = one_line_error(runs[name])
     assert BAD[name][1] in line, line
@@ -200,6 +205,7 @@ def test_more_bad_arguments_fail_with_one_line(capsys, name):
     assert word in line, line
 
 
+@pytest.mark.slow
 def test_device_cuda(runs):
     """Without a GPU, --device cuda is refused in one line; with one, it runs."""
     if CUDA:

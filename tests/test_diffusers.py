@@ -70,6 +70,8 @@ def test_adapter_mean_and_scale_equal_the_scheduler_step(tmp_path, prediction, k
         assert torch.allclose(k.mean(out, x, steps), expected, atol=2e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_speculative_samples_of_a_tiny_unet_match_plain(tmp_path):
     """A low-dimensional summary (per-sample mean and two pixels) of 4,000 samples each."""
     DDPMPipeline(unet=tiny_unet(seed=3), scheduler=DDPMScheduler()).save_pretrained(tmp_path, safe_serialization=True)
@@ -111,6 +113,7 @@ def test_missing_weights_name_the_model(tmp_path):
         resolve_target(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_offline_hub_id_is_refused_fast_with_a_way_out():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-m", "specdemo", "sample", "--model", "google/ddpm-cifar10-32"],

@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from specdemo import SamplerConfig, build
@@ -18,6 +19,7 @@ def test_embedded_models_load_offline_and_describe_themselves():
     assert result.samples.shape == (2, 1, 16, 16) and result.cost.draft_calls > 0
 
 
+@pytest.mark.slow
 def test_samples_show_the_requested_digit():
     """500 class-conditional samples (50 per digit, 100 DDPM steps): a classifier trained on
     scikit-learn's digits labels at least 90% as the requested class, and every digit is told apart

@@ -14,19 +14,35 @@ import pytest
 import torch
 from scipy import stats
 
-from specdemo.drafts import (BiasedDraft, CorrectedNetworkDraft, FrozenGaussian, FrozenOutput, FrozenPerStep,
-                            FrozenX0, FrozenX0Linear, NetworkDraft, StepwiseDraft)
+from specdemo.drafts import (
+    BiasedDraft,
+    CorrectedNetworkDraft,
+    FrozenGaussian,
+    FrozenOutput,
+    FrozenPerStep,
+    FrozenX0,
+    FrozenX0Linear,
+    NetworkDraft,
+    StepwiseDraft,
+)
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.sampling import driver as sampling_driver
 from specdemo.sampling import sample
 from specdemo.targets import GaussianMixture, gm2d, gm16
 from specdemo.trees import Topology
-from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
-from specdemo.verifiers import block
+from specdemo.verifiers import (
+    BlockVerification,
+    GreedyRejectionSampling,
+    RankAwareSelection,
+    ReflectionMaximalCoupling,
+    block,
+)
 from specdemo.verifiers.dgrs import sample_residual
 
 from .test_verifiers import AlwaysAccept
+
+pytestmark = pytest.mark.statistical
 
 SAMPLES = 10_000
 ALPHA = 1e-3
@@ -137,9 +153,14 @@ def _case(problem: str, variant: str) -> bool:
 
 
 CASES = [(p, v) for p in PROBLEMS for v in VARIANTS if _case(p, v)]
+# the fast run (pytest -m "not slow") keeps one 2-D DDPM case per verifier (among them the cases of CI's short
+# list of planted bugs, scripts/mutations.py); every other case is slow (2-12 s each on a 2-core machine)
+FAST_CASES = {("gm2d-ddpm", "chain-rmc-bias3"), ("gm2d-ddpm", "wide-dgrs-bias2"), ("gm2d-ddpm", "tree-rank-bias3"),
+              ("gm2d-ddpm", "chain-block-bias1.5")}
 
 
-@pytest.mark.parametrize("problem,variant", CASES)
+@pytest.mark.parametrize("problem,variant", [pytest.param(*case, marks=() if case in FAST_CASES else pytest.mark.slow)
+                                             for case in CASES])
 def test_speculative_matches_plain(problem, variant):
     tree, verifier, draft, bias = VARIANTS[variant]
     draft = BiasedDraft(draft, bias) if bias else draft
@@ -154,7 +175,7 @@ def test_speculative_matches_plain(problem, variant):
         assert result.cost.speedup_total > 1.0
 
 
-@pytest.mark.parametrize("bias", [0.0, 1.0])
+@pytest.mark.parametrize("bias", [pytest.param(0.0, marks=pytest.mark.slow), 1.0])
 def test_a_known_root_uses_the_committed_leafs_output(bias):
     """A chain of one with evaluated leaves: every round after the first starts at a root whose output
     the last call computed, and drafts its one node from it. The frozen draft is exact there (delta 0,
@@ -199,10 +220,12 @@ def far_mixture_cold_start(monkeypatch=None):
         [min_pvalue_bonferroni(cold.samples, reference.samples)]
 
 
+@pytest.mark.slow
 def test_a_cold_start_far_from_the_data_is_exact():
     assert min(far_mixture_cold_start()) > ALPHA
 
 
+@pytest.mark.slow
 def test_a_cold_round_taken_as_a_known_root_is_caught(monkeypatch):
     assert far_mixture_cold_start(monkeypatch)[0] < 1e-6
 
@@ -215,6 +238,7 @@ class BlockUnweightedResidual(BlockVerification):
         return sample_residual(delta, np.ones_like(delta), uniform)
 
 
+@pytest.mark.slow
 def test_a_tree_walk_that_weighs_siblings_against_the_target_is_caught(monkeypatch):
     """Whole-tree block verification with a planted bug: each later sibling's ratio taken against the
     target P, not against the residual R_lambda left by the siblings before it (tree-block-bias1.5's
@@ -227,6 +251,7 @@ def test_a_tree_walk_that_weighs_siblings_against_the_target_is_caught(monkeypat
 
 @pytest.mark.parametrize("problem,broken,bias", [("gm2d-ddpm", AlwaysAccept, 3.0), ("gm16-langevin", AlwaysAccept, 3.0),
                                                  ("gm2d-ddpm", BlockUnweightedResidual, 1.5)])
+@pytest.mark.slow
 def test_broken_verifier_is_caught(problem, broken, bias):
     """The configurations of test_speculative_matches_plain, with a broken verifier."""
     mid_ref, end_ref, _ = plain(problem)

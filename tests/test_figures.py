@@ -10,12 +10,13 @@ import torch
 from specdemo import STATUS_NAMES, SamplerConfig, SpecdemoError, Topology, build
 from specdemo import figures as F
 from specdemo.images import grid
+from specdemo.resolve import method_of
 from specdemo.trees import MAX_DEPTH
 from specdemo_app.exactness import energy_test, exactness_check
 from specdemo_app.labels import plan_segments
 from specdemo_app.runner import matched_chain, run_comparison
-from specdemo.resolve import method_of
 from specdemo_app.topology_text import is_auto
+
 from .helpers import tiny_pipeline_folder
 
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
@@ -235,6 +236,7 @@ def test_figure_json_carries_the_png_export():
     assert "data" in spec and "layout" in spec
 
 
+@pytest.mark.slow
 def test_figures_do_not_import_gradio():
     import subprocess
     import sys
@@ -264,7 +266,7 @@ def test_auto_topology_is_compared_with_the_chain_at_its_mean_rows(planned):
     assert method_of("auto") == "tree" and is_auto(" Auto ") and not is_auto("1x5")
     # every round record was drafted with the tree the plan gives its starting step and root state
     for rt in planned.trace:
-        for step, known in zip(rt.step, rt.root_known):
+        for step, known in zip(rt.step, rt.root_known, strict=True):
             assert F.round_widths(rt) == planned.plan.at(int(step), bool(known)).widths
     data = json.loads(json.dumps(planned.to_json()))
     assert data["plan"] and data["methods"][2]["pilot_target_calls"] == tree.pilot.target_calls
@@ -277,7 +279,7 @@ def test_plan_segments_cover_the_speculative_steps(planned):
     assert covered == [n for n, t in enumerate(planned.plan.trees) if t.widths]
     for a, b, tree in segments:
         assert all(planned.plan.at(n).text(planned.plan.leaves_at(n)) == tree for n in range(a, b + 1))
-    assert all(s1[2] != s2[2] or s1[1] + 1 < s2[0] for s1, s2 in zip(segments, segments[1:]))  # maximal runs
+    assert all(s1[2] != s2[2] or s1[1] + 1 < s2[0] for s1, s2 in zip(segments, segments[1:], strict=False))  # maximal runs
 
 
 def test_figures_of_a_planned_run(planned):

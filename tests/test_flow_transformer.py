@@ -82,6 +82,8 @@ def test_guidance_rows_of_every_node_share_one_transformer_call(target):
         assert sum(batches) == rows_per_row * (cost.rows_per_trajectory.sum() + cost.padded_rows)
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_chains_and_trees_are_exact_and_a_misaligned_guidance_fold_is_caught(target):
     """Latents of 2,000 trajectories each under the churn kernel: plain sampling against a chain and a
     tree (frozen draft), by the same two-sample test that rejects the tree run with the planted bug."""

@@ -24,6 +24,7 @@ def test_same_seed_same_samples_on_cuda():
 
 
 @pytest.mark.parametrize("tree,verifier", [("1x4", "rmc"), ("1x6", "block"), ("3,2,2", "dgrs"), ("3,2,2", "rank")])
+@pytest.mark.statistical
 def test_exact_on_cuda(tree, verifier):
     base = dict(model="gm16", steps=40, num_samples=10_000, device="cuda")
     plain = build(SamplerConfig(**base, method="target", seed=1)).run(keep_steps=[20])
@@ -33,6 +34,7 @@ def test_exact_on_cuda(tree, verifier):
     assert min_pvalue_bonferroni(spec.states[20].cpu(), plain.states[20].cpu()) > 1e-3
 
 
+@pytest.mark.statistical
 def test_cpu_and_cuda_draw_the_same_law():
     base = dict(model="gm16", steps=40, method="tree", tree="3,2,2", num_samples=10_000)
     cpu = build(SamplerConfig(**base, device="cpu", seed=3)).run()

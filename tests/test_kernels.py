@@ -255,7 +255,7 @@ def euler_reference(config, num_steps, x_sigma, out):
         seeds = (2000 + 2 * n, 2001 + 2 * n)
         inputs_.append(walkers[0].scale_model_input(xi, t)[0].double())
         walkers[1].scale_model_input(xi, t)
-        steps = [w.step(oi, t, xi, generator=torch.Generator().manual_seed(s)) for w, s in zip(walkers, seeds)]
+        steps = [w.step(oi, t, xi, generator=torch.Generator().manual_seed(s)) for w, s in zip(walkers, seeds, strict=True)]
         noises = [torch.randn((1, DIM), generator=torch.Generator().manual_seed(s)).double() for s in seeds]
         prev = [step.prev_sample.double() for step in steps]
         d_noise = noises[0] - noises[1]

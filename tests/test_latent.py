@@ -14,9 +14,16 @@ from specdemo import SamplerConfig, build
 from specdemo.errors import SpecdemoError
 from specdemo.models import resolve_target
 
-from .helpers import (assert_exact_and_a_misaligned_guidance_fold_caught, denoiser_rows_per_call,
-                      planted_euler_ancestral_bug, tiny_pipeline_folder, tiny_sd_euler_ancestral_folder,
-                      tiny_sd_folder, two_sample_pvalue_with_norm, with_euler_ancestral_scheduler)
+from .helpers import (
+    assert_exact_and_a_misaligned_guidance_fold_caught,
+    denoiser_rows_per_call,
+    planted_euler_ancestral_bug,
+    tiny_pipeline_folder,
+    tiny_sd_euler_ancestral_folder,
+    tiny_sd_folder,
+    two_sample_pvalue_with_norm,
+    with_euler_ancestral_scheduler,
+)
 
 PROMPT, NEGATIVE = "a red circle", "blue"
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -98,6 +105,8 @@ def test_guidance_rows_of_every_node_share_one_unet_call(target):
         assert sum(batches) == rows_per_row * (cost.rows_per_trajectory.sum() + cost.padded_rows)
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_chains_and_trees_are_exact_and_a_misaligned_guidance_fold_is_caught(target):
     """Latents of 1,200 trajectories each: plain sampling against a chain and a tree (frozen draft),
     by the same two-sample test that rejects the tree run with the planted guidance bug (p about 1e-5
@@ -227,6 +236,8 @@ def test_euler_ancestral_follows_the_diffusers_pipeline_step_by_step(euler_folde
     assert sigmas[-1] == 0 and torch.allclose(state, seen[-1], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_euler_ancestral_chains_and_trees_are_exact(euler_target, euler_plain):
     """800 latents each: plain sampling against a chain (1x4) and a D-GRS tree (2,2) with the frozen
     draft, by two_sample_pvalue's summaries and the squared norm (two_sample_pvalue_with_norm), the
@@ -241,6 +252,8 @@ def test_euler_ancestral_chains_and_trees_are_exact(euler_target, euler_plain):
 
 
 @pytest.mark.parametrize("bug", ["rolled-sigma", "sigma-up-mean"])
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_a_planted_euler_ancestral_kernel_bug_is_caught(euler_target, euler_plain, bug):
     """The tree run of the exactness test with a wrong Euler ancestral kernel (planted_euler_ancestral_bug):
     each row's mean read at its neighbour's sigma index, which leaves plain sampling unchanged bit for

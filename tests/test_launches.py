@@ -21,6 +21,7 @@ def auto_plan():
 
 
 @pytest.mark.parametrize("name", list(launches.CELLS))
+@pytest.mark.slow
 def test_a_round_takes_few_operations(name, auto_plan, one_thread):
     settings = launches.settings(name)
     if settings["tree"] == "auto":  # the shipped plan; 16 samples run with it too (planning them would pilot)
@@ -34,6 +35,7 @@ def test_a_round_takes_few_operations(name, auto_plan, one_thread):
     assert counted["ops_per_round"] <= launches.CELLS[name][1], counted
 
 
+@pytest.mark.slow
 def test_the_counter_counts_what_runs_outside_the_network(one_thread, monkeypatch):
     """A network with operations of its own leaves the count as it is; one more operation in every round's
     reduction (a planted waste) raises it by one."""

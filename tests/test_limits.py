@@ -6,12 +6,20 @@ import tracemalloc
 import pytest
 import torch
 
-from specdemo import (Cancel, Cancelled, Limits, ReflectionMaximalCoupling, SamplerConfig, SpecdemoError,
-                      Topology, build, sample)
+from specdemo import (
+    Cancel,
+    Cancelled,
+    Limits,
+    ReflectionMaximalCoupling,
+    SamplerConfig,
+    SpecdemoError,
+    Topology,
+    build,
+    sample,
+)
 from specdemo.drafts import FrozenOutput
-from specdemo.planning import stats
 from specdemo.kernels import DDPMKernel
-
+from specdemo.planning import stats
 
 
 def test_limits_name_the_bound_and_what_to_lower():
@@ -77,7 +85,7 @@ CHAIN = dict(tree=Topology.parse("1x2"), draft=FrozenOutput(), verifier=Reflecti
 
 def test_a_cancelled_run_stops_between_rounds():
     kernel = _ddpm()
-    net = lambda x, n: 0.1 * x  # noqa: E731
+    net = lambda x, n: 0.1 * x
     cancel = Cancel()
     rounds = []
 

@@ -23,7 +23,8 @@ from specdemo.config import SamplerConfig
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-OPTIONAL = ("gradio", "plotly", "sklearn")  # the app's and the benchmarks' packages, not the library's
+# the app's, the benchmarks' and the parallel extra's packages, not the library's
+OPTIONAL = ("gradio", "plotly", "sklearn", "accelerate")
 
 
 def python(code: str, *args: str) -> subprocess.CompletedProcess:
@@ -32,6 +33,7 @@ def python(code: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_the_library_imports_and_samples_without_the_app_and_bench_packages():
     blocked = python(f"""
 import json, sys
@@ -130,6 +132,7 @@ def test_a_new_config_field_is_a_new_option(monkeypatch, capsys):
     assert "a setting added for this test (default 1.0)" in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.slow
 def test_a_saved_config_replays_and_options_change_it(tmp_path):
     saved = SamplerConfig(model="gm2d", method="chain", tree="1x3", steps=20, num_samples=3, seed=7)
     path = tmp_path / "run.json"
@@ -164,6 +167,7 @@ def declared(requirements) -> dict[str, Requirement]:
     return {re.sub(r"[-_.]+", "-", r.name).lower(): r for r in map(Requirement, requirements)}
 
 
+@pytest.mark.slow
 def test_pyproject_declares_what_the_library_imports():
     project = PYPROJECT["project"]
     runtime = declared(project["dependencies"])
@@ -178,8 +182,10 @@ def test_pyproject_declares_what_the_library_imports():
                 imported.add(node.module.split(".")[0])
     third_party = {distribution(m) for m in imported - set(sys.stdlib_module_names) - {"specdemo"}}
     assert third_party <= anywhere, f"imported but not declared: {sorted(third_party - anywhere)}"
-    assert not {"gradio", "plotly", "scikit-learn"} & runtime.keys()  # the app's and the benchmarks'
-    assert runtime["torch"].specifier == "==2.13.0"
+    assert not {"gradio", "plotly", "scikit-learn", "accelerate"} & runtime.keys()  # the extras'
+    assert "accelerate" in extras["parallel"]
+    # ranges from the version tested (requirements.txt pins it) to the next major version
+    assert runtime["torch"].specifier.contains("2.13.0") and not runtime["torch"].specifier.contains("3.0.0")
 
 
 def test_requirement_files_pin_versions_that_pyproject_accepts():
@@ -194,7 +200,7 @@ def test_requirement_files_pin_versions_that_pyproject_accepts():
             version = next(iter(pin.specifier)).version
             assert dist in ranges, f"{name} pins {dist}, which pyproject.toml does not declare"
             assert ranges[dist].specifier.contains(version), f"{name}: {dist}=={version} is outside {ranges[dist]}"
-    assert "-e .[app]" in (REPO / "requirements.txt").read_text()
+    assert "-e .[app,parallel]" in (REPO / "requirements.txt").read_text()
 
 
 def test_every_file_the_library_reads_is_package_data():
@@ -205,3 +211,13 @@ def test_every_file_the_library_reads_is_package_data():
     assert data, "specdemo/ holds no data files: the plans and the rank weights are missing"
     for path in data:
         assert any(path.match(pattern) for pattern in patterns), f"specdemo/{path} is not in package-data"
+
+
+def test_several_processes_without_accelerate_name_the_extra(monkeypatch):
+    from specdemo import SpecdemoError
+    from specdemo.parallel import process_state
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as `accelerate launch` or torchrun sets it
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # not installed
+    with pytest.raises(SpecdemoError, match=r"pip install 'specdemo\[parallel\]'"):
+        process_state()

@@ -21,6 +21,8 @@ from specdemo.verifiers import BlockVerification, RankAwareSelection
 
 from .test_scale import accelerate_launcher, cli
 
+pytestmark = pytest.mark.slow  # every test over the fast run's line (pytest.ini)
+
 # the 5-D mixture of issue 44, where a known root's first level used to pick another child in 10-30% of runs
 M5 = {"weights": [0.5, 0.25, 0.15, 0.1], "stds": [0.3, 0.8, 0.15, 0.5],
       "means": [[0, 0, 0, 0, 0], [6, -4, 2, 0, 1], [-5, 3, -3, 4, -2], [2, 8, 1, -6, 3]]}

@@ -4,8 +4,7 @@ settings refuses there, by type, naming the setting and what is accepted."""
 import pytest
 
 from specdemo import SamplerConfig, SettingError
-from specdemo.drafts import (FrozenGaussian, FrozenOutput, FrozenPerStep, FrozenX0, FrozenX0Linear,
-                             frozen_draft)
+from specdemo.drafts import FrozenGaussian, FrozenOutput, FrozenPerStep, FrozenX0, FrozenX0Linear, frozen_draft
 from specdemo.pipeline import prepare
 from specdemo.resolve import AUTO_FORMS, PILOT_DEPTH, Freeze, Method, Prefetch, Start, method_of, resolve
 from specdemo.trees import Topology

@@ -7,15 +7,23 @@ import pytest
 import torch
 from scipy import stats
 
-from specdemo.drafts import (BiasedDraft, CorrectedNetworkDraft, FrozenGaussian, FrozenOutput, FrozenPerStep,
-                            FrozenX0, FrozenX0Linear, NetworkDraft, StepwiseDraft)
+from specdemo.drafts import (
+    BiasedDraft,
+    CorrectedNetworkDraft,
+    FrozenGaussian,
+    FrozenOutput,
+    FrozenPerStep,
+    FrozenX0,
+    FrozenX0Linear,
+    NetworkDraft,
+    StepwiseDraft,
+)
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.sampling import sample
 from specdemo.sampling.reference import sample_one
 from specdemo.targets import GaussianMixture, gm16
 from specdemo.trees import Topology, TopologyPlan
-from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection,
-                                ReflectionMaximalCoupling)
+from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
 
 TRAJECTORIES = 24
 
@@ -33,7 +41,7 @@ def shifted(kernel):
     return GaussianMixture.from_arrays(target.weights, np.asarray(target.means) + 0.3, target.stds).network(kernel)
 
 
-ddpm = lambda: DDPMKernel(default_ddpm_scheduler(), 30)  # noqa: E731
+ddpm = lambda: DDPMKernel(default_ddpm_scheduler(), 30)
 
 
 def mixed_plan(steps: int = 30) -> TopologyPlan:
@@ -90,6 +98,8 @@ def test_the_fused_round_follows_the_reference_trajectory_by_trajectory(case):
     assert (apart < 1e-4).all(), apart
 
 
+@pytest.mark.slow
+@pytest.mark.statistical
 def test_where_rounding_moves_paths_the_law_is_the_same():
     """The fitted Gaussian draft on a Gaussian mixture is exact to the last bits late in the schedule: delta
     sits at the rounding floor there, u is rounding noise, and the two rounds pick siblings apart at a

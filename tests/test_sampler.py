@@ -10,21 +10,30 @@ import pytest
 import torch
 
 from specdemo import figures as F
-from specdemo.drafts import (BiasedDraft, CorrectedNetworkDraft, FrozenDraft, FrozenGaussian, FrozenOutput,
-                            FrozenPerStep, FrozenX0, FrozenX0Linear, NetworkDraft, StepwiseDraft, frozen_draft)
+from specdemo.drafts import (
+    BiasedDraft,
+    CorrectedNetworkDraft,
+    FrozenDraft,
+    FrozenGaussian,
+    FrozenOutput,
+    FrozenPerStep,
+    FrozenX0,
+    FrozenX0Linear,
+    NetworkDraft,
+    StepwiseDraft,
+    frozen_draft,
+)
 from specdemo.drafts.frozen import FORMS
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, LangevinKernel, default_ddpm_scheduler
 from specdemo.pipeline import SamplerConfig, build
-from specdemo.sampling import sample
+from specdemo.sampling import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED, sample
 from specdemo.sampling.driver import WorkspacePool
 from specdemo.sampling.layout import Workspace, layout_for
 from specdemo.targets import GaussianMixture, gm2d, gm16, gm512
-from specdemo.sampling import ACCEPTED, CORRECTED, REJECTED, ROOT, UNVISITED
 from specdemo.trees import Topology, TopologyPlan
-from specdemo.verifiers import (BlockVerification, GreedyRejectionSampling, RankAwareSelection,
-                                ReflectionMaximalCoupling)
+from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
 
 PLAIN = (Topology(()), None, None, "nearest")
 
@@ -97,7 +106,7 @@ def test_runs_in_threads_at_once_get_their_own_buffers():
         return run(net, kernel, target.shape, 3, "tree-dgrs", seed=seed).samples
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        together = dict(zip(range(4), pool.map(in_thread, range(4))))
+        together = dict(zip(range(4), pool.map(in_thread, range(4)), strict=True))
     for seed in range(4):
         assert torch.equal(together[seed], alone[seed])
     assert torch.equal(run(net, kernel, target.shape, 3, "tree-dgrs", seed=2).samples, alone[2])
@@ -301,8 +310,8 @@ def test_a_draft_network_corrected_by_the_residual_is_exact_where_the_residual_i
     kernel, shape, a, depth = DDPMKernel(default_ddpm_scheduler(), 40), (5,), 3, 4
     g = torch.Generator().manual_seed(2)
     offset = torch.randn(shape, generator=g, dtype=torch.float64)
-    target = lambda x, n: torch.tanh(x) * (1 + n.view(-1, *[1] * len(shape)) / 40)  # noqa: E731
-    network = lambda x, n: target(x, n) - offset  # noqa: E731
+    target = lambda x, n: torch.tanh(x) * (1 + n.view(-1, *[1] * len(shape)) / 40)
+    network = lambda x, n: target(x, n) - offset
     draft = CorrectedNetworkDraft(network, "off by a constant")
     assert draft.uses_frozen and draft.calls_network and not draft.frozen_history
     x1, s1 = torch.randn((a, *shape), generator=g, dtype=torch.float64), torch.full((a,), 9)
@@ -363,7 +372,7 @@ def test_the_stepwise_draft_drafts_each_step_with_its_table():
     table = [n % 5 for n in range(40)]
     g = torch.Generator().manual_seed(4)
     offset = torch.randn(shape, generator=g, dtype=torch.float64)
-    target = lambda x, n: torch.tanh(x) * (1 + n.view(-1, *[1] * len(shape)) / 40)  # noqa: E731
+    target = lambda x, n: torch.tanh(x) * (1 + n.view(-1, *[1] * len(shape)) / 40)
     seen = []
 
     def network(x, n):
@@ -514,7 +523,7 @@ def test_a_corrected_draft_network_starts_without_a_warm_up_call():
     the network's own output at the root for its frozen forms, and r_f = 0 for the network's steps."""
     target, kernel = gm2d(), DDPMKernel(default_ddpm_scheduler(), 40)
     shifted = GaussianMixture.from_arrays(target.weights, np.asarray(target.means) + 0.3, target.stds).network(kernel)
-    network = lambda x, n, **cond: shifted(x, n)  # noqa: E731
+    network = lambda x, n, **cond: shifted(x, n)
     runs = {name: sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4),
                          verifier=BlockVerification(), draft=draft, seed=3, trace=True)
             for name, draft in (("plain", NetworkDraft(network)), ("corrected", CorrectedNetworkDraft(network, "shifted")))}
@@ -576,8 +585,8 @@ def test_the_cold_value_drafts_each_trajectorys_first_speculative_round(kernel, 
     target = gm2d()
     base = target.network(kernel)
     offsets = torch.randn((9, *target.shape), generator=torch.Generator().manual_seed(6))
-    net = lambda x, n, class_labels: base(x, n)  # noqa: E731
-    network = lambda x, n, class_labels: base(x, n) - offsets[class_labels]  # noqa: E731
+    net = lambda x, n, class_labels: base(x, n)
+    network = lambda x, n, class_labels: base(x, n) - offsets[class_labels]
     result = sample(net, kernel, target.shape, 9, tree=Topology.chain(4), verifier=BlockVerification(),
                     draft=_ColdByLabel(network, offsets), prefetch=prefetch, seed=2, max_batch=3,
                     cond={"class_labels": torch.arange(9)}, trace=True)
@@ -586,7 +595,7 @@ def test_the_cold_value_drafts_each_trajectorys_first_speculative_round(kernel, 
         assert (rt.committed_steps == rt.depth).all()
         speculative += len(rt.trajectories)
     first = int(kernel.scales[0] == 0)  # the first speculative step
-    starts = [t for rt in result.trace for t, n in zip(rt.trajectories, rt.step) if n == first]
+    starts = [t for rt in result.trace for t, n in zip(rt.trajectories, rt.step, strict=True) if n == first]
     assert sorted(starts) == list(range(9))
     assert result.cost.warm_ups == (0 if prefetch == "nearest" else speculative - 9)
 
@@ -646,12 +655,12 @@ def test_chain_accounting_on_gm512(length):
         rounds = rounds_of(result.trace, i)
         # the committed steps tile 1..28 without gap or overlap
         assert rounds[0][0] == 1
-        for (s0, _, c0, *_), (s1, *_) in zip(rounds, rounds[1:]):
+        for (s0, _, c0, *_), (s1, *_) in zip(rounds, rounds[1:], strict=False):
             assert s1 == s0 + c0
         assert rounds[-1][0] + rounds[-1][2] == 29
         assert sum(r[2] for r in rounds) == 28
         rows = 0
-        for k, (step, depth, committed, evaluated, status, node_depth) in enumerate(rounds):
+        for k, (step, depth, committed, evaluated, _status, node_depth) in enumerate(rounds):
             assert depth == min(length, 29 - step) and 1 <= committed <= depth
             internal_nodes = np.nonzero(node_depth[:len(evaluated) - 1] < depth)[0]
             # every internal node of the (truncated) chain is evaluated, the root possibly by the
@@ -711,6 +720,7 @@ def test_processes_merge_into_one_run():
     (Topology.chain(5), ReflectionMaximalCoupling, 1.93),
     (Topology((2, 2, 2)), GreedyRejectionSampling, 1.84),
 ])
+@pytest.mark.statistical
 def test_gm512_speedup_matches_the_authors_table(tree, verifier, expected):
     """algorithms.md section 5 (500 trajectories, standard error about 0.006x); 200 here (about 0.01x)."""
     target, kernel, net = gm512_flow()
@@ -730,7 +740,7 @@ def check_round(rt, a, tree, verifier_name, leaves):
     # accepted nodes: a path from the root, one per depth
     accepted = [i for i in range(1, m) if status[i] == ACCEPTED]
     assert [int(node_depth[i]) for i in accepted] == list(range(1, len(accepted) + 1))
-    for prev, node in zip([0] + accepted, accepted):
+    for prev, node in zip([0] + accepted, accepted, strict=False):
         assert parent[node] == prev
     corrected_slots = [i for i in range(m + 1) if status[i] == CORRECTED]
     assert corrected_slots in ([], [m])  # at most one corrected node, in its slot
@@ -982,7 +992,7 @@ def test_calls_counted_are_the_calls_with_a_stochastic_row(tree):
         steps_of_calls = []
 
         def recording(x, n, **cond):
-            steps_of_calls.append(set(n.tolist()))
+            steps_of_calls.append(set(n.tolist()))  # noqa: B023  (sampled with in this iteration)
             return net(x, n, **cond)
 
         result = sample(recording, kernel, target.shape, 1, tree=Topology.parse(tree), draft=FrozenX0(),

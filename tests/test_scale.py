@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 from specdemo import SamplerConfig, build
@@ -30,7 +31,7 @@ def test_progress_reaches_one_with_continuous_batching():
     seen = []
     build(SamplerConfig(**BASE, max_batch=7)).run(callback=seen.append)
     assert seen[-1]["progress"] == 1.0 and seen[-1]["finished"] == BASE["num_samples"]
-    assert all(a["progress"] <= b["progress"] for a, b in zip(seen, seen[1:]))
+    assert all(a["progress"] <= b["progress"] for a, b in zip(seen, seen[1:], strict=False))
 
 
 def cli(*args, launcher=()):
@@ -41,6 +42,7 @@ def cli(*args, launcher=()):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     args = ["--model", "gm2d", "--steps", "30", "--method", "tree", "--tree", "3,2", "--num-samples", "24",
             "--seed", "5"]
@@ -53,6 +55,7 @@ def test_two_processes_match_one(tmp_path):
     assert one["target_rows"] == two["target_rows"] and one["speedup"] == two["speedup"]
 
 
+@pytest.mark.slow
 def test_two_processes_sample_with_the_main_processes_plan(tmp_path):
     """--tree auto priced by time: the main process plans, the others take its plan (each would price
     rounds with its own measurements), so the gathered samples are those one process draws with that
@@ -77,6 +80,7 @@ def accelerate_launcher() -> list[str]:
             str(free_port())]
 
 
+@pytest.mark.slow
 def test_accelerate_cpu_launching_one_process_says_so():
     """`accelerate launch --cpu --num_processes 2` starts one process and tells nobody (accelerate
     1.x); the run goes on as one process and says so, naming the launch that runs P CPU processes."""

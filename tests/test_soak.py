@@ -18,6 +18,8 @@ from gradio_client import Client
 
 from .helpers import served_app
 
+pytestmark = [pytest.mark.app, pytest.mark.slow]
+
 SESSIONS = 5
 GROWTH_BOUND = 150e6  # bytes: four more sessions than the first may add, all told
 SMALL = dict(model="gm2d", custom_model="", draft="frozen", freeze="out", draft_bias=0, tree="2,1", budget=16,

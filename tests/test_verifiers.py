@@ -8,8 +8,14 @@ import pytest
 import torch
 from scipy import special, stats
 
-from specdemo.verifiers import (BlockVerification, Decision, GreedyRejectionSampling, RankAwareSelection,
-                                ReflectionMaximalCoupling, Verdict)
+from specdemo.verifiers import (
+    BlockVerification,
+    Decision,
+    GreedyRejectionSampling,
+    RankAwareSelection,
+    ReflectionMaximalCoupling,
+    Verdict,
+)
 from specdemo.verifiers.dgrs import grs_levels
 
 DELTAS = [0.0, 1e-9, 0.1, 1.0, 3.0, 8.0]
@@ -57,6 +63,7 @@ VERIFIERS = {"rmc": ReflectionMaximalCoupling, "dgrs": GreedyRejectionSampling, 
 
 @pytest.mark.parametrize("delta", DELTAS)
 @pytest.mark.parametrize("name,k", CASES)
+@pytest.mark.statistical
 def test_exact_draw_and_acceptance(name, k, delta, fast_uniforms):
     verifier = VERIFIERS[name]()
     seed = 1000 * KS.index(k) + 10 * DELTAS.index(delta) + list(VERIFIERS).index(name)
@@ -147,6 +154,7 @@ class RankFreshResidual(RankAwareSelection):
 
 @pytest.mark.parametrize("broken,k,delta", [(AlwaysAccept, 1, 1.0), (GreedyBestFirst, 4, 1.0),
                                             (RankFreshResidual, 4, 1.0)])
+@pytest.mark.statistical
 def test_broken_verifiers_are_caught(broken, k, delta, fast_uniforms):
     verdict, (direction, mp, mq, s, children) = run(broken(), delta, k, 7, fast_uniforms)
     along, _ = projections(direction, mq, verdict.sample)
