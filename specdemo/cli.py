@@ -107,14 +107,14 @@ def _sample(args) -> int:
             return 0  # the main process writes the outputs
         samples, cost = gathered
     plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
-    planned = plan is not None and plan.predicts
+    planned = plan if plan is not None and plan.predicts else None
     c = problem.config
     summary = {**cost.summary(), "method": c.method, "model": c.model, "kernel": problem.kernel.name, "tree": str(problem.tree),
                "verifier": problem.verifier.name if problem.verifier else None, "freeze": c.freeze,
                "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective if plan else None,
                "plan_source": problem.plan_source, "plan_cached": problem.plan_source in ("cache", "shipped")
-               if problem.plan_source else None, "planned_calls": plan.expected_calls if planned else None,
-               "planned_s": plan.expected_s if planned else None, "warmup_s": problem.warmup_s,
+               if problem.plan_source else None, "planned_calls": planned.expected_calls if planned else None,
+               "planned_s": planned.expected_s if planned else None, "warmup_s": problem.warmup_s,
                "device": str(problem.device), "seed": c.seed, "threads": torch.get_num_threads(),
                "processes": state.num_processes if state else 1}
     if args.out:
@@ -125,6 +125,7 @@ def _sample(args) -> int:
             images = problem.target.decode(images.to(problem.device)).cpu()
         save_grid(images, args.grid)
     if args.trace:
+        assert result.trace is not None  # the run was traced (--trace)
         Path(args.trace).write_text(json.dumps({"config": c.to_dict(), "cost": summary,
                                                 "rounds": [r.to_json() for r in result.trace]}))
     print(json.dumps(summary, allow_nan=False))

@@ -170,7 +170,7 @@ class SamplerConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SamplerConfig":
+    def from_dict(cls, d: dict) -> SamplerConfig:
         """Settings by name (a saved config), each checked against its field's type."""
         hints = typing.get_type_hints(cls)
         unknown = set(d) - set(hints)
@@ -187,7 +187,7 @@ class SamplerConfig:
         return json.dumps(self.to_dict(), indent=1)
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "SamplerConfig":
+    def from_json(cls, path: str | Path) -> SamplerConfig:
         """A config saved by to_json (or the "config" entry of a saved run)."""
         try:
             d = json.loads(Path(path).read_text())
@@ -197,7 +197,7 @@ class SamplerConfig:
             raise SpecdemoError(f"{str(path)[:80]!r} holds no config (a JSON object of settings)")
         return cls.from_dict(d.get("config", d) if isinstance(d.get("config"), dict) else d)
 
-    def with_method(self, method: str, tree: str | None = None) -> "SamplerConfig":
+    def with_method(self, method: str, tree: str | None = None) -> SamplerConfig:
         """The same run with another method (for side-by-side comparisons); prefetch auto, which
         only a planned topology takes, becomes its fixed-tree part, nearest, and verifier auto the method's
         default."""

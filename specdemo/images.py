@@ -33,4 +33,4 @@ def save_grid(images: torch.Tensor, path, columns: int | None = None, scale: int
 
     g = grid(images, columns)
     img = Image.fromarray(g[..., 0] if g.shape[-1] == 1 else g)
-    img.resize((img.width * scale, img.height * scale), Image.NEAREST).save(path)
+    img.resize((img.width * scale, img.height * scale), Image.Resampling.NEAREST).save(path)

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from .errors import SettingError, SpecdemoError, WorkLimitError
 
@@ -31,10 +32,10 @@ class Limits:
     max_seconds: float | None = None
 
     @classmethod
-    def from_env(cls, prefix: str = "SPECDEMO_", **defaults) -> "Limits":
+    def from_env(cls, prefix: str = "SPECDEMO_", **defaults) -> Limits:
         """These limits (or `defaults`), each overridden by the variable {prefix}MAX_STEPS etc."""
         limits = replace(cls(), **defaults)
-        values = {}
+        values: dict[str, Any] = {}
         for f in fields(cls):
             name = prefix + f.name.upper()
             text = os.environ.get(name)

@@ -13,6 +13,7 @@ import os
 import numpy as np
 import torch
 
+from .errors import SpecdemoError
 from .sampling import Cost
 
 
@@ -35,7 +36,10 @@ def process_state():
     """accelerate's PartialState (gloo on CPUs), or None for a plain single-process run."""
     if not launched_by_torchrun():
         return None
-    from accelerate import PartialState
+    try:
+        from accelerate import PartialState
+    except ImportError:
+        raise SpecdemoError("several processes need accelerate: pip install 'specdemo[parallel]'") from None
 
     return PartialState(cpu=not torch.cuda.is_available())
 

@@ -122,7 +122,10 @@ class Settings:
         warm-up round, which commits no step (1 for plain sampling)."""
         if self.method is Method.TARGET:
             return 1
-        return (self.topology.num_nodes if self.topology is not None else self.plan.budget) + 1
+        if self.topology is not None:
+            return self.topology.num_nodes + 1
+        assert self.plan is not None and self.plan.budget is not None  # --tree auto: planned within a budget
+        return self.plan.budget + 1
 
     @property
     def round_nodes(self) -> int:
@@ -130,7 +133,10 @@ class Settings:
         output is known, the evaluated rows, and unevaluated leaves one per parent)."""
         if self.method is Method.TARGET:
             return 1
-        return self.topology.num_nodes if self.topology is not None else 2 * self.plan.budget + 1
+        if self.topology is not None:
+            return self.topology.num_nodes
+        assert self.plan is not None and self.plan.budget is not None  # --tree auto: planned within a budget
+        return 2 * self.plan.budget + 1
 
     @property
     def pilot_runs(self) -> int:
@@ -188,10 +194,12 @@ def resolve(config: SamplerConfig, target: Target | None = None, *, limits: Limi
     if target.text_conditioned:
         c = replace(c, guidance_scale=_guidance(c, target.defaults["guidance_scale"]))
     if method is Method.TARGET:
-        c = replace(c, freeze=c.freeze or "out", prefetch=c.prefetch or "nearest")
-        return Settings(c, target, kernel, device, method, Topology(()), None, Freeze(c.freeze), Start(c.start or "cold"),
-                        Prefetch(c.prefetch), None, cond)
+        freeze, prefetch = c.freeze or "out", c.prefetch or "nearest"
+        c = replace(c, freeze=freeze, prefetch=prefetch)
+        return Settings(c, target, kernel, device, method, Topology(()), None, Freeze(freeze), Start(c.start or "cold"),
+                        Prefetch(prefetch), None, cond)
     c = _defaults(c, target, kernel, device)
+    assert c.freeze is not None and c.start is not None and c.prefetch is not None  # _defaults settles them
     auto = c.tree == "auto"
     topology = None if auto else _topology(c)
     _check_draft(c, target, kernel)
@@ -238,6 +246,7 @@ def _defaults(c: SamplerConfig, target: Target, kernel: Kernel, device: torch.de
 
 def _topology(c: SamplerConfig) -> Topology:
     """A fixed topology, checked against the method and the verifier."""
+    assert c.tree is not None  # _defaults settles it
     tree = Topology.parse(c.tree)
     if c.verifier == "auto":
         raise SettingError("verifier", "auto", f"{'rmc, ' if tree.is_chain else ''}block, dgrs or rank",

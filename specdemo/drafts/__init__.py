@@ -3,8 +3,7 @@
 from .base import AffineLevels, Draft, LevelFunction, LevelMeans
 from .biased import BiasedDraft
 from .corrected import CorrectedNetworkDraft
-from .frozen import (FrozenDraft, FrozenGaussian, FrozenOutput, FrozenPerStep, FrozenX0, FrozenX0Linear,
-                     frozen_draft)
+from .frozen import FrozenDraft, FrozenGaussian, FrozenOutput, FrozenPerStep, FrozenX0, FrozenX0Linear, frozen_draft
 from .network import NetworkDraft
 from .stepwise import StepwiseDraft
 

@@ -45,16 +45,18 @@ class AffineLevels:
     network_levels = 0
 
     @classmethod
-    def of_output(cls, kernel: Kernel, steps: torch.Tensor, output: torch.Tensor) -> "AffineLevels":
+    def of_output(cls, kernel: Kernel, steps: torch.Tensor, output: torch.Tensor) -> AffineLevels:
         return cls(clip=kernel.clip_range, output=output, kernel=kernel, steps=steps)
 
-    def explicit(self) -> "AffineLevels":
+    def explicit(self) -> AffineLevels:
         """The same draft with a, b, g, h, o made (an output form's from the kernel's coefficients)."""
-        if self.output is None:
+        output, kernel, steps = self.output, self.kernel, self.steps
+        if output is None:
             return self
-        k = self.kernel.step_scalars(self.steps, self.output.dtype)
-        lift = lambda c: c.view(*self.steps.shape, *[1] * (self.output.dim() - 1))
-        out = self.output[None]
+        assert kernel is not None and steps is not None  # of_output gives an output form all three
+        k = kernel.step_scalars(steps, output.dtype)
+        lift = lambda c: c.view(*steps.shape, *[1] * (output.dim() - 1))
+        out = output[None]
         clipped = self.clip is not None
         return AffineLevels(k.A, lift(k.B) * out, k.C if clipped else None, k.D if clipped else None,
                             lift(k.E) * out if clipped else None, self.clip)
@@ -62,9 +64,11 @@ class AffineLevels:
     def __call__(self, d: int, x: torch.Tensor) -> torch.Tensor:
         if self.output is not None:
             return self.explicit()(d, x)
+        assert self.a is not None and self.b is not None  # an explicit draft's coefficients
         b = self.b[min(d, self.b.shape[0] - 1)]
         m = torch.addcmul(b, _per_level(self.a, d, x), x)
         if self.g is not None:
+            assert self.o is not None and self.h is not None and self.clip is not None  # g comes with h, o and clip
             o = self.o[min(d, self.o.shape[0] - 1)]
             inner = torch.addcmul(o, _per_level(self.h, d, x), x).clamp_(-self.clip, self.clip)
             m.addcmul_(_per_level(self.g, d, x), inner)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-
 from .base import AffineLevels, Draft, LevelFunction
 
 

@@ -65,7 +65,7 @@ class FrozenDraft(Draft):
         self.start = start
 
     @property
-    def cold_start(self) -> bool:
+    def cold_start(self) -> bool:  # type: ignore[override]  # Draft's class constant, a frozen draft's own per instance
         return self.start == "cold"
 
     def cold_value(self, kernel, x, n, cond):
@@ -151,7 +151,7 @@ class FrozenGaussian(FrozenDraft):
 
     def for_round(self, kernel, steps, frozen, cond):
         n, ones = steps, [1] * (frozen.dim() - 2)
-        lift = lambda c: c.view(*n.shape, *ones)  # noqa: E731  (L, A) scalars against states (L, A, *shape)
+        lift = lambda c: c.view(*n.shape, *ones)  # (L, A) scalars against states (L, A, *shape)
         alpha_x0, b_x0, c_x0 = kernel.denoised_scalars(n, frozen.dtype)
         mu = frozen[:, 0][None]
         lam = frozen[:, 1].flatten(1)[:, 0][None]  # (1, A)
@@ -197,7 +197,7 @@ class FrozenPerStep(FrozenDraft):
     def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
         x0 = kernel.denoised(out, x, n)
         earlier = _earlier_x0(kernel, earlier)
-        held = lambda at: None if previous is None else previous[:, at + 1]  # noqa: E731
+        held = lambda at: None if previous is None else previous[:, at + 1]
         kept = [out[:, None], x0[:, None]]
         if self.linear:
             kept.append(line(kernel, x0, n, held(self._line_at), earlier))
@@ -262,7 +262,7 @@ def frozen_draft(freeze: str, forms: tuple[int | bool, ...] = (), start: str = "
 def _x0_levels(kernel, steps: torch.Tensor, frozen: torch.Tensor, x0_f: torch.Tensor, state_dims: int) -> AffineLevels:
     """The x0 forms' levels: (A - B D / E) x + (B / E) f + C clip(f), f = x0_f (1 or L, A, *shape); the clip
     is a constant of the level, folded into b."""
-    lift = lambda c: c.view(*steps.shape, *[1] * state_dims)  # noqa: E731
+    lift = lambda c: c.view(*steps.shape, *[1] * state_dims)
     r = kernel.clip_range
     alpha_x0, b_x0, c_x0 = kernel.denoised_scalars(steps, frozen.dtype)
     beta_x0 = lift(b_x0) * x0_f

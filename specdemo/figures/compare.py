@@ -152,7 +152,7 @@ def samples_figure(runs: list[MethodRun], *, log_density: LogDensity | None = No
     xlim, ylim = plot_limits(*pts, pad=0.08)
     fig = make_subplots(rows=1, cols=len(runs), subplot_titles=titles, horizontal_spacing=0.04)
     two_d = first.shape[1] == 2
-    for i, (r, p) in enumerate(zip(runs, pts), start=1):
+    for i, (r, p) in enumerate(zip(runs, pts, strict=True), start=1):
         if log_density is not None and two_d:
             fig.add_trace(density_trace(log_density, xlim, ylim, resolution=100), row=1, col=i)
         fig.add_trace(go.Scatter(x=p[:, 0], y=p[:, 1], mode="markers", name=r.label, showlegend=False,

@@ -13,7 +13,7 @@ from .style import DENSITY_COLORSCALE
 LogDensity = Callable[[torch.Tensor], torch.Tensor]
 
 
-def plot_limits(*clouds: np.ndarray, pad: float = 0.12, quantile: float = 0.005) -> tuple[tuple[float, float], tuple[float, float]]:
+def plot_limits(*clouds: np.ndarray | None, pad: float = 0.12, quantile: float = 0.005) -> tuple[tuple[float, float], tuple[float, float]]:
     """Square-ish limits that hold the bulk of the given (n, 2) point clouds (NaN rows ignored)."""
     pts = np.concatenate([c.reshape(-1, 2) for c in clouds if c is not None and c.size])
     pts = pts[np.isfinite(pts).all(1)]
@@ -27,8 +27,8 @@ def plot_limits(*clouds: np.ndarray, pad: float = 0.12, quantile: float = 0.005)
 
 def density_grid(log_density: LogDensity, xlim, ylim, resolution: int = 160) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """exp(log density) on a grid, scaled to max 1 (unnormalised densities are fine)."""
-    xs = np.linspace(*xlim, resolution)
-    ys = np.linspace(*ylim, resolution)
+    xs = np.linspace(xlim[0], xlim[1], resolution)
+    ys = np.linspace(ylim[0], ylim[1], resolution)
     gx, gy = np.meshgrid(xs, ys)
     pts = torch.tensor(np.stack([gx.ravel(), gy.ravel()], 1), dtype=torch.float64)
     with torch.no_grad():

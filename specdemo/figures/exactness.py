@@ -23,16 +23,16 @@ def exactness_figure(plain: torch.Tensor, spec: torch.Tensor, p_value: float, *,
                      mixture: GaussianMixture | None = None, coords: int = 2, height: int = 340) -> go.Figure:
     """Overlaid histograms of the first coordinates of both sample sets, with the mixture's exact
     marginal where the target is a Gaussian mixture."""
-    plain = plain.reshape(len(plain), -1).double().numpy()
-    spec = spec.reshape(len(spec), -1).double().numpy()
-    k = min(coords, plain.shape[1])
+    plain_x = plain.reshape(len(plain), -1).double().numpy()
+    spec_x = spec.reshape(len(spec), -1).double().numpy()
+    k = min(coords, plain_x.shape[1])
     fig = make_subplots(rows=1, cols=k, subplot_titles=[f"coordinate {i + 1}" for i in range(k)],
                         horizontal_spacing=0.08)
     for i in range(k):
-        both = np.concatenate([plain[:, i], spec[:, i]])
+        both = np.concatenate([plain_x[:, i], spec_x[:, i]])
         lo, hi = np.quantile(both, [0.002, 0.998])
         bins = dict(start=lo, end=hi, size=(hi - lo) / 40)
-        for data, name, key in ((plain[:, i], "plain target", "target"), (spec[:, i], spec_label, "tree")):
+        for data, name, key in ((plain_x[:, i], "plain target", "target"), (spec_x[:, i], spec_label, "tree")):
             fig.add_trace(go.Histogram(x=data, xbins=bins, histnorm="probability density", name=name,
                                        marker_color=METHOD_COLORS[key], opacity=0.55, showlegend=i == 0,
                                        legendgroup=name), row=1, col=i + 1)

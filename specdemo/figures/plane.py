@@ -58,6 +58,7 @@ def plane_figure(trace: list[RoundTrace], trajectory: int, k: int, log_density: 
         return message_figure("the data-plane view is for 2-D targets", height)
     k = int(np.clip(k, 1, len(rounds)))
     nodes = round_nodes(trace, *rounds[k - 1])
+    assert nodes.states is not None  # a trace holds every round's states or none
     pts = nodes.states.astype(float)
     xlim, ylim = plot_limits(samples, path)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.08,

@@ -33,7 +33,7 @@ DENSITY_COLORSCALE = [[0.0, "#ffffff"], [0.15, "#eef2f8"], [0.45, "#d5deec"], [0
 FONT = "Inter, ui-sans-serif, system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
 
 
-def base_layout(fig: go.Figure, *, height: int = 420, title: str | None = None, legend: bool = True) -> go.Figure:
+def base_layout(fig: go.Figure, *, height: int | None = 420, title: str | None = None, legend: bool = True) -> go.Figure:
     """The shared look: white background, light grid, one font, compact margins, legend on top."""
     fig.update_layout(
         template="plotly_white",
@@ -61,7 +61,7 @@ def legend_below(fig: go.Figure, y: float = -0.14) -> go.Figure:
     return fig
 
 
-def message_figure(text: str, height: int = 320) -> go.Figure:
+def message_figure(text: str, height: int | None = 320) -> go.Figure:
     """An empty figure that says why there is nothing to draw."""
     fig = go.Figure()
     fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,

@@ -180,14 +180,14 @@ def tree_layout(trace: list[RoundTrace], nodes: RoundNodes) -> tuple[np.ndarray,
     starts = np.concatenate([[0], np.cumsum(sizes)])
     x = nodes.steps.astype(float)
     y = np.zeros(len(nodes.node))
-    for i, (slot, d) in enumerate(zip(nodes.node, nodes.node_depth)):
+    for i, (slot, d) in enumerate(zip(nodes.node, nodes.node_depth, strict=True)):
         if nodes.status[i] == "corrected":
             continue
         j = slot - starts[d]
         y[i] = (j + 0.5) / sizes[d] - 0.5
     corr = np.flatnonzero(nodes.status == "corrected")
-    for i in corr:
-        p = np.flatnonzero(nodes.node == nodes.parent[i])[0]
+    for i in corr.tolist():
+        p = int(np.flatnonzero(nodes.node == nodes.parent[i])[0])
         y[i] = y[p]
         x[i] += CORRECTED_X_OFFSET
     return x, y
@@ -213,7 +213,7 @@ def tree_figure(trace: list[RoundTrace], trajectory: int, k: int, *, height: int
     index = {slot: i for i, slot in enumerate(nodes.node)}
 
     # edges, grouped by the child's status; the committed path drawn thick on top
-    groups: dict[tuple[str, bool], list[float]] = {}
+    groups: dict[tuple[str, bool], tuple[list[float | None], list[float | None]]] = {}
     for i in range(1, len(nodes.node)):
         p = index[nodes.parent[i]]
         on_path = i in path and p in path

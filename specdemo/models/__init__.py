@@ -8,8 +8,6 @@ from .analytic import AnalyticTarget, analytic_target
 from .base import Target
 from .diffusers_unet import EMBEDDED, DiffusersTarget, load_diffusers_target
 
-
-
 MAX_MODEL_NAME = 512
 
 

@@ -6,9 +6,13 @@ kernel.prediction_type: every row carries its own state and step.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import SpecdemoError
 from ..kernels import Kernel
 
+if TYPE_CHECKING:
+    import torch
 
 
 class Target:
@@ -29,9 +33,18 @@ class Target:
         """The network for `kernel`, on `device` (analytic networks follow their inputs)."""
         raise NotImplementedError
 
-    def draft_mismatch(self, other: "Target") -> str | None:
+    def draft_mismatch(self, other: Target) -> str | None:
         """Why `other`'s network cannot draft for this target, or None when it can (targets that
         take draft networks only)."""
+        raise NotImplementedError
+
+    def prompt_conditioning(self, prompt: str, negative_prompt: str, guidance_scale: float, num_samples: int,
+                            device, dtype=None) -> dict[str, torch.Tensor]:
+        """Each trajectory's conditioning from the prompt (text-conditioned targets only)."""
+        raise NotImplementedError
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) in [-1, 1] from latents (text-conditioned targets only)."""
         raise NotImplementedError
 
     def check_kernel(self, name: str) -> None:

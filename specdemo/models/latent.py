@@ -49,6 +49,7 @@ class GuidedNetwork:
         out = self.denoiser(**{self.state_argument: rows}, timestep=t, **text).sample.to(x.dtype)
         if groups == 1:
             return out
+        assert guidance_scale is not None  # G = 2: guided, with each row's weight
         unconditional, conditional = out.chunk(2)
         w = guidance_scale.to(x.dtype).view(-1, *[1] * (x.dim() - 1))
         return torch.addcmul(unconditional, w, conditional - unconditional)

@@ -4,9 +4,9 @@ driver's own cost per round and per level (trees/cost_model.py prices a round wi
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import torch
@@ -28,7 +28,9 @@ MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  
 def call_costs(problem: Problem, check: Callable[[], None] = lambda: None) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """The target's call at a few row counts up to the batch times the budget: (rows, seconds), the
     median of CALL_REPEATS after a warm-up call each; `check` (a cancel's) is called before each count."""
-    top = call_size(problem.slots * (problem.config.budget + 1))
+    budget = problem.config.budget
+    assert budget is not None  # --tree auto plans within a budget
+    top = call_size(problem.slots * (budget + 1))
     rows = tuple(r for r in MEASURED_SIZES if r < top) + (top,)
     seconds = []
     for r in rows:
@@ -37,19 +39,28 @@ def call_costs(problem: Problem, check: Callable[[], None] = lambda: None) -> tu
     return rows, tuple(seconds)
 
 
-def driver_costs(problem: Problem) -> dict[str, float]:
+class DriverCosts(TypedDict):
+    """driver_costs' seconds (CostModel's fields of the same names)."""
+
+    round_s: float
+    level_s: float
+    network_level_s: float
+
+
+def driver_costs(problem: Problem) -> DriverCosts:
     """The driver's own cost per round and per level with the problem's draft (round_s, level_s,
     network_level_s), from chains of two depths sampled with an instant network (0.5 x) in place of
     the target. For the stepwise draft, whose levels call its network at some steps only, the levels
     are priced as the frozen draft's, and a level that calls the network by what a chain that calls it
     at every level costs more."""
-    shallow, deep = 1, max(2, min(8, problem.config.budget, int(problem.kernel.stochastic_run_lengths().max())))
-    draft = problem.draft
+    budget, draft = problem.config.budget, problem.draft
+    assert budget is not None and draft is not None  # a speculative method's, planned within a budget
+    shallow, deep = 1, max(2, min(8, budget, int(problem.kernel.stochastic_run_lengths().max())))
     stepwise = isinstance(draft, StepwiseDraft)
     # the stepwise draft as it drafts where its levels take a frozen form (it still keeps r_f at every commit)
-    levels_draft = StepwiseDraft(draft.network, draft.frozen.forms.tolist()) if stepwise else draft
+    levels_draft = StepwiseDraft(draft.network, tuple(draft.frozen.forms.tolist())) if isinstance(draft, StepwiseDraft) else draft
     chains = [(levels_draft, shallow), (levels_draft, deep)]
-    if stepwise:
+    if isinstance(draft, StepwiseDraft):
         chains.append((StepwiseDraft(draft.network, (RESIDUAL,) * problem.kernel.num_steps), deep))
     per_round = _driver_seconds(problem, chains)
     level_s = max(0.0, (per_round[1] - per_round[0]) / (deep - shallow))
@@ -64,6 +75,7 @@ def plain_seconds(problem: Problem) -> float:
     step (a run with an instant network in place of the target, after an untimed first one; the median of
     DRIVER_REPEATS)."""
     slots, steps = problem.slots, problem.kernel.num_steps
+    assert problem.cost_model is not None  # the time objective's, measured by call_costs
     call = problem.cost_model.call(slots)
 
     def overhead() -> float:
@@ -85,7 +97,7 @@ def call_seconds(problem: Problem, rows: int, repeats: int) -> list[float]:
     cond = {k: v[:1].expand(rows, *v.shape[1:]).to(problem.device) for k, v in problem.cond.items()}
     times = []
     with torch.inference_mode():
-        for i in range(repeats + 1):
+        for _ in range(repeats + 1):
             _sync(problem.device)
             t0 = time.perf_counter()
             problem.network(x, n, **cond)
@@ -99,6 +111,7 @@ def call_sizes(problem: Problem) -> set[int]:
     (or the fixed topology) uses, cut short at any depth, with or without its root and leaves, for
     the batch; and a batch of lone roots (warm-ups, plain and deterministic steps)."""
     batch, tree = problem.slots, problem.tree
+    assert tree is not None  # planned
     sizes = {call_size(batch)}
     for t in tree.topologies:
         for depth in range(1, t.depth + 1):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..config import PLANNED_VERIFIERS
 from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenPerStep, NetworkDraft, StepwiseDraft
@@ -39,7 +39,10 @@ def online_form(problem: Problem) -> int:
 def online_draft(problem: Problem, auto_freeze: bool) -> Draft:
     """The draft a setting samples and plans with without pilots: under --freeze auto its table holds
     online_form at every step; any other draft as configured."""
-    return auto_draft(problem, (online_form(problem),) * problem.kernel.num_steps) if auto_freeze else problem.draft
+    if auto_freeze:
+        return auto_draft(problem, (online_form(problem),) * problem.kernel.num_steps)
+    assert problem.draft is not None  # planning is for speculative methods, which have a draft
+    return problem.draft
 
 
 def online_plan(problem: Problem) -> TopologyPlan:
@@ -49,6 +52,7 @@ def online_plan(problem: Problem) -> TopologyPlan:
     round; it is the same for every trajectory and every run, so the run's samples depend on nothing
     measured."""
     budget, steps = problem.config.budget, problem.kernel.num_steps
+    assert budget is not None  # --tree auto plans within a budget
     chain, known = Topology.chain(min(budget, MAX_DEPTH)), Topology.chain(min(budget + 1, MAX_DEPTH))
     return TopologyPlan((chain,) * steps, (False,) * steps, (known,) * steps, (False,) * steps,
                         expected_calls=math.nan, objective=problem.config.objective, name=f"online({budget} rows)")
@@ -73,9 +77,11 @@ def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]],
     step). cancel stops it between measurements and plans."""
     check = cancel.check if cancel is not None else lambda: None
     verifiers = [problem.verifier] if problem.verifier else [get_verifier(name) for name in PLANNED_VERIFIERS]
+    budget = problem.config.budget
+    assert budget is not None  # --tree auto plans within a budget
     if problem.config.objective != "time":
         stats, draft = options[0]
-        return [replace(planned, tree=plan_tree(planned, problem.config.budget))
+        return [replace(planned, tree=plan_tree(planned, budget))
                 for planned in (replace(problem, draft=draft, stats=stats, verifier=v, cost_model=None)
                                 for v in verifiers)]
     calls = call_costs(problem, check)
@@ -85,13 +91,20 @@ def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]],
             check()
             priced = replace(problem, draft=draft, stats=stats, verifier=verifier)
             priced = replace(priced, cost_model=CostModel(*calls, **driver_costs(priced), batch=problem.slots))
-            planned.append(replace(priced, tree=plan_tree(priced, problem.config.budget)))
+            planned.append(replace(priced, tree=plan_tree(priced, budget)))
     return planned
 
 
 def best_plan(planned: list[Problem], objective: str) -> Problem:
     """The planned option of fewest expected seconds (time objective) or calls; the first of equals."""
-    return min(planned, key=lambda p: p.tree.expected_s if objective == "time" else p.tree.expected_calls)
+    def expected(p: Problem) -> float:
+        plan = cast(TopologyPlan, p.tree)  # a planned option's
+        if objective == "time":
+            assert plan.expected_s is not None  # priced: the time objective plans with a cost model
+            return plan.expected_s
+        return plan.expected_calls
+
+    return min(planned, key=expected)
 
 
 def auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
@@ -100,6 +113,7 @@ def auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
     frozen draft alone where it never does, which spares the network's call at every commit)."""
     if isinstance(problem.draft, NetworkDraft) and RESIDUAL in forms:
         return StepwiseDraft(CorrectedNetworkDraft(problem.draft.network, problem.draft.name), forms)
+    assert problem.config.start is not None  # resolve() settles it
     return FrozenPerStep(forms, start=problem.config.start)
 
 
@@ -112,6 +126,7 @@ def plan_tree(problem: Problem, budget: int) -> TopologyPlan:
                             "(and replan, not a plan from the cache)")
     c = problem.config
     draft = problem.draft.base if isinstance(problem.draft, BiasedDraft) else problem.draft
+    assert draft is not None and problem.verifier is not None and c.prefetch is not None  # a speculative method's
     frozen = draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
     return plan_topology(problem.stats, problem.verifier, budget, problem.kernel.stochastic_run_lengths(),
                          max_width=1 if c.method == "chain" else 8,

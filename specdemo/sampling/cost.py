@@ -78,19 +78,19 @@ class Cost:
     def speedup_total(self) -> float:
         return self.steps / (float(np.mean(self.calls_per_trajectory)) + self.pilot_calls)
 
-    def speedup_over(self, plain: "Cost") -> float:
+    def speedup_over(self, plain: Cost) -> float:
         """Against a measured run of plain sampling (the same samples and seed, side by side): how many
         times fewer target calls per sample this run made."""
         return float(np.mean(plain.calls_per_trajectory)) / float(np.mean(self.calls_per_trajectory))
 
-    def time_speedup_over(self, plain: "Cost") -> float:
+    def time_speedup_over(self, plain: Cost) -> float:
         """Against a measured run of plain sampling: how many times less wall-clock this run took."""
         return time_speedup(self.wall_s, plain.wall_s)
 
     @property
     def acceptance_per_depth(self) -> list[float | None]:
         """Fraction of verified nodes at each depth that kept a drafted child (None: never reached)."""
-        return [a / e if e else None for a, e in zip(self.accepted_per_depth, self.examined_per_depth)]
+        return [a / e if e else None for a, e in zip(self.accepted_per_depth, self.examined_per_depth, strict=True)]
 
     @property
     def acceptance(self) -> float | None:
@@ -143,7 +143,7 @@ class PhaseClock:
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
-        self.spans: list[tuple[str, object, object]] = []
+        self.spans: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self.seconds: dict[str, float] = {}
 
     def mark(self):

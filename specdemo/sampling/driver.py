@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -117,11 +118,11 @@ class WorkspacePool:
 
     def __init__(self, limit_bytes: int):
         self.limit_bytes = limit_bytes
-        self._free: dict[tuple, list[Workspace]] = {}
+        self._free: dict[tuple, list[Workspace | CallBox]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def take(self, key: tuple) -> Workspace | None:
+    def take(self, key: tuple) -> Workspace | CallBox | None:
         with self._lock:
             spaces = self._free.get(key)
             if not spaces:
@@ -132,7 +133,7 @@ class WorkspacePool:
             self._bytes -= space.nbytes
             return space
 
-    def put(self, key: tuple, space: Workspace) -> None:
+    def put(self, key: tuple, space: Workspace | CallBox) -> None:
         with self._lock:
             if space.nbytes > self.limit_bytes:
                 return
@@ -199,7 +200,7 @@ class _Batch:
     samples and kept states by trajectory position (0..B-1).
     """
 
-    def __init__(self, network, kernel: Kernel, shape, num_samples, tree, draft, verifier, prefetch: Prefetch | None,
+    def __init__(self, network, kernel: Kernel, shape, num_samples, tree, draft, verifier, prefetch: Prefetch,
                  seed, indices, cond, device, dtype, keep_steps, trace, trace_states, max_batch):
         self.network, self.kernel, self.shape = network, kernel, tuple(shape)
         self.draft, self.verifier = draft, verifier
@@ -232,8 +233,10 @@ class _Batch:
         self.frozen = torch.zeros((slots, *draft.frozen_shape(self.shape)), device=self.device, dtype=dtype) \
             if self.uses_frozen else None
         # an output form's frozen output against the levels' (B, E): (1, A, 1, D); and as rows (A, D)
-        self.frozen_levels = self.frozen.view(1, slots, 1, -1) if self.uses_frozen and draft.frozen_is_output else None
-        self.frozen_rows = self.frozen.view(slots, -1) if self.frozen_levels is not None else None
+        self.frozen_levels = self.frozen.view(1, slots, 1, -1) if self.frozen is not None and draft.frozen_is_output \
+            else None
+        self.frozen_rows = self.frozen.view(slots, -1) if self.frozen is not None and self.frozen_levels is not None \
+            else None
         self.root_out = torch.zeros_like(self.y_flat)  # the exact target output at y, where root_known
         # host state per slot
         self.slot_traj = np.full(slots, -1, dtype=np.int64)  # -1: empty
@@ -256,7 +259,7 @@ class _Batch:
         self.clock = PhaseClock(self.device)
         self.keep = sorted(set(keep_steps))
         self.states: dict[int, torch.Tensor] = {}
-        self.trace = [] if trace else None
+        self.trace: list[RoundTrace] | None = [] if trace else None
         self.trace_states = trace_states
         self.refill(list(range(slots)))
 
@@ -264,7 +267,7 @@ class _Batch:
     def workspace(self, tree: Topology) -> Workspace:
         """The run's buffers for rounds of this (union) tree: the run's own, or the process's from an
         earlier run, or new."""
-        space = self._spaces.pop(tree, None) or POOL.take(self.pool_key(tree)) \
+        space = self._spaces.pop(tree, None) or cast("Workspace | None", POOL.take(self.pool_key(tree))) \
             or Workspace(layout_for(tree, self.device), self.slots, self.shape, self.device, self.dtype)
         self._spaces[tree] = space  # the most recently used last
         if len(self._spaces) > WORKSPACES:
@@ -323,6 +326,7 @@ class _Batch:
         instead of a warm-up call."""
         rows = self.slot_tensor(slots)
         value, calls = self.draft.cold_value(self.kernel, self.y[rows], self.slot_tensor(self.n[slots]), self.cond_of(rows))
+        assert self.frozen is not None  # cold starts are of drafts that use frozen values
         self.frozen[rows] = value
         self.cost.draft_calls += calls
         self.has_frozen[slots], self.fresh[slots] = True, False
@@ -373,7 +377,7 @@ class _Batch:
             self.refill(finished.tolist())
         return True
 
-    def prepare(self, plan: "RoundPlan", part: "Part") -> None:
+    def prepare(self, plan: RoundPlan, part: Part) -> None:
         """A part's inputs: every slot's level steps into the mailbox, its coefficient rows gathered on the
         device, the roots copied in, and each member's own noise (part 0: a plain stochastic step's too)."""
         ws = part.ws
@@ -384,13 +388,13 @@ class _Batch:
         self.kernel.round_rows(ws.steps_flat, ws.rows_flat)
         if ws.parent_rows is not ws.rows:
             torch.index_select(ws.rows, 0, ws.layout.parent_level, out=ws.parent_rows)
-        draws = list(zip(part.slots.tolist(), part.drafted.tolist()))
+        draws = list(zip(part.slots.tolist(), part.drafted.tolist(), strict=True))
         if part is plan.parts[0]:
             draws += [(slot, 1) for slot in plan.direct[self.scales_host[self.n[plan.direct]] > 0].tolist()]
         for slot, count in draws:
             self.rng.normal_(slot, ws.noise_rows(slot, count))
 
-    def draft_round(self, part: "Part") -> None:
+    def draft_round(self, part: Part) -> None:
         """Phase 1: the draft's means set up for the round, then every node drafted."""
         ws = part.ws
         cond = self.cond_of() if self.draft.calls_network else {}
@@ -398,7 +402,7 @@ class _Batch:
         self.cost.draft_calls += means.network_levels
         device.draft(ws, means, self.y_flat, self.frozen_levels)
 
-    def call_target(self, plan: "RoundPlan") -> torch.Tensor | None:
+    def call_target(self, plan: RoundPlan) -> torch.Tensor | None:
         """Phase 2: one batched target call over the round's rows: each speculating trajectory's evaluated
         nodes (its root unless its output is known), and the roots of plain steps whose output is not known
         and of warm-ups (part 0's), padded to the call's size; its outputs put at their nodes' rows of each
@@ -416,7 +420,7 @@ class _Batch:
             if len(plan.parts) == 1:
                 torch.index_select(plan.parts[0].ws.x_flat, 0, rows_in, out=buf)
             else:
-                for part, (lo, hi) in zip(plan.parts, bounds):
+                for part, (lo, hi) in zip(plan.parts, bounds, strict=True):
                     torch.index_select(part.ws.x_flat, 0, rows_in[lo:hi], out=buf[lo:hi])
             cond = {k: v.index_select(0, traj) for k, v in self.cond.items()} if self.cond else {}
             t0 = self.clock.mark()
@@ -430,7 +434,7 @@ class _Batch:
             if len(plan.parts) == 1:
                 plan.parts[0].ws.out_states.index_copy_(0, rows_out, out)
             else:
-                for part, (lo, hi) in zip(plan.parts, bounds):
+                for part, (lo, hi) in zip(plan.parts, bounds, strict=True):
                     part.ws.out_states.index_copy_(0, rows_out[lo:hi], out[lo:hi])
             self.cost.target_calls += 1
             self.cost.padded_rows += size - count
@@ -441,7 +445,7 @@ class _Batch:
                 device.reduce(part.ws)
         return out
 
-    def call_layout(self, plan: "RoundPlan") -> tuple[int, int, list[tuple[int, int]]] | None:
+    def call_layout(self, plan: RoundPlan) -> tuple[int, int, list[tuple[int, int]]] | None:
         """Write the call's rows into the call's mailbox, part after part (node rows of each part's
         workspace, node-major: node j of slot a is row j A + a), padding after part 0's rows: (rows,
         padded size, each part's span), or None where nothing is evaluated."""
@@ -481,12 +485,12 @@ class _Batch:
         parts_slots[0] = np.concatenate([parts_slots[0], np.full(pad, parts_slots[first][0])])
         box = self.call_box(size).mailbox.host
         at, bounds = 0, []
-        for index, (rows, steps, slots) in enumerate(zip(parts_rows, parts_steps, parts_slots)):
-            hi = at + rows.size
-            box["rows_in"][at:hi] = rows
-            box["rows_out"][at:hi] = rows
-            box["steps"][at:hi] = steps
-            box["traj"][at:hi] = self.slot_traj[slots]
+        for part_rows, part_steps, part_slots in zip(parts_rows, parts_steps, parts_slots, strict=True):
+            hi = at + part_rows.size
+            box["rows_in"][at:hi] = part_rows
+            box["rows_out"][at:hi] = part_rows
+            box["steps"][at:hi] = part_steps
+            box["traj"][at:hi] = self.slot_traj[part_slots]
             bounds.append((at, hi))
             at = hi
         box["rows_out"][bounds[0][1] - pad:bounds[0][1]] = spare
@@ -495,17 +499,17 @@ class _Batch:
         plan.call_real[bounds[0][1] - pad:bounds[0][1]] = False
         return count, size, bounds
 
-    def call_box(self, size: int) -> "CallBox":
+    def call_box(self, size: int) -> CallBox:
         """The buffers and mailbox of a call of `size` rows: the run's own, or the process's, or new."""
         box = self._calls.get(size)
         if box is None:
-            box = self._calls[size] = POOL.take(self.call_key(size)) or CallBox(size, self.shape, self.device, self.dtype)
+            box = self._calls[size] = cast("CallBox | None", POOL.take(self.call_key(size))) or CallBox(size, self.shape, self.device, self.dtype)
         return box
 
     def call_key(self, size: int) -> tuple:
         return "call", size, self.shape, self.device, self.dtype
 
-    def account_call(self, plan: "RoundPlan") -> None:
+    def account_call(self, plan: RoundPlan) -> None:
         """The call, per trajectory: a call with no row at a stochastic step is not counted
         (Schedule.stochastic_rows), nor a plain step's at a deterministic step (section 5)."""
         slots, counts = np.unique(plan.call_slots[plan.call_real], return_counts=True)
@@ -520,7 +524,7 @@ class _Batch:
         counted[direct & (self.scales_host[n] == 0)] = 0
         self.counted[traj] += counted
 
-    def synchronise(self, plan: "RoundPlan", out) -> bool:
+    def synchronise(self, plan: RoundPlan, out) -> bool:
         """The round's one device-to-host copy and synchronisation: each part's inner products, and the
         call's sum (not finite: the call returned NaN or inf)."""
         for part in plan.parts:
@@ -539,7 +543,7 @@ class _Batch:
         return sorted(set(steps[bad.cpu().numpy()].tolist()))[:5]
 
     # ---------------------------------------------------------------- the host's walk
-    def walk(self, part: "Part", decided: "Decided") -> None:
+    def walk(self, part: Part, decided: Decided) -> None:
         """Phase 4: every speculating trajectory's verifier walk in a part, the prefetch's choice, and what
         the commit writes (Decided), group by group of trajectories that share a tree (whose nodes are the
         part's first nodes, in order)."""
@@ -596,7 +600,7 @@ class _Batch:
                 decided.traces.append((slots, tree, leaves, walk, part))
 
     # ---------------------------------------------------------------- commit
-    def commit(self, plan: "RoundPlan", decided: "Decided") -> None:
+    def commit(self, plan: RoundPlan, decided: Decided) -> None:
         """Phase 5: the new states, frozen values and known root outputs, with the host's choices, part by
         part."""
         a = self.slots
@@ -669,9 +673,10 @@ class _Batch:
         for slots, n0, walk, tree, part in decided.paths:
             self._keep_path(part.ws, slots, n0, walk, tree)
         for slots, tree, leaves, walk, part in decided.traces:
+            assert self.trace is not None  # rounds are recorded only into a trace
             self.trace.append(round_trace(self, part.ws, slots, tree, leaves, walk))
 
-    def gathered(self, plan: "RoundPlan", decided: "Decided", field: str, buffer, out: torch.Tensor) -> torch.Tensor:
+    def gathered(self, plan: RoundPlan, decided: Decided, field: str, buffer, out: torch.Tensor) -> torch.Tensor:
         """Rows (A, D) gathered from each slot's part, at the mailboxes' `field` rows of buffer(ws)."""
         for i, part in enumerate(plan.parts):
             dev = part.ws.after.device
@@ -681,11 +686,12 @@ class _Batch:
                 torch.where(dev["mine"], torch.index_select(buffer(part.ws), 0, dev[field]), out, out=out)
         return out
 
-    def freeze(self, plan: "RoundPlan", decided: "Decided", refresh: np.ndarray) -> None:
+    def freeze(self, plan: RoundPlan, decided: Decided, refresh: np.ndarray) -> None:
         """Keep what the draft freezes from the target output at each refreshed slot's source node."""
         ws = plan.parts[0].ws
         dev = ws.after.device
         whole = refresh.all()
+        assert self.frozen is not None  # only drafts that use frozen values freeze
         if self.draft.frozen_is_output and whole and len(plan.parts) == 1:  # gathered straight into the frozen values
             torch.index_select(ws.out_flat, 0, dev["source"], out=self.frozen_rows)
             return
@@ -762,7 +768,7 @@ class Part:
         self.slots = np.concatenate(list(groups.values())) if groups else np.zeros(0, np.int64)
         self.drafted = np.concatenate([np.full(s.size, drafted[i]) for i, s in groups.items()]) if groups else self.slots
         self.any_known = any_known
-        self.ws: Workspace | None = None
+        self.ws: Workspace  # the round's buffers: set by _Batch.round before the part is used
 
 
 class RoundPlan:
@@ -836,7 +842,7 @@ class Decided:
     traces: list = field(default_factory=list)
 
     @classmethod
-    def empty(cls, slots: int) -> "Decided":
+    def empty(cls, slots: int) -> Decided:
         """Every slot's rows at its own root (row j A + a with j = 0: a): y stays, nothing is frozen."""
         z = lambda dtype=np.int64: np.zeros(slots, dtype=dtype)
         root = lambda: np.arange(slots)
@@ -865,7 +871,7 @@ def sample(
     tree: Topology | TopologyPlan = Topology(()),
     draft: Draft | None = None,
     verifier: Verifier | None = None,
-    prefetch: Prefetch | str = "nearest",
+    prefetch: Prefetch | str | None = "nearest",
     seed: int = 0,
     indices: Sequence[int] | None = None,
     cond: dict[str, torch.Tensor] | None = None,
@@ -883,7 +889,7 @@ def sample(
     network(x [R, *shape], n [R], **cond) returns the target output at each row's state and step.
     tree () is plain target sampling; a chain or tree speculates with draft and verifier; a
     TopologyPlan gives each round the tree planned for its first step. prefetch: which target
-    output a frozen draft keeps for the next round (specdemo.sampling.prefetch), a policy or its name.
+    output a frozen draft keeps for the next round (specdemo.sampling.prefetch), a policy or its name (None: nearest).
     indices name the trajectories (their random streams); default range(num_samples). cond holds
     per-trajectory conditioning (B, ...) passed row by row to the networks (class labels).
     keep_steps: also return the states at these steps (the whole path is exact, not only Y_N).

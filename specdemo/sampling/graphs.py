@@ -53,7 +53,7 @@ class GraphedNetwork:
     def __init__(self, network: Callable[..., torch.Tensor], max_graphs: int = 64):
         self.network, self.max_graphs = network, max_graphs
         self._graphs: dict[tuple, tuple | None] = {}
-        self._pool = None
+        self._pool: torch.cuda._POOL_HANDLE | None = None
 
     def __getattr__(self, name):  # the wrapped network's attributes (its model, its kernel)
         return getattr(self.network, name)

@@ -27,7 +27,7 @@ nodes with children; the root alone when L = 0) and K children at most per paren
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -87,7 +87,7 @@ class Layout:
         self.is_chain = tree.is_chain
         # children of parents 0..Np-1 are nodes 1..M-1 in order where every level has the same width
         self.uniform = len(set(tree.widths)) <= 1
-        long = dict(dtype=torch.long, device=device)
+        long: dict[str, Any] = dict(dtype=torch.long, device=device)
         depth_of = t.node_depth
         self.parent_level = torch.as_tensor(depth_of[:self.num_parents], **long)  # a parent's level
         self.child_level = torch.as_tensor(depth_of[1:] - 1, **long)  # the level that drafted each node
@@ -116,7 +116,7 @@ class Mailbox:
             self._pairs.append((host, dev))
             array = host.numpy()
             at = 0
-            for name, size in zip(names, sizes):
+            for name, size in zip(names, sizes, strict=True):
                 shape = fields[name][0]
                 self.host[name] = array[at:at + size].reshape(shape)
                 self.device[name] = dev[at:at + size].view(shape)
@@ -240,6 +240,9 @@ class Workspace:
             self.first_parents = self.matrices.view(-1, 2, 2)[:np_ * a, :1]  # (L A, 1, 2)
             self.b_parents = self.be.view(-1, 2, d)[:np_ * a, :1]  # (L A, 1, D)
         else:
+            # a tree's (not a chain's) buffers
+            assert self.node_rows is not None and self.node_be is not None
+            assert self.parent_matrices is not None and self.parent_be is not None
             node_rows = self.node_rows
             self.scale_nodes, self.b_nodes = node_rows[:, :, 5:6], self.node_be[:, :, 0]
             self.first_parents = self.parent_matrices.view(np_ * a, 2, 2)[:, :1]
@@ -253,7 +256,7 @@ class Workspace:
         for level in range(depth):
             lo, hi, hi2 = starts[level], starts[level + 1], starts[level + 2]
             width, p = lay.tree.widths[level], hi - lo
-            matrix = self.matrices[level] if chain else self.parent_matrices[lo:hi].view(p * a, 2, 2)
+            matrix = self.matrices[level] if self.parent_matrices is None else self.parent_matrices[lo:hi].view(p * a, 2, 2)
             wide = self.wide[:p * a]
             self.levels.append(LevelViews(
                 width=width, parents=both[lo:hi].reshape(p * a, 2, d), kids=both[hi:hi2].reshape((hi2 - hi) * a, 2, d),
@@ -277,6 +280,7 @@ class Workspace:
         self.mp_kids = self.mp[:, :, None]  # (Np, A, 1, D)
         if depth:
             kids = self.x[1:] if lay.uniform else self.kid_buffer
+            assert kids is not None  # a tree of unequal levels has its kid buffer
             self.kids = kids.view(np_, k, a, d).permute(0, 2, 1, 3)  # (Np, A, K, D)
         self.root_noise = self.noise[:, 0]  # (A, D): a plain step's xi, always its own first draw
         self.frozen_out_flat = self.frozen_out.view(a, d)
@@ -284,7 +288,7 @@ class Workspace:
         self.frozen_above_flat = tuple(t.view(a, d) for t in self.frozen_above)
         self.steps_flat = self.before.device["steps"].view(-1)
 
-    def host_view(self) -> "HostCopy":
+    def host_view(self) -> HostCopy:
         """The host's view of the inner products the round reads back (numpy)."""
         copy = self.__dict__.get("_host")
         if copy is None:

@@ -54,7 +54,7 @@ class RoundTrace:
     committed_steps: np.ndarray
     states: np.ndarray | None = None
 
-    def restricted(self, keep: np.ndarray) -> "RoundTrace":
+    def restricted(self, keep: np.ndarray) -> RoundTrace:
         """The record of the trajectories selected by keep (A,) bool."""
         per_trajectory = {f.name: getattr(self, f.name)[keep] for f in fields(self)
                           if f.name not in ("round", "parent", "node_depth", "states")}
@@ -62,7 +62,7 @@ class RoundTrace:
 
     def to_json(self) -> dict:
         # NaN is not JSON: unverified nodes' values become null
-        out = {k: (np.where(np.isnan(v), None, v).tolist() if v.dtype.kind == "f" else v.tolist())
+        out = {k: (np.where(np.isnan(v), np.array(None), v).tolist() if v.dtype.kind == "f" else v.tolist())
                if isinstance(v, np.ndarray) else v for k, v in asdict(self).items()}
         out["status_names"] = list(STATUS_NAMES)
         return out

@@ -37,7 +37,7 @@ def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequ
     prefetch = PREFETCH[prefetch]() if isinstance(prefetch, str) else prefetch
     shape, steps = tuple(shape), kernel.num_steps
     speculates = tree.max_depth > 0
-    keeps_outputs = speculates and draft.uses_frozen
+    keeps_outputs = speculates and draft is not None and draft.uses_frozen
     schedule = Schedule(tree, kernel, prefetch.leaf_table(tree, steps) if keeps_outputs else np.zeros((steps, 2), bool))
     streams = TrajectoryRandom(seed, 1, "cpu")
     generator = streams.assign(0, index)
@@ -61,8 +61,8 @@ def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequ
         known = root_out is not None
         depth = int(schedule.depth[n, int(known)])
         if not depth:  # a plain or deterministic step, with the target
-            out = root_out if known else call(y[None], [n])[0].to(dtype)
-            if keeps_outputs and draft.cold_start and not draft.calls_network:
+            out = root_out if root_out is not None else call(y[None], [n])[0].to(dtype)
+            if keeps_outputs and draft is not None and draft.cold_start and not draft.calls_network:
                 frozen, fresh = keep(out, y, n), False
             mean = kernel.mean(out[None], y[None], torch.tensor([n]))[0]
             if kernel.scales[n] > 0:
@@ -70,6 +70,7 @@ def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequ
                 mean = mean + float(kernel.scales[n]) * xi
             y, n, root_out = mean, n + 1, None
             continue
+        assert draft is not None and verifier is not None  # a speculative round: check_run's rule
         if keeps_outputs and frozen is None and not known:
             if draft.cold_start and fresh:
                 frozen = draft.cold_value(kernel, y[None], torch.tensor([n]), cond)[0]
@@ -80,7 +81,7 @@ def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequ
         fresh = False
         t = tables(schedule.trees[schedule.tree_id[n, int(known)]][0])
         leaves = bool(schedule.leaves[n, int(known)])
-        s = lambda node: float(kernel.scales[n + t.node_depth[node]])  # the scale the node's children were drawn with
+        s = lambda node: float(kernel.scales[n + t.node_depth[node]])  # noqa: B023  (called this round) the scale the node's children were drawn with
         # draft, level by level: the children of node v at depth d are m^p_d(X_v) + s xi
         xi = torch.empty((t.num_nodes - 1, *shape), dtype=dtype).normal_(generator=generator)
         means = draft.for_round(kernel, torch.arange(n, n + t.depth)[:, None], frozen, cond)
@@ -91,7 +92,7 @@ def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequ
         # one target call at the evaluated nodes (the root's output, where known, is not asked again)
         count = t.num_nodes if leaves else t.num_parents
         first = int(known)
-        outs = [root_out] if known else []
+        outs = [root_out] if root_out is not None else []
         if count > first:
             rows = call(torch.stack(x[first:count]), [n + int(t.node_depth[v]) for v in range(first, count)])
             outs += list(rows.to(dtype))

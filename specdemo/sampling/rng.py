@@ -51,10 +51,12 @@ class TrajectoryRandom:
         """Fill `out` with standard normals from slot's stream."""
         return out.normal_(generator=self.generators[slot])
 
-    def uniform(self, rows: Sequence[int], count: int) -> np.ndarray:
+    def uniform(self, rows: Sequence[int] | np.ndarray | torch.Tensor, count: int) -> np.ndarray:
         """Uniforms on [0, 1) in float64 on the host, shape (len(rows), count); row j from slot rows[j]."""
-        rows = _slots(rows)
-        out = np.empty((len(rows), count))
-        for j, r in enumerate(rows):
-            out[j] = self.host[r].random(count)
+        slots = _slots(rows)
+        out = np.empty((len(slots), count))
+        for j, r in enumerate(slots):
+            host = self.host[r]
+            assert host is not None, "a slot draws only once assign() gave it a trajectory"
+            out[j] = host.random(count)
         return out

@@ -51,13 +51,16 @@ def _draft_affine(ws: Workspace, lv: AffineLevels, y: torch.Tensor, frozen: torc
     depth, chain, clipped = lay.depth, lay.is_chain, lv.g is not None or (lv.output is not None and lv.clip is not None)
     # the levels' coefficients in the workspace: (a_d, g_d) in the matrices' first rows, (b_d, o_d) in be
     if lv.output is not None:  # the target's own mean with the frozen output: A, C, D and B, E over it
+        assert frozen is not None  # the output an output form's means are taken at
         ws.first_row.copy_(ws.a_c)
         torch.mul(ws.b_e, frozen, out=ws.be)
         h_next, h_root = ws.d_next, ws.d_root
     else:
+        assert lv.a is not None and lv.b is not None  # an explicit draft's coefficients
         ws.a_levels.copy_(lv.a)
         ws.b_states.copy_(lv.b)
         if clipped:
+            assert lv.g is not None and lv.o is not None and lv.h is not None  # g, and with it h and o
             ws.g_levels.copy_(lv.g)
             ws.o_states.copy_(lv.o)
             ws.h.copy_(lv.h)
@@ -76,6 +79,7 @@ def _draft_affine(ws: Workspace, lv: AffineLevels, y: torch.Tensor, frozen: torc
             torch.addcmul(level.x_bias, level.a, level.x_parents, out=level.x_kids)
     else:
         r = lv.clip
+        assert r is not None  # a clip term has its range
         if depth > 1:  # h_{d+1} times the first row; the c-row constants of the parents below the root
             torch.mul(h_next, ws.first_row_inner, out=ws.second_row)
             if chain:
@@ -84,6 +88,7 @@ def _draft_affine(ws: Workspace, lv: AffineLevels, y: torch.Tensor, frozen: torc
                 if lv.output is None:
                     torch.index_select(ws.h, 0, lay.parent_level[1:], out=ws.h_inner)
                 h_inner = ws.d_inner if lv.output is not None else ws.h_inner_column
+                assert h_inner is not None  # a tree's (not a chain's) buffers
                 torch.addcmul(ws.o_inner, h_inner, ws.x_bias_inner, out=ws.c_bias)
         torch.addcmul(ws.o_root, h_root, y, out=ws.c_root)
         if not chain:
@@ -124,6 +129,7 @@ def reduce(ws: Workspace) -> None:
     """The inner products of each parent's children's z = x - mp and mq - mp (module docstring)."""
     torch.sub(ws.mq, ws.mp, out=ws.diff)
     if ws.kid_buffer is not None:
+        assert ws.layout.kid_table is not None  # a tree with parents
         torch.index_select(ws.x, 0, ws.layout.kid_table, out=ws.kid_buffer)
     torch.sub(ws.kids, ws.mp_kids, out=ws.z_kids)
     torch.bmm(ws.g_rows, ws.g_cols, out=ws.gram_rows)

@@ -21,7 +21,7 @@ class Density:
     def score(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def network(self, kernel: Kernel) -> "DensityScore":
+    def network(self, kernel: Kernel) -> DensityScore:
         if not isinstance(kernel, LangevinKernel):
             raise SpecdemoError(
                 f"{self.name} is an unnormalised density: it runs with the langevin kernel only, not {kernel.name}"

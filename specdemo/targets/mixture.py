@@ -51,7 +51,7 @@ class GaussianMixture:
             raise SpecdemoError("mixture stds must be > 0")
 
     @classmethod
-    def from_arrays(cls, weights, means, stds) -> "GaussianMixture":
+    def from_arrays(cls, weights, means, stds) -> GaussianMixture:
         as_floats = lambda a: tuple(float(v) for v in np.asarray(a, dtype=np.float64).ravel())
         try:
             means = np.asarray(means, dtype=np.float64)
@@ -62,7 +62,7 @@ class GaussianMixture:
         return cls(as_floats(weights), tuple(tuple(float(v) for v in m) for m in means), as_floats(stds))
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "GaussianMixture":
+    def from_json(cls, path: str | Path) -> GaussianMixture:
         try:
             spec = json.loads(Path(path).read_text())
             return cls.from_arrays(spec["weights"], spec["means"], spec["stds"])
@@ -94,7 +94,7 @@ class GaussianMixture:
         """log p(x) of the clean mixture, for figures."""
         return MixtureNetwork(self, None)._log_joint(x, 1.0, 0.0).logsumexp(-1)
 
-    def network(self, kernel: Kernel) -> "MixtureNetwork":
+    def network(self, kernel: Kernel) -> MixtureNetwork:
         """The exact network for `kernel`: its output is in kernel.prediction_type."""
         return MixtureNetwork(self, kernel)
 
@@ -161,6 +161,7 @@ class MixtureNetwork:
         k = self.kernel
         if isinstance(k, LangevinKernel):
             return self.score(x)
+        assert isinstance(k, (VPKernel, FlowChurnKernel))  # the kernels __init__ accepts
         alpha = k.table("signal", k.signal, x)[n, None]
         sigma = k.table("noise", k.noise, x)[n, None]
         return k.output_from_denoised(self.posterior_mean(x, alpha, sigma), x, n)

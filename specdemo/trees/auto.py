@@ -62,9 +62,9 @@ pilot's deepest cells at the last steps are sparse and `pooled` widens them over
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Callable
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -91,11 +91,11 @@ class DeltaStats:
     num_steps: int
 
     @classmethod
-    def from_traces(cls, traces, num_steps: int) -> "DeltaStats":
+    def from_traces(cls, traces, num_steps: int) -> DeltaStats:
         deltas: dict[tuple[int, int], list[float]] = {}
         for rnd in traces:
             rows, nodes = np.nonzero(~np.isnan(rnd.delta))
-            for r, node in zip(rows.tolist(), nodes.tolist()):
+            for r, node in zip(rows.tolist(), nodes.tolist(), strict=True):
                 depth = int(rnd.node_depth[node])
                 if depth or not rnd.root_known[r]:
                     deltas.setdefault((int(rnd.step[r]) + depth, depth + 1), []).append(float(rnd.delta[r, node]))
@@ -115,7 +115,7 @@ class DeltaStats:
         return np.asarray(everything)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _acceptance_curves(verifier_type: type, max_width: int) -> np.ndarray:
     verifier = verifier_type()
     widths = range(1, min(verifier.max_children or max_width, max_width) + 1)
@@ -124,7 +124,7 @@ def _acceptance_curves(verifier_type: type, max_width: int) -> np.ndarray:
 
 def acceptance_curves(verifier: Verifier, max_width: int) -> np.ndarray:
     """A(delta, w) on DELTA_GRID for w = 1..max_width (closed forms of section 3), cached."""
-    return _acceptance_curves(type(verifier), max_width)
+    return _acceptance_curves(type(verifier), max_width)  # type: ignore[arg-type]  # a class is hashable (mypy checks its instances)
 
 
 Objective = Callable[[int, int], float]  # price(rows, depth) of a round: its target rows and drafted levels
@@ -157,6 +157,7 @@ class RoundPrice:
     def network_level(self, n: int, depth: int) -> float:
         """The seconds of drafting level `depth` below a root n with the draft network (0 where a frozen form
         drafts it)."""
+        assert self.cost is not None  # the stepwise draft's network levels are priced under the time objective
         return self.cost.network_level_s * int(self.network[n + depth] - self.network[n + depth - 1])
 
 
@@ -218,16 +219,17 @@ def best_round(n: int, known: int, value: np.ndarray, horizon: int, budget: int,
     """The round of least expected value V(n, known) at step n (module docstring), value[j] = V(j, .) filled
     for every j > n: the best tree (or, for a verifier that weighs the whole tree, the best fan), a free
     exact level where the root's output is known and leaves are not evaluated, or a plain step."""
-    first_exact = known and exact_known_root
+    first_exact = bool(known) and exact_known_root
     ahead, cost = value[n:], price.at(n)
     if verifier.weighs_whole_tree:
         longest = min(horizon, budget + known)  # a chain of L nodes has L - k rows, and a leaf row
+        assert block_stops is not None  # made for a verifier that weighs the whole tree
         fans = block_stops(n, longest, first_exact)
         after, widths, leaves = _best_block_round(fans, ahead, budget - 1 + known, leaf_options,
                                                   lambda r, depth: cost(r + 1 - known, depth))
         outcomes = _chain_outcomes(fans[widths[0] - 1], len(widths), leaves)
     else:
-        level_accept = lambda d: accept.exact if first_exact and d == 1 else accept(n + d - 1, d)  # noqa: E731
+        level_accept = lambda d: accept.exact if first_exact and d == 1 else accept(n + d - 1, d)
         timed = price.cost is not None
         after, widths, leaves = _best_round(
             level_accept, ahead, horizon, budget - 1 + known, leaf_options,
@@ -352,7 +354,8 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
 
     def shape(rows: int) -> tuple[tuple[int, ...], bool, int]:
         """Follow the choices from the root with `rows` rows below it: (widths, leaves, rows used)."""
-        chosen, m, left = [], 0, rows
+        chosen: list[int] = []
+        m, left = 0, rows
         for choice in reversed(choices):
             k = int(choice[m, left])
             if k == 0:
@@ -392,18 +395,18 @@ class _WidthOptions:
     left: np.ndarray
 
 
-@lru_cache(maxsize=None)
+@cache
 def _width_options(max_width: int, budget: int) -> _WidthOptions:
     counts, frontier = {1}, {1}
     while frontier:
         frontier = {m * w for m in frontier for w in range(2, max_width + 1) if m * w <= budget} - counts
         counts |= frontier
-    counts = np.array(sorted(counts))
-    position = {int(m): i for i, m in enumerate(counts)}
-    children = np.arange(1, max_width + 1)[:, None] * counts[None, :]  # (w, m)
+    sizes = np.array(sorted(counts))
+    position = {int(m): i for i, m in enumerate(sizes)}
+    children = np.arange(1, max_width + 1)[:, None] * sizes[None, :]  # (w, m)
     index = np.vectorize(lambda c: position.get(int(c), 0), otypes=[np.int64])(children)
     left = np.arange(budget + 1)[None, None, :] - children[:, :, None]
-    return _WidthOptions(counts, index, left >= 0, np.maximum(left, 0))
+    return _WidthOptions(sizes, index, left >= 0, np.maximum(left, 0))
 
 
 def block_stop_probabilities(delta: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -451,7 +454,7 @@ def _best_block_round(fans: np.ndarray, calls_ahead: np.ndarray, budget: int, le
     expected value after a block-verified round plus its price (of the rows below the root and the depth):
     fans[K - 1, L - 1, j] = P(eta = j | K, L); budget: rows left after the root. Returns (expected
     value after, widths, leaves)."""
-    best = (math.inf, math.inf, (), False)
+    best: tuple[float, float, tuple[int, ...], bool] = (math.inf, math.inf, (), False)
     for width in range(1, fans.shape[0] + 1):
         for length in range(1, fans.shape[1] + 1):
             for leaves in leaf_options:

@@ -67,7 +67,7 @@ class CostModel:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CostModel":
+    def from_dict(cls, d: dict) -> CostModel:
         return cls(rows=tuple(int(r) for r in d["rows"]), call_s=tuple(float(s) for s in d["call_s"]),
                    round_s=float(d["round_s"]), level_s=float(d["level_s"]),
                    network_level_s=float(d["network_level_s"]), batch=int(d["batch"]))

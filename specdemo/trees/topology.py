@@ -45,15 +45,15 @@ class Topology:
             )
 
     @classmethod
-    def chain(cls, length: int) -> "Topology":
+    def chain(cls, length: int) -> Topology:
         return cls((1,) * length)
 
     @classmethod
-    def uniform(cls, k: int, depth: int) -> "Topology":
+    def uniform(cls, k: int, depth: int) -> Topology:
         return cls((k,) * depth)
 
     @classmethod
-    def parse(cls, text: str) -> "Topology":
+    def parse(cls, text: str) -> Topology:
         """Parse "3,2,1", "4x4", "1x5" or "chain:5"; refuse anything else with a reason."""
         spec = str(text).strip().lower().replace(" ", "")
         if len(spec) > MAX_TEXT:
@@ -90,7 +90,7 @@ class Topology:
         return len(self.widths)
 
     # a fixed topology is the plan that uses it at every step (see TopologyPlan)
-    def at(self, step: int, root_known: bool = False) -> "Topology":
+    def at(self, step: int, root_known: bool = False) -> Topology:
         return self
 
     def leaves_at(self, step: int, root_known: bool = False) -> bool:
@@ -101,7 +101,7 @@ class Topology:
         return self.depth
 
     @property
-    def topologies(self) -> tuple["Topology", ...]:
+    def topologies(self) -> tuple[Topology, ...]:
         return (self,)
 
     @property

@@ -78,7 +78,7 @@ class WalkTrace:
     rejected: np.ndarray
 
     @classmethod
-    def empty(cls, rows: int, nodes: int) -> "WalkTrace":
+    def empty(cls, rows: int, nodes: int) -> WalkTrace:
         nan = lambda: np.full((rows, nodes), np.nan)
         return cls(nan(), nan(), nan(), np.zeros((rows, nodes), bool), np.zeros((rows, nodes), bool))
 
@@ -123,7 +123,7 @@ class Verifier:
         return {"verifier": self.name}
 
     def verify(self, mq: torch.Tensor, mp: torch.Tensor, s: torch.Tensor, children: torch.Tensor, rng,
-               rows) -> "Verdict":
+               rows) -> Verdict:
         """One node per row, decided and corrected (a one-level tree of K children): mq, mp (A, *shape),
         s (A,) float64 scales, children (A, K, *shape) in drafting order; rng.uniform(rows, count)
         serves the uniforms, rows each row's stream."""
@@ -134,6 +134,7 @@ class Verifier:
         u[:, 1:] = red.u.numpy()
         walk = self.walk(tree, red.delta.numpy()[:, None], u, np.asarray(rng.uniform(rows, self.uniforms_per_round(tree))),
                          _RowsOf(rng, rows), trace=True)
+        assert walk.trace is not None  # walked with trace=True
         kept = np.where(walk.corrected, -1, walk.node - 1)
         ar = torch.arange(children.shape[0])
         child = torch.from_numpy(walk.child - 1)
@@ -178,7 +179,7 @@ class RankOne:
         self.delta, self.u, self._diff, self._norm = delta, u, diff, norm
 
     @classmethod
-    def reduce(cls, mq: torch.Tensor, mp: torch.Tensor, s: torch.Tensor, children: torch.Tensor) -> "RankOne":
+    def reduce(cls, mq: torch.Tensor, mp: torch.Tensor, s: torch.Tensor, children: torch.Tensor) -> RankOne:
         """mq, mp (A, *shape), s (A,) float64, children (A, K, *shape)."""
         mq, mp, children = mq.flatten(1), mp.flatten(1), children.flatten(2)
         diff = (mq - mp).double()

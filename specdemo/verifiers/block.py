@@ -185,13 +185,13 @@ def weigh_tree(log_rho: np.ndarray, delta: np.ndarray, coins: np.ndarray, tree,
     for attempt in range(tree.max_attempts):
         live = ~done
         root_pick = attempt == 0 and selected is not None  # the root's one selected child
-        c = 1 + selected.child if root_pick else np.where(live, tree.first_child[v] + k, 1)
+        c = 1 + selected.child if root_pick and selected is not None else np.where(live, tree.first_child[v] + k, 1)
         path, length = tree.leftmost[c, :top], tree.length[c]
         inside = np.arange(top)[None] < length[:, None]
         above = np.concatenate([v[:, None], path[:, :-1]], 1)
         d = np.where(inside, np.take_along_axis(delta, above, 1), np.nan)
         lr = np.take_along_axis(log_rho, path, 1)
-        first = selected.log_ratio[:, None] if root_pick else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])
+        first = selected.log_ratio[:, None] if root_pick and selected is not None else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])
         lr = np.concatenate([first, lr[:, 1:]], 1)
         log_p, h = path_weights(np.where(inside, lr, 0.0), d, length)
         hits = np.take_along_axis(coins, path, 1) < h[:, 1:]
@@ -277,6 +277,7 @@ class BlockVerification(Verifier):
             rows = np.flatnonzero(corrected)
             at_root = rows[end[rows] == 1] if selected is not None else rows[:0]
             if at_root.size:  # the selection's residual (phi - g)_+, keeping the selected child's z_perp
+                assert selected is not None  # at_root is empty without a selection
                 child[at_root] = 1 + selected.child[at_root]
                 u_new[at_root] = rank_residual(delta[at_root, 0], selected.log_w[at_root], uniforms[at_root, m + 1:],
                                                rng, at_root)

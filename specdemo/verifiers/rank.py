@@ -20,7 +20,7 @@ probability 1 - acceptance and costs 1 / (1 - acceptance) proposals).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -78,14 +78,14 @@ def solve_rank_weights(bucket: int, k: int) -> tuple[float, ...]:
     return tuple((w / w.sum()).tolist())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _shipped_table() -> dict:
     """(weights, acceptance at the bucket's two ends) solved ahead of time for K = 2..TABLE_MAX_K
     and every bucket (write_weight_table)."""
     try:
         with np.load(WEIGHT_TABLE) as z:
             return {(int(b), int(k)): (tuple(w[:k].tolist()), tuple(a.tolist()))
-                    for b, k, w, a in zip(z["bucket"], z["k"], z["weights"], z["acceptance"])}
+                    for b, k, w, a in zip(z["bucket"], z["k"], z["weights"], z["acceptance"], strict=True)}
     except (OSError, KeyError):
         return {}
 
@@ -109,7 +109,7 @@ def bucket_acceptance(bucket: int, k: int) -> tuple[float, float]:
     return _bucket(bucket, k)[1]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _bucket(bucket: int, k: int):
     return _shipped_table().get((bucket, k)) or _solve(bucket, k)
 
@@ -121,13 +121,13 @@ def write_weight_table(path: Path = WEIGHT_TABLE) -> None:
     keys = [(b, k) for k in range(2, TABLE_MAX_K + 1) for b in range(lo, hi + 1)]
     solved = [_solve(b, k) for b, k in keys]
     weights = np.zeros((len(keys), TABLE_MAX_K))
-    for i, ((_, k), (w, _)) in enumerate(zip(keys, solved)):
+    for i, ((_, k), (w, _)) in enumerate(zip(keys, solved, strict=True)):
         weights[i, :k] = w
     np.savez_compressed(path, bucket=np.array([b for b, _ in keys]), k=np.array([k for _, k in keys]),
                         weights=weights, acceptance=np.array([a for _, a in solved]))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _dense_table(k: int) -> tuple[int, np.ndarray, np.ndarray]:
     """(first bucket, weights (B, K), acceptance at each bucket's ends (B, 2)) over every bucket of
     [DELTA_MIN, DELTA_MAX]: rows are gathered by bucket."""
