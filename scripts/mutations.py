@@ -44,128 +44,208 @@ class Mutation:
 
 
 MUTATIONS = [
-    Mutation("a cold trajectory's kept plain-step output reads its slot's earlier trajectory's history",
-             "specdemo/sampling/driver.py", "_Batch.freeze",
-             "history = {\"previous\": torch.where(held, self.frozen, 0.0),",
-             "history = {\"previous\": self.frozen,",
-             ("tests/test_sampler.py", "-k", "slot_bitwise")),
-    Mutation("the planner keeps its first plan, not the one of least expected seconds or calls",
-             "specdemo/planning/planner.py", "best_plan",
-             "return min(planned, key=lambda p: p.tree.expected_s if objective == \"time\" else p.tree.expected_calls)",
-             "return planned[0]",
-             ("tests/test_calibration.py", "-k", "verifier_auto or kept_plan")),
-    Mutation("the fitted Gaussian draft drops its gain on the state",
-             "specdemo/drafts/frozen.py", "FrozenGaussian.for_round",
-             "alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu",
-             "alpha_g, beta_g = alpha_x0, lift(b_x0) * c_mu",
-             ("tests/test_sampler.py", "-k", "gaussian")),
-    Mutation("the draft network's residual correction is dropped",
-             "specdemo/drafts/corrected.py", "CorrectedNetworkDraft.level_output",
-             "return output + frozen[None]",
-             "return output",
-             ("tests/test_sampler.py", "-k", "residual")),
-    Mutation("the stepwise draft drafts the network's steps with the frozen draft",
-             "specdemo/drafts/stepwise.py", "StepwiseDraft.for_round.level",
-             "m[:, rows] = means(0, x[:, rows])",
-             "means(0, x[:, rows])",
-             ("tests/test_sampler.py", "-k", "stepwise")),
-    Mutation("siblings share one noise draw",
-             "specdemo/sampling/layout.py", "Workspace._views",
-             "self.noise_nodes = noise[:drafted]",
-             "self.noise_nodes = noise[:drafted]\n"
-             "if lay.max_width > 1 and depth:\n"
-             "    self.noise_nodes = noise[:1].expand(drafted, -1, -1)",
-             ("tests/test_exactness.py", "-k", "gm2d-ddpm-wide-dgrs-bias2"), short=True),
-    Mutation("a level drafted with another level's noise",
-             "specdemo/sampling/round.py", "_draft_affine",
-             "torch.addcmul(ws.b_nodes, ws.scale_nodes, noise, out=ws.x_bias)",
-             "torch.addcmul(ws.b_nodes, ws.scale_nodes, noise.roll(1, 0), out=ws.x_bias)",
-             ("tests/test_round.py", "-k", "chain-rmc-out"), short=True),
-    Mutation("a round drafts from the roots of the round before (a stale input)",
-             "specdemo/sampling/driver.py", "_Batch.prepare",
-             "ws.x_root.copy_(self.y_flat)",
-             "ws.x_root.copy_(self.y_flat) if self.cost.rounds == 0 else None",
-             ("tests/test_round.py", "-k", "chain-rmc-out")),
-    Mutation("RMC accepts every child",
-             "specdemo/verifiers/rmc.py", "ReflectionMaximalCoupling._decide",
-             "accept = uniforms[:, 0] < p",
-             "accept = uniforms[:, 0] < 2.0",
-             ("tests/test_verifiers.py", "-k", "rmc"), short=True),
-    Mutation("RMC reflects to -u instead of delta - u",
-             "specdemo/verifiers/rmc.py", "ReflectionMaximalCoupling.correct",
-             "delta - u[:, 0]",
-             "-u[:, 0]",
-             ("tests/test_verifiers.py", "-k", "rmc")),
-    Mutation("block verification draws from the unweighted residual",
-             "specdemo/verifiers/block.py", "BlockVerification._walk_chain",
-             "u_new[rows] = self.residual(delta[rows, stop[rows]], -log_p[rows, eta[rows]], uniforms[rows, top + 1])",
-             "u_new[rows] = self.residual(delta[rows, stop[rows]], 0 * log_p[rows, eta[rows]], uniforms[rows, top + 1])",
-             ("tests/test_exactness.py", "-k", "gm2d-ddpm-chain-block-bias1.5"), short=True),
-    Mutation("a tree's later siblings weighed against the target, not the residual",
-             "specdemo/verifiers/block.py", "weigh_tree",
-             "first = selected.log_ratio[:, None] if root_pick else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])",
-             "first = selected.log_ratio[:, None] if root_pick else lr[:, :1]",
-             ("tests/test_exactness.py", "-k", "gm2d-ddpm-tree-block-bias1.5")),
-    Mutation("a tree's stairs do not climb after a rejected sibling",
-             "specdemo/verifiers/block.py", "weigh_tree",
-             "stepped = np.logaddexp(log_lam, np.log(residual_mass(log_lam, d[:, 0])))",
-             "stepped = log_lam",
-             ("tests/test_block.py", "-k", "dgrs")),
-    Mutation("a rank-selected root child weighed as if drawn from the draft",
-             "specdemo/verifiers/block.py", "select_root_child",
-             "log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]",
-             "log_ratio = delta * u_sel - 0.5 * delta**2",
-             ("tests/test_block.py", "-k", "target_law")),
-    Mutation("D-GRS levels off (lambda grows by 0.99 G)",
-             "specdemo/verifiers/dgrs.py", "grs_levels",
-             "lam.append(lam[-1] + reach[-1])",
-             "lam.append(lam[-1] + 0.99 * reach[-1])",
-             ("tests/test_verifiers.py", "-k", "grs_levels")),
-    Mutation("a known root takes its parent's output",
-             "specdemo/sampling/driver.py", "_Batch.walk",
-             "decided.known_rows(kept, walk.node[~corrected] * a + kept, part.index)",
-             "decided.known_rows(kept, t.parent[walk.node[~corrected]] * a + kept, part.index)",
-             ("tests/test_exactness.py", "-k", "known_root"), short=True),
-    Mutation("a plan learnt from runs samples from the learning runs' own streams",
-             "specdemo/pipeline.py", "Problem.stream_seed",
-             "return learnt_seed(self.config.seed) if self.learnt else self.config.seed",
-             "return self.config.seed",
-             ("tests/test_learning.py", "-k", "streams"), short=True),
-    Mutation("a known root's first-level delta taken as computed (rounding), not 0",
-             "specdemo/sampling/driver.py", "_Batch.walk",
-             "delta[self.root_known[slots], 0] = 0.0",
-             "pass",
-             ("tests/test_reproducible.py", "-k", "rounding"), short=True),
-    Mutation("the network's conditioning taken by slot, not by trajectory",
-             "specdemo/sampling/driver.py", "_Batch.call_layout",
-             "box[\"traj\"][at:hi] = self.slot_traj[part_slots]",
-             "box[\"traj\"][at:hi] = part_slots",
-             ("tests/test_sampler.py", "-k", "own_conditioning"), short=True),
-    Mutation("guidance's unconditional rows take their neighbour's step",
-             "specdemo/models/latent.py", "GuidedNetwork.__call__",
-             "t = self.timesteps[n].repeat(groups)",
-             "t = self.timesteps[n].roll(1).repeat(groups)",
-             ("tests/test_latent.py", "-k", "exact")),
-    Mutation("leaves evaluated at step N",
-             "specdemo/sampling/driver.py", "Schedule.__init__",
-             "self.leaves = leaf_table & (self.depth > 0) & (steps[:, None] + self.depth < n_steps)",
-             "self.leaves = leaf_table & (self.depth > 0)",
-             ("tests/test_sampler.py", "-k", "within_the_steps")),
-    Mutation("a run goes on after it is cancelled",
-             "specdemo/sampling/driver.py", "_run",
-             "cancel.check()",
-             "pass",
-             ("tests/test_limits.py",)),
-    Mutation("the work limit ignores the pilot",
-             "specdemo/limits.py", "Limits.check",
-             "pilot = pilot_runs * pilot_samples * steps * pilot_rows_per_round",
-             "pilot = 0",
-             ("tests/test_limits.py",)),
-    Mutation("the time planner prices a draft network's levels nowhere",
-             "specdemo/trees/auto.py", "RoundPrice.seconds",
-             "return self.cost.round_time(rows, int(self.network[n + depth] - self.network[n])) if self.cost else 0.0",
-             "return self.cost.round_time(rows) if self.cost else 0.0",
-             ("tests/test_calibration.py", "-k", "network")),
+    Mutation(
+        "a cold trajectory's kept plain-step output reads its slot's earlier trajectory's history",
+        "specdemo/sampling/driver.py",
+        "_Batch.freeze",
+        'history = {"previous": torch.where(held, self.frozen, 0.0),',
+        'history = {"previous": self.frozen,',
+        ("tests/test_sampler.py", "-k", "slot_bitwise"),
+    ),
+    Mutation(
+        "the planner keeps its first plan, not the one of least expected seconds or calls",
+        "specdemo/planning/planner.py",
+        "best_plan",
+        "return min(planned, key=expected)",
+        "return planned[0]",
+        ("tests/test_calibration.py", "-k", "verifier_auto or kept_plan"),
+    ),
+    Mutation(
+        "the fitted Gaussian draft drops its gain on the state",
+        "specdemo/drafts/frozen.py",
+        "FrozenGaussian.for_round",
+        "alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu",
+        "alpha_g, beta_g = alpha_x0, lift(b_x0) * c_mu",
+        ("tests/test_sampler.py", "-k", "gaussian"),
+    ),
+    Mutation(
+        "the draft network's residual correction is dropped",
+        "specdemo/drafts/corrected.py",
+        "CorrectedNetworkDraft.level_output",
+        "return output + frozen[None]",
+        "return output",
+        ("tests/test_sampler.py", "-k", "residual"),
+    ),
+    Mutation(
+        "the stepwise draft drafts the network's steps with the frozen draft",
+        "specdemo/drafts/stepwise.py",
+        "StepwiseDraft.for_round.level",
+        "m[:, rows] = means(0, x[:, rows])",
+        "means(0, x[:, rows])",
+        ("tests/test_sampler.py", "-k", "stepwise"),
+    ),
+    Mutation(
+        "siblings share one noise draw",
+        "specdemo/sampling/layout.py",
+        "Workspace._views",
+        "self.noise_nodes = noise[:drafted]",
+        "self.noise_nodes = noise[:drafted]\n"
+        "if lay.max_width > 1 and depth:\n"
+        "    self.noise_nodes = noise[:1].expand(drafted, -1, -1)",
+        ("tests/test_exactness.py", "-k", "gm2d-ddpm-wide-dgrs-bias2"),
+        short=True,
+    ),
+    Mutation(
+        "a level drafted with another level's noise",
+        "specdemo/sampling/round.py",
+        "_draft_affine",
+        "torch.addcmul(ws.b_nodes, ws.scale_nodes, noise, out=ws.x_bias)",
+        "torch.addcmul(ws.b_nodes, ws.scale_nodes, noise.roll(1, 0), out=ws.x_bias)",
+        ("tests/test_round.py", "-k", "chain-rmc-out"),
+        short=True,
+    ),
+    Mutation(
+        "a round drafts from the roots of the round before (a stale input)",
+        "specdemo/sampling/driver.py",
+        "_Batch.prepare",
+        "ws.x_root.copy_(self.y_flat)",
+        "ws.x_root.copy_(self.y_flat) if self.cost.rounds == 0 else None",
+        ("tests/test_round.py", "-k", "chain-rmc-out"),
+    ),
+    Mutation(
+        "RMC accepts every child",
+        "specdemo/verifiers/rmc.py",
+        "ReflectionMaximalCoupling._decide",
+        "accept = uniforms[:, 0] < p",
+        "accept = uniforms[:, 0] < 2.0",
+        ("tests/test_verifiers.py", "-k", "rmc"),
+        short=True,
+    ),
+    Mutation(
+        "RMC reflects to -u instead of delta - u",
+        "specdemo/verifiers/rmc.py",
+        "ReflectionMaximalCoupling.correct",
+        "delta - u[:, 0]",
+        "-u[:, 0]",
+        ("tests/test_verifiers.py", "-k", "rmc"),
+    ),
+    Mutation(
+        "block verification draws from the unweighted residual",
+        "specdemo/verifiers/block.py",
+        "BlockVerification._walk_chain",
+        "u_new[rows] = self.residual(delta[rows, stop[rows]], -log_p[rows, eta[rows]], uniforms[rows, top + 1])",
+        "u_new[rows] = self.residual(delta[rows, stop[rows]], 0 * log_p[rows, eta[rows]], uniforms[rows, top + 1])",
+        ("tests/test_exactness.py", "-k", "gm2d-ddpm-chain-block-bias1.5"),
+        short=True,
+    ),
+    Mutation(
+        "a tree's later siblings weighed against the target, not the residual",
+        "specdemo/verifiers/block.py",
+        "weigh_tree",
+        "else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])",
+        "else lr[:, :1]",
+        ("tests/test_exactness.py", "-k", "gm2d-ddpm-tree-block-bias1.5"),
+    ),
+    Mutation(
+        "a tree's stairs do not climb after a rejected sibling",
+        "specdemo/verifiers/block.py",
+        "weigh_tree",
+        "stepped = np.logaddexp(log_lam, np.log(residual_mass(log_lam, d[:, 0])))",
+        "stepped = log_lam",
+        ("tests/test_block.py", "-k", "dgrs"),
+    ),
+    Mutation(
+        "a rank-selected root child weighed as if drawn from the draft",
+        "specdemo/verifiers/block.py",
+        "select_root_child",
+        "log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]",
+        "log_ratio = delta * u_sel - 0.5 * delta**2",
+        ("tests/test_block.py", "-k", "target_law"),
+    ),
+    Mutation(
+        "D-GRS levels off (lambda grows by 0.99 G)",
+        "specdemo/verifiers/dgrs.py",
+        "grs_levels",
+        "lam.append(lam[-1] + reach[-1])",
+        "lam.append(lam[-1] + 0.99 * reach[-1])",
+        ("tests/test_verifiers.py", "-k", "grs_levels"),
+    ),
+    Mutation(
+        "a known root takes its parent's output",
+        "specdemo/sampling/driver.py",
+        "_Batch.walk",
+        "decided.known_rows(kept, walk.node[~corrected] * a + kept, part.index)",
+        "decided.known_rows(kept, t.parent[walk.node[~corrected]] * a + kept, part.index)",
+        ("tests/test_exactness.py", "-k", "known_root"),
+        short=True,
+    ),
+    Mutation(
+        "a plan learnt from runs samples from the learning runs' own streams",
+        "specdemo/pipeline.py",
+        "Problem.stream_seed",
+        "return learnt_seed(self.config.seed) if self.learnt else self.config.seed",
+        "return self.config.seed",
+        ("tests/test_learning.py", "-k", "streams"),
+        short=True,
+    ),
+    Mutation(
+        "a known root's first-level delta taken as computed (rounding), not 0",
+        "specdemo/sampling/driver.py",
+        "_Batch.walk",
+        "delta[self.root_known[slots], 0] = 0.0",
+        "pass",
+        ("tests/test_reproducible.py", "-k", "rounding"),
+        short=True,
+    ),
+    Mutation(
+        "the network's conditioning taken by slot, not by trajectory",
+        "specdemo/sampling/driver.py",
+        "_Batch.call_layout",
+        'box["traj"][at:hi] = self.slot_traj[part_slots]',
+        'box["traj"][at:hi] = part_slots',
+        ("tests/test_sampler.py", "-k", "own_conditioning"),
+        short=True,
+    ),
+    Mutation(
+        "guidance's unconditional rows take their neighbour's step",
+        "specdemo/models/latent.py",
+        "GuidedNetwork.__call__",
+        "t = self.timesteps[n].repeat(groups)",
+        "t = self.timesteps[n].roll(1).repeat(groups)",
+        ("tests/test_latent.py", "-k", "exact"),
+    ),
+    Mutation(
+        "leaves evaluated at step N",
+        "specdemo/sampling/driver.py",
+        "Schedule.__init__",
+        "self.leaves = leaf_table & (self.depth > 0) & (steps[:, None] + self.depth < n_steps)",
+        "self.leaves = leaf_table & (self.depth > 0)",
+        ("tests/test_sampler.py", "-k", "within_the_steps"),
+    ),
+    Mutation(
+        "a run goes on after it is cancelled",
+        "specdemo/sampling/driver.py",
+        "_run",
+        "cancel.check()",
+        "pass",
+        ("tests/test_limits.py",),
+    ),
+    Mutation(
+        "the work limit ignores the pilot",
+        "specdemo/limits.py",
+        "Limits.check",
+        "pilot = pilot_runs * pilot_samples * steps * pilot_rows_per_round",
+        "pilot = 0",
+        ("tests/test_limits.py",),
+    ),
+    Mutation(
+        "the time planner prices a draft network's levels nowhere",
+        "specdemo/trees/auto.py",
+        "RoundPrice.seconds",
+        "return self.cost.round_time(rows, int(self.network[n + depth] - self.network[n])) if self.cost else 0.0",
+        "return self.cost.round_time(rows) if self.cost else 0.0",
+        ("tests/test_calibration.py", "-k", "network"),
+    ),
 ]
 
 LAYOUT = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT, tokenize.ENDMARKER}
@@ -208,17 +288,21 @@ def planted(mutation: Mutation, source: str) -> str:
     """`source`, the text of the mutation's file, with its `old` code in its function replaced by `new`."""
     functions = functions_named(ast.parse(source), mutation.function)
     if len(functions) != 1:
-        raise StaleAnchor(f"mutation {mutation.name!r}: {len(functions)} functions named {mutation.function} "
-                          f"in {mutation.path}, not 1; update scripts/mutations.py")
+        raise StaleAnchor(
+            f"mutation {mutation.name!r}: {len(functions)} functions named {mutation.function} "
+            f"in {mutation.path}, not 1; update scripts/mutations.py"
+        )
     function = functions[0]
     span = (function.lineno, function.col_offset), (function.end_lineno, function.end_col_offset)
     body = [t for t in code_tokens(source) if span[0] <= t.start and t.end <= span[1]]
     wanted = [(t.type, t.string) for t in code_tokens(mutation.old)]
     tokens = [(t.type, t.string) for t in body]
-    starts = [i for i in range(len(tokens) - len(wanted) + 1) if tokens[i:i + len(wanted)] == wanted]
+    starts = [i for i in range(len(tokens) - len(wanted) + 1) if tokens[i : i + len(wanted)] == wanted]
     if len(starts) != 1:
-        raise StaleAnchor(f"mutation {mutation.name!r}: its code occurs {len(starts)} times in {mutation.function} "
-                          f"({mutation.path}), not once; update scripts/mutations.py")
+        raise StaleAnchor(
+            f"mutation {mutation.name!r}: its code occurs {len(starts)} times in {mutation.function} "
+            f"({mutation.path}), not once; update scripts/mutations.py"
+        )
     first, last = body[starts[0]], body[starts[0] + len(wanted) - 1]
     line_offsets = list(itertools.accumulate((len(line) + 1 for line in source.split("\n")), initial=0))
     begin, end = (line_offsets[row - 1] + column for row, column in (first.start, last.end))
@@ -240,8 +324,16 @@ def check(mutations: list[Mutation]) -> list[str]:
 
 def checkout_copy(into: Path) -> None:
     """The files git tracks or would track (not ignored), as they are in the working tree."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
-                            check=True, capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         source = REPO / name
         if source.is_file():
@@ -254,12 +346,18 @@ def run_one(mutation: Mutation, work: Path) -> tuple[bool, float]:
     target = work / mutation.path
     original = target.read_text()
     target.write_text(planted(mutation, original))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", SPECDEMO_CACHE="off",
-               PYTHONPATH=str(work))
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", SPECDEMO_CACHE="off", PYTHONPATH=str(work)
+    )
     t0 = time.perf_counter()
     try:
-        result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutation.tests],
-                                cwd=work, env=env, capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutation.tests],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     finally:
         target.write_text(original)
     if result.returncode not in (0, 1):  # 5: no test selected, 2-4: usage or collection errors
