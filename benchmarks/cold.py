@@ -26,20 +26,36 @@ SEEDS = 8  # one-sample runs a repeat times
 
 
 def digits_config(steps: int, samples: int, **settings) -> SamplerConfig:
-    return SamplerConfig(pilot=True, model="digits", steps=steps, num_samples=samples, device="cpu", seed=0, class_label=3,
-                         **settings)
+    return SamplerConfig(
+        pilot=True, model="digits", steps=steps, num_samples=samples, device="cpu", seed=0, class_label=3, **settings
+    )
 
 
 def equal_rows(steps: int, samples: int, start: str) -> dict:
     """equal_rows' measurement at its largest budget (frozen draft, freeze auto): the planned chain and
     the planned tree from one pilot, run with the same seed."""
-    cfg = digits_config(steps, samples, method="tree", tree="auto", budget=TOP_ROWS, verifier="block", freeze="auto",
-                        start=start, **BY_CALLS)
+    cfg = digits_config(
+        steps,
+        samples,
+        method="tree",
+        tree="auto",
+        budget=TOP_ROWS,
+        verifier="block",
+        freeze="auto",
+        start=start,
+        **BY_CALLS,
+    )
     tree = build(cfg)
     chain = replace(tree, config=replace(cfg, method="chain"))
     chain = replace(chain, tree=plan_tree(chain, TOP_ROWS))
-    return {"steps": steps, "samples": samples, "start": start, "config": cfg.to_dict(),
-            "planned_margin": chain.tree.expected_calls / tree.tree.expected_calls - 1, **run_pair(chain, tree)}
+    return {
+        "steps": steps,
+        "samples": samples,
+        "start": start,
+        "config": cfg.to_dict(),
+        "planned_margin": chain.tree.expected_calls / tree.tree.expected_calls - 1,
+        **run_pair(chain, tree),
+    }
 
 
 def timed(steps: int, quick: bool) -> dict:
@@ -56,64 +72,105 @@ def timed(steps: int, quick: bool) -> dict:
             costs = [replace(problem, config=replace(problem.config, seed=seed)).run().cost for seed in seeds]
             walls[name].append(sum(c.wall_s for c in costs))
             calls[name] = float(np.mean([c.calls_per_trajectory.mean() for c in costs]))
-    return {"steps": steps, "seeds": len(seeds), "wall_s": {k: statistics.median(v) for k, v in walls.items()},
-            "calls": calls, "verifier": {start: builds[start].verifier.name for start in STARTS}}
+    return {
+        "steps": steps,
+        "seeds": len(seeds),
+        "wall_s": {k: statistics.median(v) for k, v in walls.items()},
+        "calls": calls,
+        "verifier": {start: builds[start].verifier.name for start in STARTS},
+    }
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     gm_count = 40 if quick else GM512_TRAJECTORIES
-    lines = ["The frozen draft needs a target output to draft from. Started warm, as the draft-tree authors do, a "
-             "trajectory's first speculative round waits for a warm-up call that evaluates its root alone and commits "
-             "no step. Started cold (docs/algorithms.md, section 2, \"The frozen draft starts cold\"), it spends none: "
-             "a trajectory keeps the output of a plain or deterministic step it took (gm512's first step is "
-             "deterministic), and one that speculates from its first step (the digits model's DDPM) drafts that round "
-             "from x0-hat = 0. Every pair below differs in the start alone, same seed; planned settings pilot afresh "
-             "with their own start (pilot calls not in the speedup).", "",
-             f"### Calls (calls objective; gm512: {gm_count} trajectories, the defaults; digits: class 3, nearest "
-             "prefetch, freeze auto)", "",
-             "| model | steps | samples | topology | start | speedup | calls / sample | planned | warm-up calls | "
-             "pilot calls |", "|---|---|---|---|---|---|---|---|---|---|"]
-    cells = [("gm512", None, gm_count, "auto, 85 rows", {"tree": "auto", "budget": 85, "objective": "calls"}),
-             ("gm512", None, gm_count, "1x9, freeze gaussian",
-              {"method": "chain", "tree": "1x9", "verifier": "block", "freeze": "gaussian", "prefetch": "nearest"}),
-             ("digits", 100, 8 if quick else 32, "auto, 48 rows", {"tree": "auto", "budget": 48, "freeze": "auto",
-                                                                    **BY_CALLS}),
-             ("digits", 1000, 16, "auto, 48 rows", {"tree": "auto", "budget": 48, "freeze": "auto", **BY_CALLS})]
+    lines = [
+        "The frozen draft needs a target output to draft from. Started warm, as the draft-tree authors do, a "
+        "trajectory's first speculative round waits for a warm-up call that evaluates its root alone and commits "
+        'no step. Started cold (docs/algorithms.md, section 2, "The frozen draft starts cold"), it spends none: '
+        "a trajectory keeps the output of a plain or deterministic step it took (gm512's first step is "
+        "deterministic), and one that speculates from its first step (the digits model's DDPM) drafts that round "
+        "from x0-hat = 0. Every pair below differs in the start alone, same seed; planned settings pilot afresh "
+        "with their own start (pilot calls not in the speedup).",
+        "",
+        f"### Calls (calls objective; gm512: {gm_count} trajectories, the defaults; digits: class 3, nearest "
+        "prefetch, freeze auto)",
+        "",
+        "| model | steps | samples | topology | start | speedup | calls / sample | planned | warm-up calls | "
+        "pilot calls |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    cells = [
+        ("gm512", None, gm_count, "auto, 85 rows", {"tree": "auto", "budget": 85, "objective": "calls"}),
+        (
+            "gm512",
+            None,
+            gm_count,
+            "1x9, freeze gaussian",
+            {"method": "chain", "tree": "1x9", "verifier": "block", "freeze": "gaussian", "prefetch": "nearest"},
+        ),
+        (
+            "digits",
+            100,
+            8 if quick else 32,
+            "auto, 48 rows",
+            {"tree": "auto", "budget": 48, "freeze": "auto", **BY_CALLS},
+        ),
+        ("digits", 1000, 16, "auto, 48 rows", {"tree": "auto", "budget": 48, "freeze": "auto", **BY_CALLS}),
+    ]
     cells = cells[:3] if quick else cells
     runs = []
     for model, steps, count, label, settings in cells:
         for start in STARTS:
-            cfg = (SamplerConfig(pilot=True, model="gm512", num_samples=count, device="cpu", seed=0, start=start, **settings)
-                   if model == "gm512" else digits_config(steps, count, start=start, **settings))
+            cfg = (
+                SamplerConfig(
+                    pilot=True, model="gm512", num_samples=count, device="cpu", seed=0, start=start, **settings
+                )
+                if model == "gm512"
+                else digits_config(steps, count, start=start, **settings)
+            )
             s = run_cell(cfg, with_pilot=settings.get("tree") == "auto")
             runs.append({"label": label, **s})
             planned = "" if s["planned_calls"] is None else f"{s['planned_calls']:.2f}"
-            lines.append(f"| {model} | {cfg.steps or 30} | {count} | {label} | {start} | {s['speedup']:.2f} | "
-                         f"{s['target_calls_per_sample']:.2f} | {planned} | {s['warm_ups']} | "
-                         f"{s.get('pilot_calls') or ''} |")
+            lines.append(
+                f"| {model} | {cfg.steps or 30} | {count} | {label} | {start} | {s['speedup']:.2f} | "
+                f"{s['target_calls_per_sample']:.2f} | {planned} | {s['warm_ups']} | "
+                f"{s.get('pilot_calls') or ''} |"
+            )
     samples = {100: 8} if quick else {100: 128, 1000: 64}
-    lines += ["", f"### Trees against chains at {TOP_ROWS} rows (section equal_rows' measurement, the frozen draft, "
-              "freeze auto)", "",
-              "| steps | trajectories | start | chain calls | tree calls | measured margin | planned margin |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"### Trees against chains at {TOP_ROWS} rows (section equal_rows' measurement, the frozen draft, freeze auto)",
+        "",
+        "| steps | trajectories | start | chain calls | tree calls | measured margin | planned margin |",
+        "|---|---|---|---|---|---|---|",
+    ]
     margins = []
     for steps, count in samples.items():
         for start in STARTS:
             row = equal_rows(steps, count, start)
             margins.append(row)
             m, e = measured_margin(row)
-            lines.append(f"| {steps} | {count} | {start} | {row['chain_calls']:.2f} ± {row['chain_error']:.2f} | "
-                         f"{row['tree_calls']:.2f} ± {row['tree_error']:.2f} | {100 * m:+.1f}% ± {100 * e:.1f}% | "
-                         f"{100 * row['planned_margin']:+.1f}% |")
-    lines += ["", f"### Wall-clock at batch 1 (`--tree auto` with the defaults, time objective; one sample at a "
-              f"time for {2 if quick else SEEDS} seeds, the median of {2 if quick else TIMED_REPEATS} alternated "
-              "repeats of their total)", "",
-              "| steps | start | verifier | calls / sample | wall-clock s | against plain |", "|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {steps} | {count} | {start} | {row['chain_calls']:.2f} ± {row['chain_error']:.2f} | "
+                f"{row['tree_calls']:.2f} ± {row['tree_error']:.2f} | {100 * m:+.1f}% ± {100 * e:.1f}% | "
+                f"{100 * row['planned_margin']:+.1f}% |"
+            )
+    lines += [
+        "",
+        f"### Wall-clock at batch 1 (`--tree auto` with the defaults, time objective; one sample at a "
+        f"time for {2 if quick else SEEDS} seeds, the median of {2 if quick else TIMED_REPEATS} alternated "
+        "repeats of their total)",
+        "",
+        "| steps | start | verifier | calls / sample | wall-clock s | against plain |",
+        "|---|---|---|---|---|---|",
+    ]
     times = [timed(steps, quick) for steps in ((100,) if quick else (100, 1000))]
     for t in times:
         for start in STARTS:
-            lines.append(f"| {t['steps']} | {start} | {t['verifier'][start]} | {t['calls'][start]:.1f} | "
-                         f"{t['wall_s'][start]:.3f} | {time_speedup(t['wall_s'][start], t['wall_s']['plain']):.2f}x |")
+            lines.append(
+                f"| {t['steps']} | {start} | {t['verifier'][start]} | {t['calls'][start]:.1f} | "
+                f"{t['wall_s'][start]:.3f} | {time_speedup(t['wall_s'][start], t['wall_s']['plain']):.2f}x |"
+            )
     results = {"runs": runs, "margins": margins, "timed": times}
     lines += [""] + [f"- {line}" for line in summary_lines(results)]
     return "\n".join(lines), results
@@ -123,25 +180,35 @@ def paired(runs: list[dict]) -> tuple[dict, dict]:
     """The planned runs by start: gm512's, and the digits model's by steps."""
     gm = {start: find(runs, model="gm512", tree="auto", start=start) for start in STARTS}
     steps_run = sorted({r["config"]["steps"] for r in runs if r["config"]["model"] == "digits"})
-    return gm, {steps: {start: find(runs, model="digits", steps=steps, start=start) for start in STARTS}
-                for steps in steps_run}
+    return gm, {
+        steps: {start: find(runs, model="digits", steps=steps, start=start) for start in STARTS} for steps in steps_run
+    }
 
 
 def summary_lines(results: dict) -> list[str]:
     gm, digits = paired(results["runs"])
-    lines = [f"`gm512` within 85 rows, the defaults: **{shown(gm['cold']):.2f}x** started cold against "
-             f"{shown(gm['warm']):.2f}x warm ({percent_gain(shown(gm['cold']), shown(gm['warm']))})."]
-    lines += [f"Digits, {steps:,} steps within 48 rows: {shown(d['cold']):.2f}x against {shown(d['warm']):.2f}x "
-              f"({percent_gain(shown(d['cold']), shown(d['warm']))})." for steps, d in digits.items()]
+    lines = [
+        f"`gm512` within 85 rows, the defaults: **{shown(gm['cold']):.2f}x** started cold against "
+        f"{shown(gm['warm']):.2f}x warm ({percent_gain(shown(gm['cold']), shown(gm['warm']))})."
+    ]
+    lines += [
+        f"Digits, {steps:,} steps within 48 rows: {shown(d['cold']):.2f}x against {shown(d['warm']):.2f}x "
+        f"({percent_gain(shown(d['cold']), shown(d['warm']))})."
+        for steps, d in digits.items()
+    ]
     for row in results["margins"]:
         m, e = measured_margin(row)
-        lines.append(f"At {TOP_ROWS} rows, {row['steps']:,} steps, started {row['start']}: the planned tree "
-                     f"{100 * m:+.1f}% ± {100 * e:.1f}% over the planned chain ({row['chain_calls']:.2f} against "
-                     f"{row['tree_calls']:.2f} calls per trajectory).")
+        lines.append(
+            f"At {TOP_ROWS} rows, {row['steps']:,} steps, started {row['start']}: the planned tree "
+            f"{100 * m:+.1f}% ± {100 * e:.1f}% over the planned chain ({row['chain_calls']:.2f} against "
+            f"{row['tree_calls']:.2f} calls per trajectory)."
+        )
     for t in results["timed"]:
         w = t["wall_s"]
-        lines.append(f"One sample at a time, {t['steps']:,} steps ({t['seeds']} seeds): started cold "
-                     f"{time_speedup(w['cold'], w['plain']):.2f}x faster than plain sampling, warm "
-                     f"{time_speedup(w['warm'], w['plain']):.2f}x ({t['calls']['cold']:.1f} against "
-                     f"{t['calls']['warm']:.1f} calls a sample).")
+        lines.append(
+            f"One sample at a time, {t['steps']:,} steps ({t['seeds']} seeds): started cold "
+            f"{time_speedup(w['cold'], w['plain']):.2f}x faster than plain sampling, warm "
+            f"{time_speedup(w['warm'], w['plain']):.2f}x ({t['calls']['cold']:.1f} against "
+            f"{t['calls']['warm']:.1f} calls a sample)."
+        )
     return lines

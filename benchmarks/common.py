@@ -36,20 +36,42 @@ def run_cell(config: SamplerConfig, repeats: int = 1, target=None, with_pilot: b
     summary["target_s"] = statistics.median(c.target_s for c in runs)
     summary["wall_ms_per_sample"] = 1e3 * summary["wall_s"] / config.num_samples
     summary["non_target_fraction"] = statistics.median(1 - c.target_s / c.wall_s for c in runs)
-    summary["rows_per_round"] = problem.tree.rows_per_round(problem.config.prefetch == "leaves") if problem.tree.widths else 1
+    summary["rows_per_round"] = (
+        problem.tree.rows_per_round(problem.config.prefetch == "leaves") if problem.tree.widths else 1
+    )
     summary["planned_calls"] = problem.tree.expected_calls if isinstance(problem.tree, TopologyPlan) else None
     summary["verifier"] = problem.verifier.name if problem.verifier else None  # the planner's, under verifier auto
     summary["config"] = config.to_dict()
     return summary
 
 
-def image_rows(model: str, steps: int, samples: int, device: str, configs, class_label: int | None = 3,
-               repeats: int = 1, target=None, with_pilot: bool = False) -> list[tuple[str, dict]]:
+def image_rows(
+    model: str,
+    steps: int,
+    samples: int,
+    device: str,
+    configs,
+    class_label: int | None = 3,
+    repeats: int = 1,
+    target=None,
+    with_pilot: bool = False,
+) -> list[tuple[str, dict]]:
     """Markdown cells (from the method on) and the run's summary per configuration (display name,
     settings), each against the plain sampler run first, all in one process (target, with_pilot: as
     run_cell's). The first configuration, the plain sampler, also runs once untimed before the rows."""
-    cfgs = [SamplerConfig(pilot=True, model=model, steps=steps, num_samples=samples, device=device, seed=0,
-                          class_label=class_label, **settings) for _, settings in configs]
+    cfgs = [
+        SamplerConfig(
+            pilot=True,
+            model=model,
+            steps=steps,
+            num_samples=samples,
+            device=device,
+            seed=0,
+            class_label=class_label,
+            **settings,
+        )
+        for _, settings in configs
+    ]
     # the first run of a model in a process pays the device's lazy set-up (on CUDA the context, the
     # kernels' loading and autotuning, the clocks' ramp): an untimed run keeps it out of every row
     run_cell(cfgs[0], 1, target)
@@ -58,8 +80,13 @@ def image_rows(model: str, steps: int, samples: int, device: str, configs, class
         s = run_cell(cfg, repeats, target, with_pilot)
         plain = plain or s
         acceptance = "" if s["acceptance"] is None else f"{s['acceptance']:.3f}"
-        rows.append((f"{name} | {s['speedup']:.2f} | {s['target_calls']} | {s['rows_per_call']:.1f} | {acceptance} | "
-                     f"{s['wall_s']:.2f} | {time_speedup(s['wall_s'], plain['wall_s']):.2f}x | {s['non_target_fraction']:.0%} |", s))
+        rows.append(
+            (
+                f"{name} | {s['speedup']:.2f} | {s['target_calls']} | {s['rows_per_call']:.1f} | {acceptance} | "
+                f"{s['wall_s']:.2f} | {time_speedup(s['wall_s'], plain['wall_s']):.2f}x | {s['non_target_fraction']:.0%} |",
+                s,
+            )
+        )
     return rows
 
 
@@ -77,8 +104,10 @@ def shown(run: dict) -> float:
 
 def planned_gain(tree: dict, chain: dict) -> str:
     """What the planner, which picks the best tree shape within the rows by its model, expected."""
-    return (f"the planner expected {100 * (chain['planned_calls'] / tree['planned_calls'] - 1):+.0f}%: "
-            f"{tree['planned_calls']:.1f} against {chain['planned_calls']:.1f} calls per trajectory")
+    return (
+        f"the planner expected {100 * (chain['planned_calls'] / tree['planned_calls'] - 1):+.0f}%: "
+        f"{tree['planned_calls']:.1f} against {chain['planned_calls']:.1f} calls per trajectory"
+    )
 
 
 def percent_gain(a: float, b: float) -> str:
@@ -91,12 +120,18 @@ def cifar_sized_unet(folder: Path) -> str:
     from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
 
     torch.manual_seed(0)
-    unet = UNet2DModel(sample_size=32, in_channels=3, out_channels=3, layers_per_block=2,
-                       block_out_channels=(128, 256, 256, 256),
-                       down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
-                       up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"))
+    unet = UNet2DModel(
+        sample_size=32,
+        in_channels=3,
+        out_channels=3,
+        layers_per_block=2,
+        block_out_channels=(128, 256, 256, 256),
+        down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"),
+    )
     DDPMPipeline(unet=unet, scheduler=DDPMScheduler(variance_type="fixed_large")).save_pretrained(
-        folder, safe_serialization=True)
+        folder, safe_serialization=True
+    )
     return str(folder)
 
 
@@ -126,9 +161,11 @@ def header() -> str:
 def machine() -> str:
     """The machine a section ran on, with its load (the 15-minute average when the section is written):
     wall-clock figures taken under load are distorted, calls are not."""
-    return (f"{datetime.date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-            f"load {os.getloadavg()[2]:.1f}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-            f"Python {platform.python_version()}")
+    return (
+        f"{datetime.date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"load {os.getloadavg()[2]:.1f}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"Python {platform.python_version()}"
+    )
 
 
 def write_section(path: Path, name: str, title: str, body: str) -> None:
@@ -161,8 +198,12 @@ def tiny_clip_tokenizer(folder: Path, max_length: int = 16):
     from transformers import CLIPTokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1, **{c: 2 + i for i, c in enumerate(LETTERS)},
-             **{c + "</w>": 28 + i for i, c in enumerate(LETTERS)}}
+    vocab = {
+        "<|startoftext|>": 0,
+        "<|endoftext|>": 1,
+        **{c: 2 + i for i, c in enumerate(LETTERS)},
+        **{c + "</w>": 28 + i for i, c in enumerate(LETTERS)},
+    }
     (folder / "vocab.json").write_text(json.dumps(vocab))
     (folder / "merges.txt").write_text("#version: 0.2\n")
     return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=max_length)
@@ -173,6 +214,14 @@ def tiny_vae(seed: int = 0, latent_channels: int = 4, **extra):
     from diffusers import AutoencoderKL
 
     torch.manual_seed(seed)
-    return AutoencoderKL(block_out_channels=(8, 16), in_channels=3, out_channels=3, latent_channels=latent_channels,
-                         down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
-                         norm_num_groups=4, sample_size=16, **extra)
+    return AutoencoderKL(
+        block_out_channels=(8, 16),
+        in_channels=3,
+        out_channels=3,
+        latent_channels=latent_channels,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        norm_num_groups=4,
+        sample_size=16,
+        **extra,
+    )

@@ -20,17 +20,38 @@ CONFIGS = [
     ("tree 2,2,1 rank, frozen", {"method": "tree", "tree": "2,2,1", "verifier": "rank"}),
     ("tree 3,2,2 dgrs, frozen", {"method": "tree", "tree": "3,2,2", "verifier": "dgrs"}),
 ] + [
-    (f"auto {method} ({budget} rows), freeze auto", {"method": method, "tree": "auto", "budget": budget, **BY_CALLS,
-                                                     "verifier": "rank" if method == "tree" else "rmc",
-                                                     "freeze": "auto", "pilot_samples": 16})
-    for budget in BUDGETS for method in ("chain", "tree")
+    (
+        f"auto {method} ({budget} rows), freeze auto",
+        {
+            "method": method,
+            "tree": "auto",
+            "budget": budget,
+            **BY_CALLS,
+            "verifier": "rank" if method == "tree" else "rmc",
+            "freeze": "auto",
+            "pilot_samples": 16,
+        },
+    )
+    for budget in BUDGETS
+    for method in ("chain", "tree")
 ]
 
 
 def delta_by_step(config: SamplerConfig, samples: int = 8) -> list[tuple[int, float]]:
     """Median delta of the frozen draft at the root's children (depth 1), by step, from a chain run."""
-    result = build(SamplerConfig(pilot=True, **{**config.to_dict(), "num_samples": samples, "method": "chain", "tree": "1x4",
-                                    "verifier": "rmc", "draft": "frozen"})).run(trace=True, trace_states=False)
+    result = build(
+        SamplerConfig(
+            pilot=True,
+            **{
+                **config.to_dict(),
+                "num_samples": samples,
+                "method": "chain",
+                "tree": "1x4",
+                "verifier": "rmc",
+                "draft": "frozen",
+            },
+        )
+    ).run(trace=True, trace_states=False)
     by_step: dict[int, list[float]] = {}
     for rnd in result.trace:
         for r in range(len(rnd.step)):
@@ -44,14 +65,17 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 
     samples = {100: 8, 1000: 8} if quick else {100: 64, 1000: 16}  # fewer rounds per trajectory: more of them
     step_counts = (100,) if quick else (100, 1000)
-    lines = ["The embedded class-conditional digits UNet (1x16x16, class 3), all samples in one batch on "
-             "this CPU, each step count measured in one process, every row against the plain sampler of the same "
-             "run. Speedup counts target calls (the deterministic last DDPM step on neither side); rows/call is "
-             "the mean number of states per target call; auto rows exclude their pilot runs (16 trajectories). "
-             "On a CPU the UNet's cost grows with the rows of a call, so fewer calls need not mean less "
-             "wall-clock; on a GPU (section below) a call of a few rows costs about as much as one row.", "",
-             "| steps | samples | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain | not in target call |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "The embedded class-conditional digits UNet (1x16x16, class 3), all samples in one batch on "
+        "this CPU, each step count measured in one process, every row against the plain sampler of the same "
+        "run. Speedup counts target calls (the deterministic last DDPM step on neither side); rows/call is "
+        "the mean number of states per target call; auto rows exclude their pilot runs (16 trajectories). "
+        "On a CPU the UNet's cost grows with the rows of a call, so fewer calls need not mean less "
+        "wall-clock; on a GPU (section below) a call of a few rows costs about as much as one row.",
+        "",
+        "| steps | samples | method | speedup | target calls | rows/call | acceptance | wall-clock s | vs plain | not in target call |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     runs = []
     for steps in step_counts:
         rows = image_rows("digits", steps, samples[steps], "cpu", CONFIGS)
@@ -65,16 +89,31 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         lines.append(f"- {steps} steps: best {shown(best):.2f}x ({best['name']}).")
         for budget in BUDGETS:
             chain, tree = (find(at, method=m, tree="auto", budget=budget) for m in ("chain", "tree"))
-            lines.append(f"  At {budget} target rows per round, auto tree {shown(tree):.2f}x against auto chain "
-                         f"{shown(chain):.2f}x ({percent_gain(shown(tree), shown(chain))}), where "
-                         f"{planned_gain(tree, chain)}.")
+            lines.append(
+                f"  At {budget} target rows per round, auto tree {shown(tree):.2f}x against auto chain "
+                f"{shown(chain):.2f}x ({percent_gain(shown(tree), shown(chain))}), where "
+                f"{planned_gain(tree, chain)}."
+            )
         speculative = [r for r in at if r["config"]["method"] != "target"]
-        fig.add_bar(x=[r["name"] for r in speculative], y=[shown(r) for r in speculative], name=f"{steps} steps",
-                    text=[f"{shown(r):.1f}x" for r in speculative], textposition="outside")
+        fig.add_bar(
+            x=[r["name"] for r in speculative],
+            y=[shown(r) for r in speculative],
+            name=f"{steps} steps",
+            text=[f"{shown(r):.1f}x" for r in speculative],
+            textposition="outside",
+        )
     deltas = delta_by_step(SamplerConfig(pilot=True, model="digits", steps=100, class_label=3, device="cpu"))
-    lines += ["", "Delta of the frozen draft (freeze out) at the root's children, by step (100 DDPM steps, median "
-              "of 8 trajectories): " + ", ".join(f"{s}: {d:.2f}" for s, d in deltas[:: max(1, len(deltas) // 12)]) + "."]
-    fig.update_layout(title="digits: speedup in target calls", template="plotly_white", barmode="group",
-                      yaxis=dict(title="plain target calls / calls"), xaxis=dict(tickangle=-30))
+    lines += [
+        "",
+        "Delta of the frozen draft (freeze out) at the root's children, by step (100 DDPM steps, median "
+        "of 8 trajectories): " + ", ".join(f"{s}: {d:.2f}" for s, d in deltas[:: max(1, len(deltas) // 12)]) + ".",
+    ]
+    fig.update_layout(
+        title="digits: speedup in target calls",
+        template="plotly_white",
+        barmode="group",
+        yaxis=dict(title="plain target calls / calls"),
+        xaxis=dict(tickangle=-30),
+    )
     lines += ["", plot(fig, "digits_speedup", report)]
     return "\n".join(lines), {"runs": runs, "delta_by_step": deltas}

@@ -31,9 +31,22 @@ IMAGES = 256
 
 
 def config(draft: str, steps: int, samples: int, seed: int) -> SamplerConfig:
-    return SamplerConfig(pilot=True, model="digits", steps=steps, num_samples=samples, device="cpu", seed=seed, class_label=3,
-                         method="tree", tree="auto", budget=BUDGET, verifier="block", freeze="auto",
-                         objective="calls", draft=draft)
+    return SamplerConfig(
+        pilot=True,
+        model="digits",
+        steps=steps,
+        num_samples=samples,
+        device="cpu",
+        seed=seed,
+        class_label=3,
+        method="tree",
+        tree="auto",
+        budget=BUDGET,
+        verifier="block",
+        freeze="auto",
+        objective="calls",
+        draft=draft,
+    )
 
 
 def _planned(cfg: SamplerConfig) -> dict:
@@ -64,8 +77,12 @@ def misses(images: int) -> list[dict]:
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
-    configs = [config(draft, steps, samples, seed) for steps, samples, seeds in (QUICK_CELLS if quick else CELLS)
-               for seed in seeds for draft in DRAFTS]
+    configs = [
+        config(draft, steps, samples, seed)
+        for steps, samples, seeds in (QUICK_CELLS if quick else CELLS)
+        for seed in seeds
+        for draft in DRAFTS
+    ]
     # calls do not depend on the machine's load: the cells run two at a time
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         runs = list(pool.map(_planned, configs))
@@ -74,39 +91,61 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 
 
 def _text(results: dict) -> str:
-    lines = ["Both drafts are the same small UNet (1/16 of the target's parameters), trained by "
-             "`python -m specdemo.train --which draft` with the same seed, steps and optimiser. `digits-draft` "
-             "regresses on the noise that made x_t (the DDPM loss); `digits-draft-distilled` on the target's output "
-             "at the same x_t (`--teacher specdemo/models/embedded/digits`). A draft is only ever asked what the "
-             "target would output, and the target's output is a function of x_t, where the noise is not: at low "
-             "noise x_t shows almost nothing of it, and the noise's variance swamps the signal the draft should learn.",
-             "", f"### How far each draft misses the target ({len(results['misses'])} bands of training timesteps t)", "",
-             "Mean over pixels of (out_draft - out_target)^2, on scikit-learn's digits noised to x_t "
-             f"({IMAGES} images in a full run, the same x_t for both drafts). A step's acceptance depends on the miss "
-             "times the output's weight in the mean over the step's scale, which grows as t falls (with x0-hat's "
-             "clipping inactive, C_n E_n / s_n: 0.11 at t = 500, 0.29 at t = 20 and 1.10 at t = 1 at 1,000 DDPM "
-             "steps).", "",
-             "| t | " + " | ".join(DRAFTS) + " | distilled / trained on the noise |", "|---|---|---|---|"]
+    lines = [
+        "Both drafts are the same small UNet (1/16 of the target's parameters), trained by "
+        "`python -m specdemo.train --which draft` with the same seed, steps and optimiser. `digits-draft` "
+        "regresses on the noise that made x_t (the DDPM loss); `digits-draft-distilled` on the target's output "
+        "at the same x_t (`--teacher specdemo/models/embedded/digits`). A draft is only ever asked what the "
+        "target would output, and the target's output is a function of x_t, where the noise is not: at low "
+        "noise x_t shows almost nothing of it, and the noise's variance swamps the signal the draft should learn.",
+        "",
+        f"### How far each draft misses the target ({len(results['misses'])} bands of training timesteps t)",
+        "",
+        "Mean over pixels of (out_draft - out_target)^2, on scikit-learn's digits noised to x_t "
+        f"({IMAGES} images in a full run, the same x_t for both drafts). A step's acceptance depends on the miss "
+        "times the output's weight in the mean over the step's scale, which grows as t falls (with x0-hat's "
+        "clipping inactive, C_n E_n / s_n: 0.11 at t = 500, 0.29 at t = 20 and 1.10 at t = 1 at 1,000 DDPM "
+        "steps).",
+        "",
+        "| t | " + " | ".join(DRAFTS) + " | distilled / trained on the noise |",
+        "|---|---|---|---|",
+    ]
     for row in results["misses"]:
         low, high = row["band"]
-        lines.append(f"| {low}-{high - 1} | " + " | ".join(f"{row[name]:.5f}" for name in DRAFTS) +
-                     f" | {row[DRAFTS[1]] / row[DRAFTS[0]]:.2f} |")
-    lines += ["", "### Planned runs (the drafts section's network cells)", "",
-              f"`--draft NAME --freeze auto --tree auto --budget {BUDGET} --objective calls`, block verification, the "
-              "defaults otherwise, class 3: each step drafted with the draft network corrected by the target's residual "
-              "or a frozen form, whichever the pilots found best. A trajectory's first round is drafted from the network "
-              "alone (r_f = 0, and the frozen forms freeze the network's own output at the root), with no warm-up call "
-              f"({sum(r['warm_ups'] for r in results['runs'])} warm-up calls in these runs; docs/algorithms.md, section 2). "
-              "Pilot calls are not in the speedup (last columns).", "",
-              "| steps | samples | seed | " + " | ".join(DRAFTS) + " | distilled vs trained on the noise | calls / sample "
-              "| planned calls | pilot calls |", "|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {low}-{high - 1} | "
+            + " | ".join(f"{row[name]:.5f}" for name in DRAFTS)
+            + f" | {row[DRAFTS[1]] / row[DRAFTS[0]]:.2f} |"
+        )
+    lines += [
+        "",
+        "### Planned runs (the drafts section's network cells)",
+        "",
+        f"`--draft NAME --freeze auto --tree auto --budget {BUDGET} --objective calls`, block verification, the "
+        "defaults otherwise, class 3: each step drafted with the draft network corrected by the target's residual "
+        "or a frozen form, whichever the pilots found best. A trajectory's first round is drafted from the network "
+        "alone (r_f = 0, and the frozen forms freeze the network's own output at the root), with no warm-up call "
+        f"({sum(r['warm_ups'] for r in results['runs'])} warm-up calls in these runs; docs/algorithms.md, section 2). "
+        "Pilot calls are not in the speedup (last columns).",
+        "",
+        "| steps | samples | seed | " + " | ".join(DRAFTS) + " | distilled vs trained on the noise | calls / sample "
+        "| planned calls | pilot calls |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     runs = results["runs"]
-    for steps, samples, seed in sorted({(r["config"]["steps"], r["config"]["num_samples"], r["config"]["seed"])
-                                        for r in runs}):
+    for steps, samples, seed in sorted(
+        {(r["config"]["steps"], r["config"]["num_samples"], r["config"]["seed"]) for r in runs}
+    ):
         pair = [find(runs, steps=steps, num_samples=samples, seed=seed, draft=name) for name in DRAFTS]
-        lines.append(f"| {steps} | {samples} | {seed} | " + " | ".join(f"{s['speedup']:.2f}" for s in pair) +
-                     f" | {percent_gain(pair[1]['speedup'], pair[0]['speedup'])} | " +
-                     " / ".join(f"{s['target_calls_per_sample']:.2f}" for s in pair) + " | " +
-                     " / ".join(f"{s['planned_calls']:.2f}" for s in pair) + " | " +
-                     " / ".join(str(s["pilot_calls"]) for s in pair) + " |")
+        lines.append(
+            f"| {steps} | {samples} | {seed} | "
+            + " | ".join(f"{s['speedup']:.2f}" for s in pair)
+            + f" | {percent_gain(pair[1]['speedup'], pair[0]['speedup'])} | "
+            + " / ".join(f"{s['target_calls_per_sample']:.2f}" for s in pair)
+            + " | "
+            + " / ".join(f"{s['planned_calls']:.2f}" for s in pair)
+            + " | "
+            + " / ".join(str(s["pilot_calls"]) for s in pair)
+            + " |"
+        )
     return "\n".join(lines)

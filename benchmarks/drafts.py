@@ -23,69 +23,133 @@ PLANNED = [("gm512", 30, GM512_TRAJECTORIES, 85), ("digits", 100, 32, 48), ("dig
 def config(model: str, steps: int, samples: int, **settings) -> SamplerConfig:
     """gm512's cells start warm, as the authors' code they are set against counts its calls."""
     label = {"class_label": 3} if model == "digits" else {"start": "warm"}
-    return SamplerConfig(pilot=True, model=model, steps=steps, num_samples=samples, device="cpu", seed=0, **label, **settings)
+    return SamplerConfig(
+        pilot=True, model=model, steps=steps, num_samples=samples, device="cpu", seed=0, **label, **settings
+    )
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
-    planned = [(m, st, 40 if quick and m == "gm512" else (4 if quick else n), b)
-               for m, st, n, b in (PLANNED[:2] if quick else PLANNED)]
-    lines = ["The frozen draft keeps one target output and drafts every level from it; its delta grows with depth. "
-             "Three forms keep the draft closer deeper (docs/algorithms.md, section 2): x0-hat frozen (`x0`), x0-hat "
-             "extrapolated in time through the last two target outputs (`x0-linear`), and x0-hat of the Gaussian "
-             "N(mu, lambda I) fitted to those two outputs (`gaussian`, fitted online per trajectory: one scalar lambda "
-             "and mu). Every form is exact; only the calls change. Fixed chains: block verification, nearest prefetch. "
-             "Planned: `--tree auto --objective calls --verifier block`, the defaults otherwise (prefetch auto); "
-             "`freeze auto` pilots each of out, x0, x0-linear and gaussian and drafts each step with the form of highest "
-             "mean acceptance. Pilot calls are not in the speedup (last column).", "",
-             "### Fixed block-verified chains (speedup in target calls)", "",
-             "| model | steps | samples | chain | " + " | ".join(f"freeze {f}" for f in FORMS) + " | gaussian vs x0 |",
-             "|---|---|---|---|" + "---|" * len(FORMS) + "---|"]
+    planned = [
+        (m, st, 40 if quick and m == "gm512" else (4 if quick else n), b)
+        for m, st, n, b in (PLANNED[:2] if quick else PLANNED)
+    ]
+    lines = [
+        "The frozen draft keeps one target output and drafts every level from it; its delta grows with depth. "
+        "Three forms keep the draft closer deeper (docs/algorithms.md, section 2): x0-hat frozen (`x0`), x0-hat "
+        "extrapolated in time through the last two target outputs (`x0-linear`), and x0-hat of the Gaussian "
+        "N(mu, lambda I) fitted to those two outputs (`gaussian`, fitted online per trajectory: one scalar lambda "
+        "and mu). Every form is exact; only the calls change. Fixed chains: block verification, nearest prefetch. "
+        "Planned: `--tree auto --objective calls --verifier block`, the defaults otherwise (prefetch auto); "
+        "`freeze auto` pilots each of out, x0, x0-linear and gaussian and drafts each step with the form of highest "
+        "mean acceptance. Pilot calls are not in the speedup (last column).",
+        "",
+        "### Fixed block-verified chains (speedup in target calls)",
+        "",
+        "| model | steps | samples | chain | " + " | ".join(f"freeze {f}" for f in FORMS) + " | gaussian vs x0 |",
+        "|---|---|---|---|" + "---|" * len(FORMS) + "---|",
+    ]
     runs = []
     for model, steps, samples, _ in planned[:2]:
         for chain in CHAINS[:1] if quick else CHAINS:
             cells = []
             for form in FORMS:
-                s = run_cell(config(model, steps, samples, method="chain", tree=chain, verifier="block", freeze=form,
-                                    prefetch="nearest", objective="calls"))
+                s = run_cell(
+                    config(
+                        model,
+                        steps,
+                        samples,
+                        method="chain",
+                        tree=chain,
+                        verifier="block",
+                        freeze=form,
+                        prefetch="nearest",
+                        objective="calls",
+                    )
+                )
                 runs.append(s)
                 cells.append(s["speedup"])
-            lines.append(f"| {model} | {steps} | {samples} | {chain} | " + " | ".join(f"{c:.2f}" for c in cells)
-                         + f" | {percent_gain(cells[-1], cells[0])} |")
-    lines += ["", "### Planned (calls objective, the defaults otherwise)", "",
-              "| model | steps | samples | rows | freeze | speedup | calls / sample | planned | rows / call | pilot calls |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {model} | {steps} | {samples} | {chain} | "
+                + " | ".join(f"{c:.2f}" for c in cells)
+                + f" | {percent_gain(cells[-1], cells[0])} |"
+            )
+    lines += [
+        "",
+        "### Planned (calls objective, the defaults otherwise)",
+        "",
+        "| model | steps | samples | rows | freeze | speedup | calls / sample | planned | rows / call | pilot calls |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for model, steps, samples, budget in planned:
         for form in ("x0", "gaussian", "auto"):
-            s = run_cell(config(model, steps, samples, method="tree", tree="auto", budget=budget, freeze=form, verifier="block",
-                                **({"objective": "calls"} if model == "gm512" else BY_CALLS)), with_pilot=True)
+            s = run_cell(
+                config(
+                    model,
+                    steps,
+                    samples,
+                    method="tree",
+                    tree="auto",
+                    budget=budget,
+                    freeze=form,
+                    verifier="block",
+                    **({"objective": "calls"} if model == "gm512" else BY_CALLS),
+                ),
+                with_pilot=True,
+            )
             runs.append(s)
-            lines.append(f"| {model} | {steps} | {samples} | {budget} | {form} | {s['speedup']:.2f} | "
-                         f"{s['target_calls_per_sample']:.2f} | {s['planned_calls']:.2f} | {s['rows_per_call']:.1f} | "
-                         f"{s['pilot_calls']} |")
-    lines += ["", "### The digits draft network, corrected by the target's residual, per step or throughout", "",
-              "The small draft network trained for the digits model, as it is (`out`), with the target's residual "
-              "at the frozen node added to its output at every drafted level (`residual`), and per step either that "
-              "or a form of the frozen draft, whichever of five pilots (out, x0, x0-linear, gaussian, residual) "
-              "accepts most at the step (`auto`; docs/algorithms.md, section 2). Block verification; chains: nearest "
-              "prefetch; planned: calls objective, the defaults otherwise (prefetch auto: leaves evaluated where the "
-              "plan finds it pays; inert for the plain network, which keeps no target output).", "",
-              "| steps | samples | topology | " + " | ".join(f"freeze {f}" for f in NETWORK_FORMS) +
-              " | auto vs out | pilot calls (" + ", ".join(NETWORK_FORMS) + ") |",
-              "|---|---|---|" + "---|" * len(NETWORK_FORMS) + "---|---|"]
+            lines.append(
+                f"| {model} | {steps} | {samples} | {budget} | {form} | {s['speedup']:.2f} | "
+                f"{s['target_calls_per_sample']:.2f} | {s['planned_calls']:.2f} | {s['rows_per_call']:.1f} | "
+                f"{s['pilot_calls']} |"
+            )
+    lines += [
+        "",
+        "### The digits draft network, corrected by the target's residual, per step or throughout",
+        "",
+        "The small draft network trained for the digits model, as it is (`out`), with the target's residual "
+        "at the frozen node added to its output at every drafted level (`residual`), and per step either that "
+        "or a form of the frozen draft, whichever of five pilots (out, x0, x0-linear, gaussian, residual) "
+        "accepts most at the step (`auto`; docs/algorithms.md, section 2). Block verification; chains: nearest "
+        "prefetch; planned: calls objective, the defaults otherwise (prefetch auto: leaves evaluated where the "
+        "plan finds it pays; inert for the plain network, which keeps no target output).",
+        "",
+        "| steps | samples | topology | "
+        + " | ".join(f"freeze {f}" for f in NETWORK_FORMS)
+        + " | auto vs out | pilot calls ("
+        + ", ".join(NETWORK_FORMS)
+        + ") |",
+        "|---|---|---|" + "---|" * len(NETWORK_FORMS) + "---|---|",
+    ]
     for _, steps, samples, budget in planned[1:]:
         trees = [("auto", budget)] if steps > 100 or quick else [*((c, None) for c in CHAINS[1:]), ("auto", budget)]
         for tree, rows in trees:
             pair = []
             for form in NETWORK_FORMS:
-                s = run_cell(config("digits", steps, samples, method="chain" if rows is None else "tree", tree=tree,
-                                    budget=rows, verifier="block", freeze=form, objective="calls", **NETWORK,
-                                    **({"prefetch": "nearest"} if rows is None else {})), with_pilot=rows is not None)
+                s = run_cell(
+                    config(
+                        "digits",
+                        steps,
+                        samples,
+                        method="chain" if rows is None else "tree",
+                        tree=tree,
+                        budget=rows,
+                        verifier="block",
+                        freeze=form,
+                        objective="calls",
+                        **NETWORK,
+                        **({"prefetch": "nearest"} if rows is None else {}),
+                    ),
+                    with_pilot=rows is not None,
+                )
                 runs.append(s)
                 pair.append(s)
             shown = tree if rows is None else f"auto, {rows} rows"
             pilots = ", ".join(str(s["pilot_calls"]) for s in pair) if rows is not None else ""
-            lines.append(f"| {steps} | {samples} | {shown} | " + " | ".join(f"{s['speedup']:.2f}" for s in pair) +
-                         f" | {percent_gain(pair[-1]['speedup'], pair[0]['speedup'])} | {pilots} |")
+            lines.append(
+                f"| {steps} | {samples} | {shown} | "
+                + " | ".join(f"{s['speedup']:.2f}" for s in pair)
+                + f" | {percent_gain(pair[-1]['speedup'], pair[0]['speedup'])} | {pilots} |"
+            )
     results = {"runs": runs}
     lines += ["", _summary(results)]
     return "\n".join(lines), results
@@ -96,9 +160,11 @@ def _summary(results: dict) -> str:
     gm = {f: find(runs, model="gm512", tree="auto", freeze=f) for f in ("x0", "gaussian", "auto")}
     tree = "1x9" if any(r["config"]["tree"] == "1x9" for r in runs) else CHAINS[0]  # a quick run has 1x5 only
     chain = {f: find(runs, model="gm512", tree=tree, freeze=f) for f in FORMS}
-    return (f"- `gm512`: the fitted Gaussian draft takes a block-verified chain {tree} from {chain['x0']['speedup']:.2f}x "
-            f"(x0) and {chain['x0-linear']['speedup']:.2f}x (x0-linear) to {chain['gaussian']['speedup']:.2f}x; planned "
-            f"within 85 rows, {gm['auto']['speedup']:.2f}x with freeze auto (the command line's defaults; "
-            f"{gm['x0']['speedup']:.2f}x freezing x0-hat). Its components are isotropic Gaussians, whose x0-hat is "
-            "exactly the fitted form once a trajectory's component is settled. On the digits model the fit gains "
-            "little: x0-hat of a digit is not that of one isotropic Gaussian.")
+    return (
+        f"- `gm512`: the fitted Gaussian draft takes a block-verified chain {tree} from {chain['x0']['speedup']:.2f}x "
+        f"(x0) and {chain['x0-linear']['speedup']:.2f}x (x0-linear) to {chain['gaussian']['speedup']:.2f}x; planned "
+        f"within 85 rows, {gm['auto']['speedup']:.2f}x with freeze auto (the command line's defaults; "
+        f"{gm['x0']['speedup']:.2f}x freezing x0-hat). Its components are isotropic Gaussians, whose x0-hat is "
+        "exactly the fitted form once a trajectory's component is settled. On the digits model the fit gains "
+        "little: x0-hat of a digit is not that of one isotropic Gaussian."
+    )

@@ -30,8 +30,16 @@ def main(spec: dict) -> dict:
         for batch, tree, verifier in spec["cells"]:
             per_round = []
             for seed in range(spec["seeds"]):
-                cost = sample(instant, kernel, tuple(spec["shape"]), batch, tree=Topology.parse(tree),
-                              draft=FrozenX0(), verifier=get_verifier(verifier), seed=seed).cost
+                cost = sample(
+                    instant,
+                    kernel,
+                    tuple(spec["shape"]),
+                    batch,
+                    tree=Topology.parse(tree),
+                    draft=FrozenX0(),
+                    verifier=get_verifier(verifier),
+                    seed=seed,
+                ).cost
                 per_round.append(1e3 * (cost.wall_s - cost.target_s) / cost.rounds)
             ms[f"{batch}|{tree}|{verifier}"] = sorted(per_round)[len(per_round) // 2]
     return {"specdemo": specdemo.__file__, "ms": ms}

@@ -34,20 +34,34 @@ def cell_keys(quick: bool):
         yield "rank", 4, 5, True
 
 
-def cell_config(trajectories: int, verifier: str, k: int, depth: int, leaves: bool, seed: int = 0,
-                freeze: str | None = None) -> SamplerConfig:
+def cell_config(
+    trajectories: int, verifier: str, k: int, depth: int, leaves: bool, seed: int = 0, freeze: str | None = None
+) -> SamplerConfig:
     """A cell as the authors' table counts it: the warm-up call spent and counted (start warm)."""
-    return SamplerConfig(pilot=True, model="gm512", num_samples=trajectories, seed=seed, device="cpu",
-                         method="chain" if k == 1 else "tree", tree=f"{k}x{depth}", verifier=verifier,
-                         prefetch="leaves" if leaves else "nearest", freeze=freeze, start="warm")
+    return SamplerConfig(
+        pilot=True,
+        model="gm512",
+        num_samples=trajectories,
+        seed=seed,
+        device="cpu",
+        method="chain" if k == 1 else "tree",
+        tree=f"{k}x{depth}",
+        verifier=verifier,
+        prefetch="leaves" if leaves else "nearest",
+        freeze=freeze,
+        start="warm",
+    )
 
 
 @cache
 def cells(trajectories: int, quick: bool) -> dict:
     """Every gm512 cell, by (freeze, verifier, K, L, leaves), once per process (the gm512 and auto
     sections both read them)."""
-    return {(freeze, *key): run_cell(cell_config(trajectories, *key, freeze=freeze))
-            for freeze in ("out", "x0") for key in cell_keys(quick)}
+    return {
+        (freeze, *key): run_cell(cell_config(trajectories, *key, freeze=freeze))
+        for freeze in ("out", "x0")
+        for key in cell_keys(quick)
+    }
 
 
 def drafting_floor(trajectories: int, tree: Topology, repeats: int = 20) -> dict:
@@ -75,7 +89,13 @@ def drafting_floor(trajectories: int, tree: Topology, repeats: int = 20) -> dict
             target_ms.append(1e3 * (t1 - t0))
             draft_ms.append(1e3 * (t2 - t1))
     t, d = statistics.median(target_ms), statistics.median(draft_ms)
-    return {"rows": trajectories * internal, "drafted": internal - 1, "target_ms": t, "draft_ms": d, "share": d / (t + d)}
+    return {
+        "rows": trajectories * internal,
+        "drafted": internal - 1,
+        "target_ms": t,
+        "draft_ms": d,
+        "share": d / (t + d),
+    }
 
 
 def _key(record: dict) -> tuple:
@@ -84,8 +104,11 @@ def _key(record: dict) -> tuple:
 
 def rank_wins(by_key: dict) -> list[tuple[float, float]]:
     """(rank-aware, D-GRS) speedups on the same tree, freeze and leaves."""
-    return [(s["speedup"], by_key[(freeze, "dgrs", *rest)]["speedup"]) for (freeze, verifier, *rest), s in by_key.items()
-            if verifier == "rank" and (freeze, "dgrs", *rest) in by_key]
+    return [
+        (s["speedup"], by_key[(freeze, "dgrs", *rest)]["speedup"])
+        for (freeze, verifier, *rest), s in by_key.items()
+        if verifier == "rank" and (freeze, "dgrs", *rest) in by_key
+    ]
 
 
 def x0_gains(by_key: dict) -> list[float]:
@@ -95,13 +118,15 @@ def x0_gains(by_key: dict) -> list[float]:
 
 def engine_line(verifier: str, s: dict) -> str:
     theirs = peer.side_by_side()[(verifier, 4, 4, False)]
-    return (f"- Engine speed, {verifier} (4, 4): {s['wall_ms_per_sample']:.2f} ms per trajectory here (side by "
-            f"side with the authors' code under the same load, algorithms.md section 5: "
-            f"{theirs.ours_ms:.0f} ms against their {theirs.ms:.0f} ms, {theirs.ms / theirs.ours_ms:.0f}x less); "
-            f"{100 * s['non_target_fraction']:.0f}% of the wall-clock is outside the target call: drafting "
-            f"{s['draft_s'] / s['wall_s']:.0%} (mostly the d = 512 normals of each of the 84 drafted internal "
-            f"nodes: exactness needs every one), verification {s['verify_s'] / s['wall_s']:.0%}, the rest "
-            f"{1 - (s['target_s'] + s['draft_s'] + s['verify_s']) / s['wall_s']:.0%}.")
+    return (
+        f"- Engine speed, {verifier} (4, 4): {s['wall_ms_per_sample']:.2f} ms per trajectory here (side by "
+        f"side with the authors' code under the same load, algorithms.md section 5: "
+        f"{theirs.ours_ms:.0f} ms against their {theirs.ms:.0f} ms, {theirs.ms / theirs.ours_ms:.0f}x less); "
+        f"{100 * s['non_target_fraction']:.0f}% of the wall-clock is outside the target call: drafting "
+        f"{s['draft_s'] / s['wall_s']:.0%} (mostly the d = 512 normals of each of the 84 drafted internal "
+        f"nodes: exactness needs every one), verification {s['verify_s'] / s['wall_s']:.0%}, the rest "
+        f"{1 - (s['target_s'] + s['draft_s'] + s['verify_s']) / s['wall_s']:.0%}."
+    )
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
@@ -120,7 +145,11 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     theirs = peer.their_table()
     by_key = cells(trajectories, quick)
     for (freeze, verifier, k, depth, leaves), s in by_key.items():
-        ref = theirs[(verifier, k, depth, leaves)].speedup if freeze == "out" and (verifier, k, depth, leaves) in theirs else None
+        ref = (
+            theirs[(verifier, k, depth, leaves)].speedup
+            if freeze == "out" and (verifier, k, depth, leaves) in theirs
+            else None
+        )
         diff = f"{s['speedup'] - ref:+.2f}" if ref else ""
         lines.append(
             f"| {freeze} | {verifier} | ({k}, {depth}) | {'yes' if leaves else 'no'} | {s['rows_per_round']} | "
@@ -132,17 +161,33 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 
     # the authors' cells again with the authors' trajectory counts, so that the two estimates' standard
     # errors (about 0.006x each) are small next to AGREEMENT
-    lines += ["", "The authors' cells with their trajectory counts (freeze out, seed 1):", "",
-              "| verifier | (K, L) | leaves | trajectories | speedup | authors | difference |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "The authors' cells with their trajectory counts (freeze out, seed 1):",
+        "",
+        "| verifier | (K, L) | leaves | trajectories | speedup | authors | difference |",
+        "|---|---|---|---|---|---|---|",
+    ]
     agree = []
     for key, row in theirs.items():
         if quick and key not in set(cell_keys(quick)):
             continue
         ours = run_cell(cell_config(row.trajectories, *key, seed=1))["speedup"]
-        agree.append({"verifier": key[0], "k": key[1], "depth": key[2], "leaves": key[3],
-                      "trajectories": row.trajectories, "speedup": ours, "authors": row.speedup})
-        lines.append(f"| {key[0]} | ({key[1]}, {key[2]}) | {'yes' if key[3] else 'no'} | {row.trajectories} | {ours:.2f} | "
-                     f"{row.speedup} | {ours - row.speedup:+.2f} |")
+        agree.append(
+            {
+                "verifier": key[0],
+                "k": key[1],
+                "depth": key[2],
+                "leaves": key[3],
+                "trajectories": row.trajectories,
+                "speedup": ours,
+                "authors": row.speedup,
+            }
+        )
+        lines.append(
+            f"| {key[0]} | ({key[1]}, {key[2]}) | {'yes' if key[3] else 'no'} | {row.trajectories} | {ours:.2f} | "
+            f"{row.speedup} | {ours - row.speedup:+.2f} |"
+        )
     worst = max(abs(a["speedup"] - a["authors"]) for a in agree)
     wins = rank_wins(by_key)
     lines += [
@@ -168,7 +213,14 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         f"gm512. Plain target sampling spends {plain['non_target_fraction']:.0%} of its wall-clock outside the target "
         f"call. With a network target the share is small (the digits section below)."
     )
-    results = {"trajectories": trajectories,
-               "cells": [dict(zip(("freeze", "verifier", "k", "depth", "leaves"), key, strict=True), **s) for key, s in by_key.items()],
-               "plain": plain, "authors_cells": agree, "drafting_floor": floor}
+    results = {
+        "trajectories": trajectories,
+        "cells": [
+            dict(zip(("freeze", "verifier", "k", "depth", "leaves"), key, strict=True), **s)
+            for key, s in by_key.items()
+        ],
+        "plain": plain,
+        "authors_cells": agree,
+        "drafting_floor": floor,
+    }
     return "\n".join(lines), results

@@ -35,8 +35,11 @@ TITLE = "Latency: wall-clock next to calls"
 # the driver before it was rewritten as phases: timed from this commit's sources, side by side with today's
 BEFORE_COMMIT = "85c9071"
 ROOT = Path(__file__).resolve().parents[1]
-DRIVER_CELLS = [(b, t, v) for b in (1, 16) for t, v in (("1x9", "rmc"), ("1x9", "block"), ("2,2,2", "dgrs"),
-                                                         ("4x3", "rank"), ("1x30", "rmc"))]
+DRIVER_CELLS = [
+    (b, t, v)
+    for b in (1, 16)
+    for t, v in (("1x9", "rmc"), ("1x9", "block"), ("2,2,2", "dgrs"), ("4x3", "rank"), ("1x30", "rmc"))
+]
 
 
 def digits_kernel(steps: int = 100) -> DDPMKernel:
@@ -65,12 +68,19 @@ def driver_side_by_side(cells: list[tuple[int, str, str]], alternations: int = 5
     fastest = {"now": {}, "before": {}}
     call_ms = {1: math.inf, torch.get_num_threads(): math.inf}
     with tempfile.TemporaryDirectory() as old:
-        sources = subprocess.run(["git", "archive", BEFORE_COMMIT, "specdemo"], cwd=ROOT, capture_output=True, check=True)
+        sources = subprocess.run(
+            ["git", "archive", BEFORE_COMMIT, "specdemo"], cwd=ROOT, capture_output=True, check=True
+        )
         subprocess.run(["tar", "-x", "-C", old], input=sources.stdout, check=True)
         for _ in range(alternations):
             for label, root in (("before", Path(old)), ("now", ROOT)):
-                done = subprocess.run([sys.executable, str(probe), spec], capture_output=True, text=True, check=True,
-                                      env={**os.environ, "PYTHONPATH": str(root)})
+                done = subprocess.run(
+                    [sys.executable, str(probe), spec],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env={**os.environ, "PYTHONPATH": str(root)},
+                )
                 out = json.loads(done.stdout)
                 if not Path(out["specdemo"]).resolve().is_relative_to(root.resolve()):
                     raise RuntimeError(f"the {label} probe imported {out['specdemo']}, not the sources under {root}")
@@ -78,9 +88,20 @@ def driver_side_by_side(cells: list[tuple[int, str, str]], alternations: int = 5
                     fastest[label][key] = min(fastest[label].get(key, math.inf), ms)
             for threads in call_ms:
                 call_ms[threads] = min(call_ms[threads], one_row_call_ms(20, threads))
-    return {"call_ms": call_ms[1], "call_ms_threads": call_ms, "cells": [
-        {"batch": b, "tree": t, "verifier": v, "ms": fastest["now"][f"{b}|{t}|{v}"],
-         "before_ms": fastest["before"][f"{b}|{t}|{v}"]} for b, t, v in cells]}
+    return {
+        "call_ms": call_ms[1],
+        "call_ms_threads": call_ms,
+        "cells": [
+            {
+                "batch": b,
+                "tree": t,
+                "verifier": v,
+                "ms": fastest["now"][f"{b}|{t}|{v}"],
+                "before_ms": fastest["before"][f"{b}|{t}|{v}"],
+            }
+            for b, t, v in cells
+        ],
+    }
 
 
 def one_row_call_ms(repeats: int = 50, threads: int | None = None) -> float:
@@ -114,23 +135,31 @@ def _configs(steps: int) -> list[tuple[str, dict]]:
     """plain, chain 1x5, fixed chains (the best of them is named after the run), auto by time (its
     verifier planned, and block verification alone) and by calls; each with the settings named, the rest
     the defaults."""
-    chains = [(f"chain 1x{length}, {verifier}, freeze x0", {"method": "chain", "tree": f"1x{length}",
-                                                            "verifier": verifier, "freeze": "x0"})
-              for length in (5, 9, 16) for verifier in ("rmc", "block")]
-    return [("plain target", {"method": "target"}),
-            ("chain 1x5 (the defaults: rmc, freeze out)", {"method": "chain", "tree": "1x5"}),
-            *chains,
-            ("auto (the defaults: time)", {"method": "tree", "tree": "auto"}),
-            ("auto, verifier block (the defaults before)", {"method": "tree", "tree": "auto", "verifier": "block"}),
-            ("auto, objective calls", {"method": "tree", "tree": "auto", "objective": "calls"})]
+    chains = [
+        (
+            f"chain 1x{length}, {verifier}, freeze x0",
+            {"method": "chain", "tree": f"1x{length}", "verifier": verifier, "freeze": "x0"},
+        )
+        for length in (5, 9, 16)
+        for verifier in ("rmc", "block")
+    ]
+    return [
+        ("plain target", {"method": "target"}),
+        ("chain 1x5 (the defaults: rmc, freeze out)", {"method": "chain", "tree": "1x5"}),
+        *chains,
+        ("auto (the defaults: time)", {"method": "tree", "tree": "auto"}),
+        ("auto, verifier block (the defaults before)", {"method": "tree", "tree": "auto", "verifier": "block"}),
+        ("auto, objective calls", {"method": "tree", "tree": "auto", "objective": "calls"}),
+    ]
 
 
 def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], list[dict]]:
     """Rows of the digits table for one step count and batch; each run's figures with its configuration."""
     rows, runs, plain = [], [], None
     for name, extra in _configs(steps):
-        config = SamplerConfig(pilot=True, model="digits", steps=steps, num_samples=samples, device="cpu", seed=0, class_label=3,
-                               **extra)
+        config = SamplerConfig(
+            pilot=True, model="digits", steps=steps, num_samples=samples, device="cpu", seed=0, class_label=3, **extra
+        )
         problem = build(config)
         run = _timed(problem, repeats)
         cost = run["cost"]
@@ -139,18 +168,29 @@ def digits_table(steps: int, samples: int, repeats: int) -> tuple[list[str], lis
         verifier = problem.verifier.name if problem.verifier else None
         if problem.config.verifier == "auto":
             name = f"{name}, verifier auto: {verifier}"
-        runs.append({"name": name, "config": config.to_dict(), "verifier": verifier, "wall_s": run["wall_s"],
-                     "target_s": run["target_s"],
-                     "calls_per_trajectory": float(cost.calls_per_trajectory.mean()),
-                     "rows_per_trajectory": float(cost.rows_per_trajectory.mean()),
-                     "planned_s": planned.expected_s if planned is not None else None,
-                     "planned_calls": planned.expected_calls if planned is not None else None})
+        runs.append(
+            {
+                "name": name,
+                "config": config.to_dict(),
+                "verifier": verifier,
+                "wall_s": run["wall_s"],
+                "target_s": run["target_s"],
+                "calls_per_trajectory": float(cost.calls_per_trajectory.mean()),
+                "rows_per_trajectory": float(cost.rows_per_trajectory.mean()),
+                "planned_s": planned.expected_s if planned is not None else None,
+                "planned_calls": planned.expected_calls if planned is not None else None,
+            }
+        )
         rows.append(
             f"| {steps} | {samples} | {name} | {run['wall_s']:.3f} | **{cost.time_speedup_over(plain['cost']):.2f}x** | "
             f"{cost.calls_per_trajectory.mean():.1f} | {cost.speedup_over(plain['cost']):.2f}x | "
             f"{cost.rows_per_trajectory.mean():.0f} | {1 - run['target_s'] / run['wall_s']:.0%} | "
-            + (f"{planned.expected_s:.3f} | {planned.expected_calls:.1f} |" if planned is not None and planned.expected_s
-               else (f"| {planned.expected_calls:.1f} |" if planned is not None else "| |")))
+            + (
+                f"{planned.expected_s:.3f} | {planned.expected_calls:.1f} |"
+                if planned is not None and planned.expected_s
+                else (f"| {planned.expected_calls:.1f} |" if planned is not None else "| |")
+            )
+        )
     return rows, runs
 
 
@@ -158,11 +198,28 @@ def cli_runs(steps: int, cache: Path, repeats: int = 5) -> dict:
     """The command line as a user runs it: new processes, the auto plan's first run (pilot), then
     `repeats` times the second (plan from the cache) and the same command with --method target, in
     alternation (one fresh process is noisy: the ratio is of their medians); each JSON's last line."""
+
     def cli(*extra):
-        args = [sys.executable, "-m", "specdemo", "sample", "--model", "digits", "--steps", str(steps),
-                "--num-samples", "1", *extra, "--cache-dir", str(cache)]
-        done = subprocess.run(args, capture_output=True, text=True, check=True, env={**os.environ, "SPECDEMO_CACHE": str(cache)})
+        args = [
+            sys.executable,
+            "-m",
+            "specdemo",
+            "sample",
+            "--model",
+            "digits",
+            "--steps",
+            str(steps),
+            "--num-samples",
+            "1",
+            *extra,
+            "--cache-dir",
+            str(cache),
+        ]
+        done = subprocess.run(
+            args, capture_output=True, text=True, check=True, env={**os.environ, "SPECDEMO_CACHE": str(cache)}
+        )
         return json.loads(done.stdout.strip().splitlines()[-1])
+
     # --replan --pilot: the first run pilots (the package ships plans of these settings); the others take the cache's
     runs = {"first": [cli("--method", "tree", "--tree", "auto", "--replan", "--pilot")], "second": [], "target": []}
     for _ in range(repeats):
@@ -181,28 +238,42 @@ def cifar_rows(repeats: int) -> list[str]:
     rows, plain = [], None
     with tempfile.TemporaryDirectory() as tmp:
         folder = cifar_sized_unet(Path(tmp) / "cifar-sized")
-        for name, extra in (("plain target", {"method": "target"}),
-                            ("chain 1x5 (rmc, freeze out)", {"method": "chain", "tree": "1x5"}),
-                            ("auto (the defaults: time), pilot of 4", {"method": "tree", "tree": "auto",
-                                                                        "pilot_samples": 4})):
-            problem = build(SamplerConfig(pilot=True, model=folder, steps=100, num_samples=1, device="cpu", seed=0, **extra))
+        for name, extra in (
+            ("plain target", {"method": "target"}),
+            ("chain 1x5 (rmc, freeze out)", {"method": "chain", "tree": "1x5"}),
+            ("auto (the defaults: time), pilot of 4", {"method": "tree", "tree": "auto", "pilot_samples": 4}),
+        ):
+            problem = build(
+                SamplerConfig(pilot=True, model=folder, steps=100, num_samples=1, device="cpu", seed=0, **extra)
+            )
             run = _timed(problem, repeats)
             cost = run["cost"]
             plain = plain or run
-            rows.append(f"| {name} | {run['wall_s']:.2f} | **{cost.time_speedup_over(plain['cost']):.2f}x** | "
-                        f"{cost.calls_per_trajectory.mean():.0f} | "
-                        f"{cost.speedup_over(plain['cost']):.2f}x | "
-                        f"{cost.acceptance if cost.acceptance is not None else float('nan'):.2f} |")
+            rows.append(
+                f"| {name} | {run['wall_s']:.2f} | **{cost.time_speedup_over(plain['cost']):.2f}x** | "
+                f"{cost.calls_per_trajectory.mean():.0f} | "
+                f"{cost.speedup_over(plain['cost']):.2f}x | "
+                f"{cost.acceptance if cost.acceptance is not None else float('nan'):.2f} |"
+            )
     return rows
 
 
 def defaults_rows(repeats: int) -> list[str]:
     """--tree auto around its defaults, one setting changed at a time: digits, 100 steps, one sample."""
-    base = dict(model="digits", steps=100, num_samples=1, device="cpu", seed=0, class_label=3, method="tree",
-                tree="auto")
-    changes = [("the defaults", {}), ("verifier block", {"verifier": "block"}), ("verifier rmc", {"verifier": "rmc"}), ("verifier rank (trees)", {"verifier": "rank"}),
-               ("freeze x0", {"freeze": "x0"}), ("freeze out", {"freeze": "out"}), ("prefetch nearest", {"prefetch": "nearest"}),
-               ("budget 8", {"budget": 8}), ("budget 32", {"budget": 32})]
+    base = dict(
+        model="digits", steps=100, num_samples=1, device="cpu", seed=0, class_label=3, method="tree", tree="auto"
+    )
+    changes = [
+        ("the defaults", {}),
+        ("verifier block", {"verifier": "block"}),
+        ("verifier rmc", {"verifier": "rmc"}),
+        ("verifier rank (trees)", {"verifier": "rank"}),
+        ("freeze x0", {"freeze": "x0"}),
+        ("freeze out", {"freeze": "out"}),
+        ("prefetch nearest", {"prefetch": "nearest"}),
+        ("budget 8", {"budget": 8}),
+        ("budget 32", {"budget": 32}),
+    ]
     plain = _timed(build(SamplerConfig(pilot=True, **{**base, "method": "target"})), repeats)["cost"]
     rows = []
     for name, change in changes:
@@ -210,8 +281,10 @@ def defaults_rows(repeats: int) -> list[str]:
         run = _timed(problem, repeats)
         c = problem.config
         verifier = f"auto: {problem.verifier.name}" if c.verifier == "auto" else c.verifier
-        rows.append(f"| {name} | {verifier} | {c.freeze} | {c.prefetch} | {c.budget} | {run['wall_s']:.3f} | "
-                    f"**{run['cost'].time_speedup_over(plain):.2f}x** | {run['cost'].calls_per_trajectory.mean():.1f} |")
+        rows.append(
+            f"| {name} | {verifier} | {c.freeze} | {c.prefetch} | {c.budget} | {run['wall_s']:.3f} | "
+            f"**{run['cost'].time_speedup_over(plain):.2f}x** | {run['cost'].calls_per_trajectory.mean():.1f} |"
+        )
     return rows
 
 
@@ -220,14 +293,18 @@ def philox_normals(keys: torch.Tensor, counters: torch.Tensor, count: int) -> to
     by each row's key, counting from each row's counter, then Box-Muller. (count,) per row."""
     mask = 0xFFFFFFFF
     j = torch.arange((count + 3) // 4, device=keys.device)
-    c = [j[None].expand(len(keys), -1), (counters & mask)[:, None].expand(-1, len(j)),
-         (counters >> 32)[:, None].expand(-1, len(j)), torch.zeros(len(keys), len(j), dtype=torch.long)]
+    c = [
+        j[None].expand(len(keys), -1),
+        (counters & mask)[:, None].expand(-1, len(j)),
+        (counters >> 32)[:, None].expand(-1, len(j)),
+        torch.zeros(len(keys), len(j), dtype=torch.long),
+    ]
     k0, k1 = (keys & mask)[:, None], (keys >> 32)[:, None]
     for _ in range(10):
         p0, p1 = c[0] * 0xD2511F53, c[2] * 0xCD9E8D57
         c = [((p1 >> 32) & mask) ^ c[1] ^ k0, p1 & mask, ((p0 >> 32) & mask) ^ c[3] ^ k1, p0 & mask]
         k0, k1 = (k0 + 0x9E3779B9) & mask, (k1 + 0xBB67AE85) & mask
-    u = (torch.stack(c, -1).flatten(1)[:, :count + count % 2].double() + 0.5) / 2**32
+    u = (torch.stack(c, -1).flatten(1)[:, : count + count % 2].double() + 0.5) / 2**32
     radius, angle = (-2 * u[:, 0::2].log()).sqrt(), 2 * math.pi * u[:, 1::2]
     return torch.stack([radius * angle.cos(), radius * angle.sin()], -1).flatten(1)[:, :count].float()
 
@@ -236,9 +313,11 @@ def stream_rows() -> list[str]:
     """One torch generator call per trajectory against a counter-based generator in torch operations
     (one call for the whole batch), for a round's normals."""
     rows = []
-    for batch, count, what in ((1, 9 * 256, "a chain of 9 on digits, batch 1"),
-                               (16, 9 * 256, "the same, batch 16"),
-                               (100, 84 * 512, "gm512, a (4, 4) tree's drafted internal nodes, 100 trajectories")):
+    for batch, count, what in (
+        (1, 9 * 256, "a chain of 9 on digits, batch 1"),
+        (16, 9 * 256, "the same, batch 16"),
+        (100, 84 * 512, "gm512, a (4, 4) tree's drafted internal nodes, 100 trajectories"),
+    ):
         generators = [torch.Generator().manual_seed(i) for i in range(batch)]
         out = torch.empty(batch, count)
         keys, counters = torch.arange(batch) * 7919 + 1, torch.arange(batch)
@@ -256,7 +335,9 @@ def stream_rows() -> list[str]:
                 fn()
                 runs.append(time.perf_counter() - t0)
             times[name] = 1e3 * min(runs)
-        rows.append(f"| {what} | {times['loop']:.3f} | {times['philox']:.3f} | {times['philox'] / times['loop']:.0f}x |")
+        rows.append(
+            f"| {what} | {times['loop']:.3f} | {times['philox']:.3f} | {times['philox'] / times['loop']:.0f}x |"
+        )
     return rows
 
 
@@ -268,36 +349,43 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     lines = ["Wall-clock next to target calls. " + __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(), ""]
 
     # the driver alone
-    lines += ["### The driver alone",
-              "",
-              "Milliseconds per round outside the target call, with a network that returns at once (the exact "
-              "eps-prediction for data ~ N(0, I) in the digits shape), the digits model's kernel (100 DDPM steps, "
-              "x0-hat clipped) and the frozen draft freezing x0-hat; each figure the median of 9 seeds in a fresh "
-              "process (its first run allocates the round buffers that the later runs reuse, as an app's runs do). "
-              f"*Before*: the driver at commit {BEFORE_COMMIT}, before it was rewritten as phases, timed from "
-              "that commit's sources side by side: the two drivers alternate five times and each cell keeps its "
-              "fastest median. A 1-row call of the digits UNet takes "
-              f"{call_ms:.2f} ms on this machine on one thread, as the driver runs here "
-              f"({side_by_side['call_ms_threads'][threads]:.2f} ms on {threads} threads; each the fastest median "
-              "of 20, timed between them).",
-              "",
-              "| batch | tree | verifier | before (ms/round) | now (ms/round) | before / now | now / a 1-row call (1 thread) |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "### The driver alone",
+        "",
+        "Milliseconds per round outside the target call, with a network that returns at once (the exact "
+        "eps-prediction for data ~ N(0, I) in the digits shape), the digits model's kernel (100 DDPM steps, "
+        "x0-hat clipped) and the frozen draft freezing x0-hat; each figure the median of 9 seeds in a fresh "
+        "process (its first run allocates the round buffers that the later runs reuse, as an app's runs do). "
+        f"*Before*: the driver at commit {BEFORE_COMMIT}, before it was rewritten as phases, timed from "
+        "that commit's sources side by side: the two drivers alternate five times and each cell keeps its "
+        "fastest median. A 1-row call of the digits UNet takes "
+        f"{call_ms:.2f} ms on this machine on one thread, as the driver runs here "
+        f"({side_by_side['call_ms_threads'][threads]:.2f} ms on {threads} threads; each the fastest median "
+        "of 20, timed between them).",
+        "",
+        "| batch | tree | verifier | before (ms/round) | now (ms/round) | before / now | now / a 1-row call (1 thread) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for d in driver:
-        lines.append(f"| {d['batch']} | {d['tree']} | {d['verifier']} | {d['before_ms']:.2f} | {d['ms']:.2f} | "
-                     f"{d['before_ms'] / d['ms']:.1f}x | {d['ms'] / call_ms:.2f}x |")
+        lines.append(
+            f"| {d['batch']} | {d['tree']} | {d['verifier']} | {d['before_ms']:.2f} | {d['ms']:.2f} | "
+            f"{d['before_ms'] / d['ms']:.1f}x | {d['ms'] / call_ms:.2f}x |"
+        )
 
     # digits
-    lines += ["", "### The embedded digits model on this CPU",
-              "",
-              "Class 3, every row of a block against the plain sampler of the same block. *x vs plain*: plain "
-              "wall-clock over this one; calls and rows per sample; *outside*: the share of the wall-clock outside "
-              "the target call; *planned*: the plan's expected seconds and calls (the auto rows; the pilot is not "
-              "in the run, see the CLI table below). The fixed chains freeze x0-hat.",
-              "",
-              "| steps | samples | method | wall-clock s | x vs plain | calls / sample | x fewer calls | rows / sample | "
-              "outside | planned s | planned calls |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "### The embedded digits model on this CPU",
+        "",
+        "Class 3, every row of a block against the plain sampler of the same block. *x vs plain*: plain "
+        "wall-clock over this one; calls and rows per sample; *outside*: the share of the wall-clock outside "
+        "the target call; *planned*: the plan's expected seconds and calls (the auto rows; the pilot is not "
+        "in the run, see the CLI table below). The fixed chains freeze x0-hat.",
+        "",
+        "| steps | samples | method | wall-clock s | x vs plain | calls / sample | x fewer calls | rows / sample | "
+        "outside | planned s | planned calls |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     cells = [(100, 1), (100, 16)] + ([] if quick else [(1000, 1), (1000, 16)])
     digits = []
     for steps, samples in cells:
@@ -309,27 +397,34 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         runs = [r for r in digits if (r["config"]["steps"], r["config"]["num_samples"]) == (steps, samples)]
         plain, timed, by_calls = against_plain(runs)
         block = block_alone(runs)
-        fixed = min((r for r in runs if r["config"]["method"] == "chain" and r["config"]["freeze"] == "x0"),
-                    key=lambda r: r["wall_s"])
-        lines.append(f"- {steps} steps, {samples} sample(s): auto (time) **{time_speedup(timed['wall_s'], plain['wall_s']):.2f}x** "
-                     f"less wall-clock than plain with the verifier it planned ({timed['verifier']}; planned for block "
-                     f"verification alone {time_speedup(block['wall_s'], plain['wall_s']):.2f}x), auto (calls) "
-                     f"{time_speedup(by_calls['wall_s'], plain['wall_s']):.2f}x, the best "
-                     f"fixed chain ({fixed['name']}) {time_speedup(fixed['wall_s'], plain['wall_s']):.2f}x.")
+        fixed = min(
+            (r for r in runs if r["config"]["method"] == "chain" and r["config"]["freeze"] == "x0"),
+            key=lambda r: r["wall_s"],
+        )
+        lines.append(
+            f"- {steps} steps, {samples} sample(s): auto (time) **{time_speedup(timed['wall_s'], plain['wall_s']):.2f}x** "
+            f"less wall-clock than plain with the verifier it planned ({timed['verifier']}; planned for block "
+            f"verification alone {time_speedup(block['wall_s'], plain['wall_s']):.2f}x), auto (calls) "
+            f"{time_speedup(by_calls['wall_s'], plain['wall_s']):.2f}x, the best "
+            f"fixed chain ({fixed['name']}) {time_speedup(fixed['wall_s'], plain['wall_s']):.2f}x."
+        )
 
     # the CLI as a user runs it
-    lines += ["", "### The command line, as a user runs it",
-              "",
-              "`python -m specdemo sample --model digits --steps N --num-samples 1 --method tree --tree auto`, each "
-              "run a new process with an empty plan cache to start: the first run pilots and plans (`--replan`: the "
-              "package ships plans of these settings; `pilot_s`), the second takes the plan from the cache; then the "
-              "same command with `--method target`; the second and the target run five times in alternation, and "
-              "a row shows the run of median wall-clock (*runs*: how many). "
-              "`wall_s` is the sampling; building the problem sets the target's kernels up for the run's call "
-              "sizes first (`warmup_s`), as loading a model does, for both methods.",
-              "",
-              "| steps | run | runs | plan | wall_s | target_s | calls | speedup_total | pilot_s | warmup_s | plain wall_s / this |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "### The command line, as a user runs it",
+        "",
+        "`python -m specdemo sample --model digits --steps N --num-samples 1 --method tree --tree auto`, each "
+        "run a new process with an empty plan cache to start: the first run pilots and plans (`--replan`: the "
+        "package ships plans of these settings; `pilot_s`), the second takes the plan from the cache; then the "
+        "same command with `--method target`; the second and the target run five times in alternation, and "
+        "a row shows the run of median wall-clock (*runs*: how many). "
+        "`wall_s` is the sampling; building the problem sets the target's kernels up for the run's call "
+        "sizes first (`warmup_s`), as loading a model does, for both methods.",
+        "",
+        "| steps | run | runs | plan | wall_s | target_s | calls | speedup_total | pilot_s | warmup_s | plain wall_s / this |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     cli = {}
     with tempfile.TemporaryDirectory() as cache:
         for steps in (100,) if quick else (100, 1000):
@@ -338,58 +433,84 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             plain = median_run(out["target"])
             for run in ("first", "second", "target"):
                 d = median_run(out[run])
-                lines.append(f"| {steps} | {run if run != 'target' else '--method target'} | {len(out[run])} | "
-                             f"{d['plan_source'] or ''} | {d['wall_s']:.3f} | "
-                             f"{d['target_s']:.3f} | {d['target_calls']} | {d['speedup_total']:.2f} | {d['pilot_s']:.1f} | "
-                             f"{d['warmup_s']:.2f} | **{time_speedup(d['wall_s'], plain['wall_s']):.2f}x** |")
+                lines.append(
+                    f"| {steps} | {run if run != 'target' else '--method target'} | {len(out[run])} | "
+                    f"{d['plan_source'] or ''} | {d['wall_s']:.3f} | "
+                    f"{d['target_s']:.3f} | {d['target_calls']} | {d['speedup_total']:.2f} | {d['pilot_s']:.1f} | "
+                    f"{d['warmup_s']:.2f} | **{time_speedup(d['wall_s'], plain['wall_s']):.2f}x** |"
+                )
 
     # the defaults
-    lines += ["", "### What `--tree auto` alone picks",
-              "",
-              "Digits, 100 steps, one sample; the defaults, then one setting changed at a time (each planned for "
-              "wall-clock from its own pilot). The defaults are AUTO_DEFAULTS in specdemo/resolve.py.",
-              "",
-              "| setting | verifier | freeze | prefetch | budget | wall-clock s | x vs plain | calls / sample |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "### What `--tree auto` alone picks",
+        "",
+        "Digits, 100 steps, one sample; the defaults, then one setting changed at a time (each planned for "
+        "wall-clock from its own pilot). The defaults are AUTO_DEFAULTS in specdemo/resolve.py.",
+        "",
+        "| setting | verifier | freeze | prefetch | budget | wall-clock s | x vs plain | calls / sample |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     defaults = defaults_rows(repeats)
     lines += defaults
 
     # random streams
-    lines += ["", "### Random streams",
-              "",
-              "Each trajectory draws from its own generator, so that its samples do not depend on its batch. A round "
-              "draws each trajectory's normals in one call of its generator (a loop over the round's trajectories, "
-              "one call each); a counter-based generator keyed by trajectory would draw the whole batch in one "
-              "call, but written with torch operations (Philox-4x32-10 and Box-Muller) it is slower at every "
-              "size measured. Milliseconds, the fastest of 7:",
-              "",
-              "| a round's normals | one call per trajectory | counter-based, one call | ratio |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "### Random streams",
+        "",
+        "Each trajectory draws from its own generator, so that its samples do not depend on its batch. A round "
+        "draws each trajectory's normals in one call of its generator (a loop over the round's trajectories, "
+        "one call each); a counter-based generator keyed by trajectory would draw the whole batch in one "
+        "call, but written with torch operations (Philox-4x32-10 and Box-Muller) it is slower at every "
+        "size measured. Milliseconds, the fastest of 7:",
+        "",
+        "| a round's normals | one call per trajectory | counter-based, one call | ratio |",
+        "|---|---|---|---|",
+    ]
     streams = stream_rows()
     lines += streams
 
     # a CIFAR-10-sized UNet
     if not quick:
-        lines += ["", "### A CIFAR-10-sized UNet on this CPU",
-                  "",
-                  "Random weights (google/ddpm-cifar10-32's architecture, about 36M parameters), batch 1, 100 DDPM "
-                  "steps, each row against plain sampling in the same process.",
-                  "",
-                  "| method | wall-clock s | x vs plain | calls | x fewer calls | acceptance |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "### A CIFAR-10-sized UNet on this CPU",
+            "",
+            "Random weights (google/ddpm-cifar10-32's architecture, about 36M parameters), batch 1, 100 DDPM "
+            "steps, each row against plain sampling in the same process.",
+            "",
+            "| method | wall-clock s | x vs plain | calls | x fewer calls | acceptance |",
+            "|---|---|---|---|---|---|",
+        ]
         cifar = cifar_rows(2)
         lines += cifar
-    lines += ["", "On a GPU: section \"GPU\" (the same methods, the digits and CIFAR-10-sized UNets at batch 1 and 16; "
-                  "`scripts/gpu_check.sh` runs it)."]
+    lines += [
+        "",
+        'On a GPU: section "GPU" (the same methods, the digits and CIFAR-10-sized UNets at batch 1 and 16; '
+        "`scripts/gpu_check.sh` runs it).",
+    ]
     # the tables' rows as written (defaults, streams, CIFAR-sized): nothing reads their figures but the report
-    results = {"call_ms": call_ms, "driver": driver, "digits": digits, "cli": {str(k): v for k, v in cli.items()},
-               "defaults_rows": defaults, "stream_rows": streams, "cifar_rows": [] if quick else cifar}
+    results = {
+        "call_ms": call_ms,
+        "driver": driver,
+        "digits": digits,
+        "cli": {str(k): v for k, v in cli.items()},
+        "defaults_rows": defaults,
+        "stream_rows": streams,
+        "cifar_rows": [] if quick else cifar,
+    }
     return "\n".join(lines), results
 
 
 def against_plain(runs: list[dict]) -> tuple[dict, dict, dict]:
     """Plain sampling, auto planned for time and auto planned for calls (the defaults otherwise), among
     one block's runs."""
-    return (find(runs, method="target"), find(runs, tree="auto", objective="time", verifier=None),
-            find(runs, tree="auto", objective="calls"))
+    return (
+        find(runs, method="target"),
+        find(runs, tree="auto", objective="time", verifier=None),
+        find(runs, tree="auto", objective="calls"),
+    )
 
 
 def block_alone(runs: list[dict]) -> dict:

@@ -36,8 +36,13 @@ def counted(root: Path, cells: list[str]) -> dict:
     """Run the probe with `root`'s sources first on the path: its counts per cell."""
     spec = json.dumps({"cells": {name: settings(name) for name in cells}})
     probe = Path(__file__).with_name("launches_probe.py")
-    done = subprocess.run([sys.executable, str(probe), spec], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": str(root)})
+    done = subprocess.run(
+        [sys.executable, str(probe), spec],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     out = json.loads(done.stdout)
     if not Path(out["specdemo"]).resolve().is_relative_to(root.resolve()):
         raise RuntimeError(f"the probe imported {out['specdemo']}, not the sources under {root}")
@@ -48,20 +53,39 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | N
     cells = list(CELLS)[:2] if quick else list(CELLS)
     now = counted(ROOT, cells)
     with tempfile.TemporaryDirectory() as old:
-        sources = subprocess.run(["git", "archive", BEFORE_COMMIT, "specdemo"], cwd=ROOT, capture_output=True, check=True)
+        sources = subprocess.run(
+            ["git", "archive", BEFORE_COMMIT, "specdemo"], cwd=ROOT, capture_output=True, check=True
+        )
         subprocess.run(["tar", "-x", "-C", old], input=sources.stdout, check=True)
         before = counted(Path(old), cells)
     machine = f"{platform.machine()}, CPU, one thread"
-    lines = [f"{machine}, {datetime.date.today().isoformat()}; `python -m benchmarks.run --sections launches`. Digits "
-             f"UNet, 100 DDPM steps, the defaults otherwise; ATen operations per round outside the target network "
-             f"(a TorchDispatchMode counter around `Problem.run()`, after one uncounted run), before: commit "
-             f"{BEFORE_COMMIT}.", "",
-             "| method | before | now | at most | rounds now | network's own per call |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"{machine}, {datetime.date.today().isoformat()}; `python -m benchmarks.run --sections launches`. Digits "
+        f"UNet, 100 DDPM steps, the defaults otherwise; ATen operations per round outside the target network "
+        f"(a TorchDispatchMode counter around `Problem.run()`, after one uncounted run), before: commit "
+        f"{BEFORE_COMMIT}.",
+        "",
+        "| method | before | now | at most | rounds now | network's own per call |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in cells:
-        lines.append(f"| {name} | {before[name]['ops_per_round']:.0f} | {now[name]['ops_per_round']:.0f} | "
-                     f"{CELLS[name][1]} | {now[name]['rounds']} | {now[name]['network_ops_per_call']} |")
-    results = {"date": datetime.date.today().isoformat(), "machine": machine, "before_commit": BEFORE_COMMIT,
-               "cells": [{"name": name, "settings": settings(name), "limit": CELLS[name][1], "now": now[name],
-                          "before": before[name]} for name in cells]}
+        lines.append(
+            f"| {name} | {before[name]['ops_per_round']:.0f} | {now[name]['ops_per_round']:.0f} | "
+            f"{CELLS[name][1]} | {now[name]['rounds']} | {now[name]['network_ops_per_call']} |"
+        )
+    results = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine,
+        "before_commit": BEFORE_COMMIT,
+        "cells": [
+            {
+                "name": name,
+                "settings": settings(name),
+                "limit": CELLS[name][1],
+                "now": now[name],
+                "before": before[name],
+            }
+            for name in cells
+        ],
+    }
     return "\n".join(lines), results

@@ -51,8 +51,12 @@ def count(problem, runs: int = 1) -> dict:
     with torch.inference_mode(), probe:
         network(x.to(problem.device), n.to(problem.device), **cond)
     inside.append(probe.ops)
-    return {"ops_per_round": counter.ops / cost.rounds, "rounds": cost.rounds, "target_calls": cost.target_calls,
-            "network_ops_per_call": inside[0]}
+    return {
+        "ops_per_round": counter.ops / cost.rounds,
+        "rounds": cost.rounds,
+        "target_calls": cost.target_calls,
+        "network_ops_per_call": inside[0],
+    }
 
 
 def main(spec: dict) -> dict:

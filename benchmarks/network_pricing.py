@@ -22,15 +22,31 @@ TITLE = "The time objective with a draft network: which draft, and its levels pr
 BUDGET = 16
 CELLS = ((100, 1), (100, 16), (1000, 1))  # (steps, trajectories a batch)
 REPEATS = 7  # alternating runs of each plan; the median of their wall-clock
-AT_STEPS, SPREAD, FROZEN = "stepwise, network levels priced at their steps", "stepwise, spread over the steps", \
-    "frozen forms alone"
+AT_STEPS, SPREAD, FROZEN = (
+    "stepwise, network levels priced at their steps",
+    "stepwise, spread over the steps",
+    "frozen forms alone",
+)
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     rows = []
     for steps, batch in ((20, 2),) if quick else CELLS:
-        problem = prepare(config("digits", steps, batch, method="tree", tree="auto", budget=BUDGET, verifier="block",
-                                 freeze="auto", objective="time", cache_dir="off", **NETWORK))
+        problem = prepare(
+            config(
+                "digits",
+                steps,
+                batch,
+                method="tree",
+                tree="auto",
+                budget=BUDGET,
+                verifier="block",
+                freeze="auto",
+                objective="time",
+                cache_dir="off",
+                **NETWORK,
+            )
+        )
         _, options = draft_options(problem, auto_freeze=True)
         planned = planned_options(problem, options)
         if len(planned) < 2:  # the pilots gave the network no step: nothing to weigh
@@ -38,8 +54,9 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         stepwise, frozen = planned
         cost = stepwise.cost_model
         share = float((stepwise.draft.forms.numpy() == RESIDUAL).mean())
-        spread = replace(stepwise, cost_model=replace(cost, level_s=cost.level_s + share * cost.network_level_s,
-                                                      network_level_s=0.0))
+        spread = replace(
+            stepwise, cost_model=replace(cost, level_s=cost.level_s + share * cost.network_level_s, network_level_s=0.0)
+        )
         plans = {AT_STEPS: stepwise, SPREAD: replace(spread, tree=plan_tree(spread, BUDGET)), FROZEN: frozen}
         kept = best_plan([stepwise, frozen], "time")
         walls = {name: [] for name in plans}
@@ -50,37 +67,55 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
                 walls[name].append(runs[name].wall_s)
         for name, p in plans.items():
             c = runs[name]
-            rows.append({"steps": steps, "batch": batch, "plan": name, "kept": p is kept, "network_steps": share,
-                         "level_s": p.cost_model.level_s, "network_level_s": p.cost_model.network_level_s,
-                         "planned_s": p.tree.expected_s, "planned_calls": p.tree.expected_calls,
-                         "wall_s": float(np.median(walls[name])), "walls": walls[name],
-                         "calls": float(np.mean(c.calls_per_trajectory)), "draft_calls": c.draft_calls})
+            rows.append(
+                {
+                    "steps": steps,
+                    "batch": batch,
+                    "plan": name,
+                    "kept": p is kept,
+                    "network_steps": share,
+                    "level_s": p.cost_model.level_s,
+                    "network_level_s": p.cost_model.network_level_s,
+                    "planned_s": p.tree.expected_s,
+                    "planned_calls": p.tree.expected_calls,
+                    "wall_s": float(np.median(walls[name])),
+                    "walls": walls[name],
+                    "calls": float(np.mean(c.calls_per_trajectory)),
+                    "draft_calls": c.draft_calls,
+                }
+            )
     results = {"rows": rows, "repeats": 2 if quick else REPEATS}
     return render(results), results
 
 
 def render(results: dict) -> str:
     rows = results["rows"]
-    lines = ["`--draft digits-draft --freeze auto` drafts each step with a frozen form or with the draft network "
-             "corrected by the target's residual, whichever a pilot found to accept more there (the stepwise draft); "
-             "a level that calls the network costs a network call, one drafted by a frozen form a few tensor "
-             f"operations. The digits UNet, class 3, `--tree auto --budget {BUDGET} --objective time`, block "
-             "verification. From one pilot and one measurement of the target's calls, three plans: the stepwise "
-             "draft with each round priced by the levels it drafts with the network (network_level_s each, beyond "
-             "a frozen level's level_s; specdemo/trees/auto.py), the same table with the network's cost spread over "
-             "every step in proportion to its share of the steps (what a per-level cost measured along a whole run "
-             "gives: its level_s is then a frozen level's plus that share of network_level_s), and the frozen forms "
-             "alone, with their own driver costs. The time objective keeps the one of "
-             f"fewer planned seconds (*kept*). Wall-clock: the median of {results['repeats']} runs of each plan, "
-             "alternating.", "",
-             "| steps | batch | plan | network steps | network_level_s ms | level_s ms | planned s | wall-clock s | "
-             "calls / trajectory | draft-network calls |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "`--draft digits-draft --freeze auto` drafts each step with a frozen form or with the draft network "
+        "corrected by the target's residual, whichever a pilot found to accept more there (the stepwise draft); "
+        "a level that calls the network costs a network call, one drafted by a frozen form a few tensor "
+        f"operations. The digits UNet, class 3, `--tree auto --budget {BUDGET} --objective time`, block "
+        "verification. From one pilot and one measurement of the target's calls, three plans: the stepwise "
+        "draft with each round priced by the levels it drafts with the network (network_level_s each, beyond "
+        "a frozen level's level_s; specdemo/trees/auto.py), the same table with the network's cost spread over "
+        "every step in proportion to its share of the steps (what a per-level cost measured along a whole run "
+        "gives: its level_s is then a frozen level's plus that share of network_level_s), and the frozen forms "
+        "alone, with their own driver costs. The time objective keeps the one of "
+        f"fewer planned seconds (*kept*). Wall-clock: the median of {results['repeats']} runs of each plan, "
+        "alternating.",
+        "",
+        "| steps | batch | plan | network steps | network_level_s ms | level_s ms | planned s | wall-clock s | "
+        "calls / trajectory | draft-network calls |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         name = f"{r['plan']} (*kept*)" if r["kept"] else r["plan"]
         network = f"{100 * r['network_steps']:.0f}%" if r["plan"] != FROZEN else "0%"
-        lines.append(f"| {r['steps']} | {r['batch']} | {name} | {network} | {1e3 * r['network_level_s']:.2f} | "
-                     f"{1e3 * r['level_s']:.3f} | {r['planned_s']:.3f} | {r['wall_s']:.3f} | {r['calls']:.1f} | "
-                     f"{r['draft_calls']} |")
+        lines.append(
+            f"| {r['steps']} | {r['batch']} | {name} | {network} | {1e3 * r['network_level_s']:.2f} | "
+            f"{1e3 * r['level_s']:.3f} | {r['planned_s']:.3f} | {r['wall_s']:.3f} | {r['calls']:.1f} | "
+            f"{r['draft_calls']} |"
+        )
     cells = {}
     for r in rows:
         cells.setdefault((r["steps"], r["batch"]), {})[r["plan"]] = r
@@ -89,9 +124,15 @@ def render(results: dict) -> str:
         at, spread = cell[AT_STEPS], cell[SPREAD]
         kept = next(r for r in cell.values() if r["kept"])
         fastest = min(cell.values(), key=lambda r: r["wall_s"])
-        lines.append(f"- {steps} steps, batch {batch}: priced at their steps {at['wall_s']:.3f} s against "
-                     f"{spread['wall_s']:.3f} s spread ({spread['wall_s'] / at['wall_s']:.2f}x; planned "
-                     f"{at['planned_s']:.3f} s and {spread['planned_s']:.3f} s); kept: {kept['plan']}, "
-                     f"{kept['wall_s']:.3f} s" + (", the fastest of the three." if fastest is kept else
-                                                  f"; the fastest was {fastest['plan']}, {fastest['wall_s']:.3f} s."))
+        lines.append(
+            f"- {steps} steps, batch {batch}: priced at their steps {at['wall_s']:.3f} s against "
+            f"{spread['wall_s']:.3f} s spread ({spread['wall_s'] / at['wall_s']:.2f}x; planned "
+            f"{at['planned_s']:.3f} s and {spread['planned_s']:.3f} s); kept: {kept['plan']}, "
+            f"{kept['wall_s']:.3f} s"
+            + (
+                ", the fastest of the three."
+                if fastest is kept
+                else f"; the fastest was {fastest['plan']}, {fastest['wall_s']:.3f} s."
+            )
+        )
     return "\n".join(lines)

@@ -22,16 +22,33 @@ from specdemo.pipeline import SamplerConfig, build
 TITLE = "Plans without a pilot: learnt from the runs"
 REPEATS = 5
 # (label, model, steps, trajectories, settings): the steady-state cells, the issue's three
-STEADY = (("digits, 100 steps, 16 rows", "digits", 100, 32, {"budget": 16}),
-          ("digits, 1,000 steps, 16 rows", "digits", 1000, 32, {"budget": 16}),
-          ("gm512, 85 rows", "gm512", None, 300, {"budget": 85}))
+STEADY = (
+    ("digits, 100 steps, 16 rows", "digits", 100, 32, {"budget": 16}),
+    ("digits, 1,000 steps, 16 rows", "digits", 1000, 32, {"budget": 16}),
+    ("gm512, 85 rows", "gm512", None, 300, {"budget": 85}),
+)
 
 
 def cli(steps: int, cache: Path, *extra: str) -> dict:
     """One `specdemo sample` on the digits model, one sample, in a new process: its JSON."""
-    args = [sys.executable, "-m", "specdemo", "sample", "--model", "digits", "--steps", str(steps), "--num-samples", "1",
-            "--cache-dir", str(cache), *extra]
-    done = subprocess.run(args, capture_output=True, text=True, check=True, env={**os.environ, "SPECDEMO_CACHE": str(cache)})
+    args = [
+        sys.executable,
+        "-m",
+        "specdemo",
+        "sample",
+        "--model",
+        "digits",
+        "--steps",
+        str(steps),
+        "--num-samples",
+        "1",
+        "--cache-dir",
+        str(cache),
+        *extra,
+    ]
+    done = subprocess.run(
+        args, capture_output=True, text=True, check=True, env={**os.environ, "SPECDEMO_CACHE": str(cache)}
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -46,16 +63,32 @@ def first_runs(steps: int, repeats: int, pilot: bool) -> dict:
     if pilot:
         with tempfile.TemporaryDirectory() as tmp:
             runs["pilot"].append(cli(steps, Path(tmp), "--tree", "auto", "--replan", "--pilot"))
-    return {name: {"calls": r[0]["target_calls"] + r[0]["pilot_calls"], "speedup_total": r[0].get("speedup_total"),
-                   "wall_s": statistics.median(d["wall_s"] + d["pilot_s"] for d in r), "runs": len(r)}
-            for name, r in runs.items() if r}
+    return {
+        name: {
+            "calls": r[0]["target_calls"] + r[0]["pilot_calls"],
+            "speedup_total": r[0].get("speedup_total"),
+            "wall_s": statistics.median(d["wall_s"] + d["pilot_s"] for d in r),
+            "runs": len(r),
+        }
+        for name, r in runs.items()
+        if r
+    }
 
 
 def steady(model: str, steps: int | None, trajectories: int, settings: dict) -> dict:
     """Calls per trajectory of a run planned from pilots and of one planned from the deltas an online first run
     of as many trajectories left (seed 1; the compared runs seed 0), calls objective."""
-    base = dict(model=model, steps=steps, num_samples=trajectories, device="cpu", method="tree", tree="auto",
-                objective="calls", pilot_samples=min(32, trajectories), **settings)
+    base = dict(
+        model=model,
+        steps=steps,
+        num_samples=trajectories,
+        device="cpu",
+        method="tree",
+        tree="auto",
+        objective="calls",
+        pilot_samples=min(32, trajectories),
+        **settings,
+    )
     if model == "digits":
         base["class_label"] = 3
     out = {}
@@ -72,12 +105,16 @@ def steady(model: str, steps: int | None, trajectories: int, settings: dict) -> 
 
 
 # the page's defaults on the digits model (tree auto, 100 steps, one sample) with one setting changed
-CLICKS = (("the defaults (a shipped plan)", {}), *((f"topology {t}", {"tree": t}) for t in
-          ("3,2,1", "2,2,1", "2x3", "4x4", "2,2,2,1,1", "1x5", "1x10")),
-          ("topology 3,2,1, verifier rank", {"tree": "3,2,1", "verifier": "rank"}),
-          ("topology 3,2,1, verifier block", {"tree": "3,2,1", "verifier": "block"}),
-          ("auto, verifier block", {"verifier": "block"}), ("auto, verifier rmc", {"verifier": "rmc"}),
-          ("auto, draft network digits-draft", {"draft": "digits-draft"}), ("auto, 1,000 steps", {"steps": 1000}))
+CLICKS = (
+    ("the defaults (a shipped plan)", {}),
+    *((f"topology {t}", {"tree": t}) for t in ("3,2,1", "2,2,1", "2x3", "4x4", "2,2,2,1,1", "1x5", "1x10")),
+    ("topology 3,2,1, verifier rank", {"tree": "3,2,1", "verifier": "rank"}),
+    ("topology 3,2,1, verifier block", {"tree": "3,2,1", "verifier": "block"}),
+    ("auto, verifier block", {"verifier": "block"}),
+    ("auto, verifier rmc", {"verifier": "rmc"}),
+    ("auto, draft network digits-draft", {"draft": "digits-draft"}),
+    ("auto, 1,000 steps", {"steps": 1000}),
+)
 
 
 def clicks(quick: bool) -> list[dict]:
@@ -96,8 +133,14 @@ def clicks(quick: bool) -> list[dict]:
             config, target, draft_target, limits = settings.make_config({**page, **change})
             t0 = time.perf_counter()
             comp = runner.run_comparison(config, target=target, draft_target=draft_target, limits=limits)
-            out.append({"label": label, "s": time.perf_counter() - t0, "plan_source": comp.chosen.plan_source,
-                        "pilot_calls": comp.chosen.pilot.target_calls if comp.chosen.pilot else 0})
+            out.append(
+                {
+                    "label": label,
+                    "s": time.perf_counter() - t0,
+                    "plan_source": comp.chosen.plan_source,
+                    "pilot_calls": comp.chosen.pilot.target_calls if comp.chosen.pilot else 0,
+                }
+            )
     finally:
         torch.set_num_threads(threads)
     return out[1:]
@@ -107,38 +150,61 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     repeats = 2 if quick else REPEATS
     first = {steps: first_runs(steps, repeats, pilot=steps == 100) for steps in ((100,) if quick else (100, 1000))}
     cells = STEADY[:1] if quick else STEADY
-    steady_runs = [{"label": label, "trajectories": 8 if quick else count,
-                    **steady(model, steps, 8 if quick else count, settings)} for label, model, steps, count, settings in cells]
-    results = {"first": {str(k): v for k, v in first.items()}, "steady": steady_runs, "repeats": repeats,
-               "clicks": clicks(quick)}
+    steady_runs = [
+        {"label": label, "trajectories": 8 if quick else count, **steady(model, steps, 8 if quick else count, settings)}
+        for label, model, steps, count, settings in cells
+    ]
+    results = {
+        "first": {str(k): v for k, v in first.items()},
+        "steady": steady_runs,
+        "repeats": repeats,
+        "clicks": clicks(quick),
+    }
     return report_text(results), results
 
 
 def report_text(results: dict) -> str:
-    lines = ["### First run, nothing cached (digits, one sample, `--tree auto --replan`, new processes, an empty "
-             f"cache each; median of {results['repeats']} wall-clocks, planning included)", "",
-             "| steps | run | target calls (pilot included) | speedup_total | wall-clock s | against plain |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "### First run, nothing cached (digits, one sample, `--tree auto --replan`, new processes, an empty "
+        f"cache each; median of {results['repeats']} wall-clocks, planning included)",
+        "",
+        "| steps | run | target calls (pilot included) | speedup_total | wall-clock s | against plain |",
+        "|---|---|---|---|---|---|",
+    ]
     for steps, runs in results["first"].items():
         plain = runs["plain"]["wall_s"]
         for name in ("online", "pilot", "plain"):
             if name in runs:
                 r = runs[name]
                 total = "" if r["speedup_total"] is None else f"{r['speedup_total']:.2f}"
-                lines.append(f"| {steps} | {name} | {r['calls']} | {total} | {r['wall_s']:.3f} | "
-                             f"{plain / r['wall_s']:.2f}x |")
-    lines += ["", "### Steady state (calls objective; the learnt plan from an online first run of as many "
-              "trajectories, seed 1; compared runs seed 0)", "",
-              "| setting | trajectories | online first run | planned from pilots | planned from the runs | "
-              "learnt against pilot |", "|---|---|---|---|---|---|"]
+                lines.append(
+                    f"| {steps} | {name} | {r['calls']} | {total} | {r['wall_s']:.3f} | {plain / r['wall_s']:.2f}x |"
+                )
+    lines += [
+        "",
+        "### Steady state (calls objective; the learnt plan from an online first run of as many "
+        "trajectories, seed 1; compared runs seed 0)",
+        "",
+        "| setting | trajectories | online first run | planned from pilots | planned from the runs | "
+        "learnt against pilot |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in results["steady"]:
-        lines.append(f"| {row['label']} | {row['trajectories']} | {row['online']:.2f} | {row['pilot']:.2f} | "
-                     f"{row['learnt']:.2f} | {100 * (row['learnt'] / row['pilot'] - 1):+.1f}% |")
-    lines += ["", "### The app's clicks (digits, the page's defaults with one setting changed: 100 steps, one sample; "
-              "a click runs plain sampling, the matched chain and the setting; nothing cached, one thread)", "",
-              "| click | seconds | plan | pilot calls |", "|---|---|---|---|"]
+        lines.append(
+            f"| {row['label']} | {row['trajectories']} | {row['online']:.2f} | {row['pilot']:.2f} | "
+            f"{row['learnt']:.2f} | {100 * (row['learnt'] / row['pilot'] - 1):+.1f}% |"
+        )
+    lines += [
+        "",
+        "### The app's clicks (digits, the page's defaults with one setting changed: 100 steps, one sample; "
+        "a click runs plain sampling, the matched chain and the setting; nothing cached, one thread)",
+        "",
+        "| click | seconds | plan | pilot calls |",
+        "|---|---|---|---|",
+    ]
     for row in results["clicks"]:
-        plan = {None: "a fixed tree", "default": "a fixed tree, the first freeze table"}.get(row["plan_source"],
-                                                                                          row["plan_source"])
+        plan = {None: "a fixed tree", "default": "a fixed tree, the first freeze table"}.get(
+            row["plan_source"], row["plan_source"]
+        )
         lines.append(f"| {row['label']} | {row['s']:.2f} | {plan} | {row['pilot_calls']} |")
     return "\n".join(lines)

@@ -16,9 +16,9 @@ THEIR_TABLE = "their table"
 SIDE_BY_SIDE = "side by side"
 SOURCES = {
     THEIR_TABLE: "the authors' code on this benchmark, nearest-sibling prefetch unless a row says otherwise, "
-                 "standard error about 0.006x (docs/algorithms.md section 5)",
+    "standard error about 0.006x (docs/algorithms.md section 5)",
     SIDE_BY_SIDE: "measured side by side with specdemo on 2026-12-01, runs alternated under the same load, one thread "
-                  "each (docs/algorithms.md section 5)",
+    "each (docs/algorithms.md section 5)",
 }
 SIDE_BY_SIDE_DATE = "2026-12-01"
 
@@ -83,8 +83,7 @@ def side_by_side() -> dict[tuple[str, int, int, bool], PeerRow]:
 
 def chain_by_prefetch() -> dict[str, float]:
     """The authors' RMC chain L = 5, by prefetch policy."""
-    return {row.prefetch: row.speedup for row in PEER
-            if row.source == THEIR_TABLE and row.key == ("rmc", 1, 5, False)}
+    return {row.prefetch: row.speedup for row in PEER if row.source == THEIR_TABLE and row.key == ("rmc", 1, 5, False)}
 
 
 def best(rows, max_rows: int | None = None) -> PeerRow:

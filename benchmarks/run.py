@@ -19,23 +19,58 @@ from pathlib import Path
 from specdemo.errors import SpecdemoError
 
 # in the report's order; each is a module of this package
-SECTIONS = ("gm512", "prefetch", "gm2d", "auto", "digits", "block", "whole_tree", "drafts", "distilled", "redraft", "network_pricing", "equal_rows", "branching", "cold", "online", "visit", "quality", "throughput", "sd_unet",
-            "gpu", "launches", "latency")
+SECTIONS = (
+    "gm512",
+    "prefetch",
+    "gm2d",
+    "auto",
+    "digits",
+    "block",
+    "whole_tree",
+    "drafts",
+    "distilled",
+    "redraft",
+    "network_pricing",
+    "equal_rows",
+    "branching",
+    "cold",
+    "online",
+    "visit",
+    "quality",
+    "throughput",
+    "sd_unet",
+    "gpu",
+    "launches",
+    "latency",
+)
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Run the benchmarks and write a markdown report, their "
-                                                            "raw results and the README's figures.")
-    parser.add_argument("--out", default="docs/benchmarks.md",
-                        help="the report (default %(default)s); results go to bench_results/ next to it, and the "
-                             "README's table to the README of the folder above")
-    parser.add_argument("--trajectories", type=int, default=100, help="trajectories per gm512 cell (default %(default)s)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a small smoke run (few cells, shorter runs): writes the report's sections only")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run the benchmarks and write a markdown report, their raw results and the README's figures.",
+    )
+    parser.add_argument(
+        "--out",
+        default="docs/benchmarks.md",
+        help="the report (default %(default)s); results go to bench_results/ next to it, and the "
+        "README's table to the README of the folder above",
+    )
+    parser.add_argument(
+        "--trajectories", type=int, default=100, help="trajectories per gm512 cell (default %(default)s)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small smoke run (few cells, shorter runs): writes the report's sections only",
+    )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--sections", help="comma-separated sections to refresh (default: all): " + ", ".join(SECTIONS))
-    what.add_argument("--readme", action="store_true",
-                      help="render the README's results table from the committed results, running nothing")
+    what.add_argument(
+        "--readme",
+        action="store_true",
+        help="render the README's results table from the committed results, running nothing",
+    )
     return parser
 
 

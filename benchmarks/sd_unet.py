@@ -23,33 +23,65 @@ from specdemo.sampling.cost import time_speedup
 from .common import image_rows, tiny_clip_tokenizer, tiny_vae
 
 TITLE = "A Stable-Diffusion-sized UNet: calls and wall-clock"
-PENDING = ("Pending: this section is a GPU run (scripts/gpu_check.sh), and no CUDA device was lent to the machine "
-           "that wrote this file. On a CPU a UNet of this size takes seconds a row and auto's pilots thousands of rows.")
+PENDING = (
+    "Pending: this section is a GPU run (scripts/gpu_check.sh), and no CUDA device was lent to the machine "
+    "that wrote this file. On a CPU a UNet of this size takes seconds a row and auto's pilots thousands of rows."
+)
 PROMPT = "a photograph of an astronaut riding a horse"
 GUIDANCE = 7.5  # SD 1.x's default: each target call is one UNet call of twice its rows
 PILOT_SAMPLES = 4  # against 32 by default: three pilot chains of 4 trajectories keep the pilot affordable
 PLAIN, CHAIN, AUTO = "plain target", "chain 1x4 rmc (freeze out)", f"auto, the defaults (pilot_samples {PILOT_SAMPLES})"
-CONFIGS = [(PLAIN, {"method": "target"}),
-           (CHAIN, {"method": "chain", "tree": "1x4", "verifier": "rmc"}),
-           (AUTO, {"method": "tree", "tree": "auto", "pilot_samples": PILOT_SAMPLES})]
+CONFIGS = [
+    (PLAIN, {"method": "target"}),
+    (CHAIN, {"method": "chain", "tree": "1x4", "verifier": "rmc"}),
+    (AUTO, {"method": "tree", "tree": "auto", "pilot_samples": PILOT_SAMPLES}),
+]
 
 # Stable Diffusion 1.5's unet/config.json (stable-diffusion-v1-5/stable-diffusion-v1-5), written out: the
 # values diffusers' UNet2DConditionModel defaults to, with SD 1.5's sample size and CLIP ViT-L/14 width
-SD15_UNET = dict(sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
-                 block_out_channels=(320, 640, 1280, 1280),
-                 down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
-                 up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
-                 cross_attention_dim=768, attention_head_dim=8, norm_num_groups=32, act_fn="silu", flip_sin_to_cos=True,
-                 freq_shift=0, downsample_padding=1, mid_block_scale_factor=1, norm_eps=1e-5, center_input_sample=False)
+SD15_UNET = dict(
+    sample_size=64,
+    in_channels=4,
+    out_channels=4,
+    layers_per_block=2,
+    block_out_channels=(320, 640, 1280, 1280),
+    down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+    up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+    cross_attention_dim=768,
+    attention_head_dim=8,
+    norm_num_groups=32,
+    act_fn="silu",
+    flip_sin_to_cos=True,
+    freq_shift=0,
+    downsample_padding=1,
+    mid_block_scale_factor=1,
+    norm_eps=1e-5,
+    center_input_sample=False,
+)
 # quick: the same shape of network, two levels, 4x16x16 latents
-QUICK_UNET = dict(SD15_UNET, sample_size=16, layers_per_block=1, block_out_channels=(32, 64),
-                  down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-                  up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32, norm_num_groups=8)
+QUICK_UNET = dict(
+    SD15_UNET,
+    sample_size=16,
+    layers_per_block=1,
+    block_out_channels=(32, 64),
+    down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+    up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+    cross_attention_dim=32,
+    norm_num_groups=8,
+)
 # Stable Diffusion 1.5's scheduler/scheduler_config.json (clip_sample is no PNDMScheduler argument: from_config
 # keeps it in the config, which the library's ddpm kernel, its kernel for this scheduler, is built from)
-SD15_SCHEDULER = dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                      trained_betas=None, skip_prk_steps=True, set_alpha_to_one=False, steps_offset=1,
-                      clip_sample=False)
+SD15_SCHEDULER = dict(
+    num_train_timesteps=1000,
+    beta_start=0.00085,
+    beta_end=0.012,
+    beta_schedule="scaled_linear",
+    trained_betas=None,
+    skip_prk_steps=True,
+    set_alpha_to_one=False,
+    steps_offset=1,
+    clip_sample=False,
+)
 SD15_STEPS, QUICK_STEPS = 50, 10
 
 
@@ -65,31 +97,54 @@ def sd_sized_pipeline(folder: Path, quick: bool = False) -> str:
     torch.manual_seed(0)
     unet = UNet2DConditionModel(**config)
     width = config["cross_attention_dim"]
-    text_encoder = CLIPTextModel(CLIPTextConfig(
-        bos_token_id=0, eos_token_id=1, pad_token_id=1, vocab_size=64, hidden_size=width, intermediate_size=64,
-        num_attention_heads=8, num_hidden_layers=1, max_position_embeddings=77))
+    text_encoder = CLIPTextModel(
+        CLIPTextConfig(
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
+            vocab_size=64,
+            hidden_size=width,
+            intermediate_size=64,
+            num_attention_heads=8,
+            num_hidden_layers=1,
+            max_position_embeddings=77,
+        )
+    )
     vae = tiny_vae()
-    StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
-                            scheduler=PNDMScheduler.from_config(SD15_SCHEDULER), safety_checker=None, feature_extractor=None,
-                            requires_safety_checker=False).save_pretrained(str(folder), safe_serialization=True)
+    StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        unet=unet,
+        scheduler=PNDMScheduler.from_config(SD15_SCHEDULER),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    ).save_pretrained(str(folder), safe_serialization=True)
     return str(folder)
 
 
 def rows_on(device: str, folder: str, target, steps: int, repeats: int) -> list[dict]:
     """Every configuration's summary on `device`, each against the plain sampler of the same process."""
     configs = [(name, {**settings, "prompt": PROMPT, "guidance_scale": GUIDANCE}) for name, settings in CONFIGS]
-    rows = image_rows(folder, steps, 1, device, configs, class_label=None, repeats=repeats, target=target,
-                      with_pilot=True)
+    rows = image_rows(
+        folder, steps, 1, device, configs, class_label=None, repeats=repeats, target=target, with_pilot=True
+    )
     plain = rows[0][1]
-    return [{**s, "name": name, "vs_plain": time_speedup(s["wall_s"], plain["wall_s"])} for (name, _), (_, s) in zip(CONFIGS, rows, strict=True)]
+    return [
+        {**s, "name": name, "vs_plain": time_speedup(s["wall_s"], plain["wall_s"])}
+        for (name, _), (_, s) in zip(CONFIGS, rows, strict=True)
+    ]
 
 
 def table(runs: list[dict], device: str) -> list[str]:
     lines = []
     for r in runs:
         acceptance = "" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
-        lines.append(f"| {device} | {r['name']} | {r['target_calls']} | {r['speedup']:.2f} | {r['rows_per_call']:.1f} | "
-                     f"{acceptance} | {r['wall_s']:.2f} | {r['vs_plain']:.2f}x |")
+        lines.append(
+            f"| {device} | {r['name']} | {r['target_calls']} | {r['speedup']:.2f} | {r['rows_per_call']:.1f} | "
+            f"{acceptance} | {r['wall_s']:.2f} | {r['vs_plain']:.2f}x |"
+        )
     return lines
 
 
@@ -97,9 +152,11 @@ def pilot_line(runs: list[dict], device: str) -> str:
     auto = next(r for r in runs if r["name"] == AUTO)
     if not auto["pilot_calls"]:
         return f"- {device}: auto's plan came from the plan cache (no pilot ran)."
-    return (f"- {device}: auto's pilot ({auto['config']['pilot_samples']} trajectories a pilot chain) took "
-            f"{auto['pilot_calls']} target calls and {auto['pilot_s']:.1f} s with the cost measurement and planning; "
-            f"counting those calls, auto's speedup is {auto['speedup_total']:.2f}x (speedup_total).")
+    return (
+        f"- {device}: auto's pilot ({auto['config']['pilot_samples']} trajectories a pilot chain) took "
+        f"{auto['pilot_calls']} target calls and {auto['pilot_s']:.1f} s with the cost measurement and planning; "
+        f"counting those calls, auto's speedup is {auto['speedup_total']:.2f}x (speedup_total)."
+    )
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | None]:
@@ -116,21 +173,24 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | N
         runs = rows_on(device, folder, target, steps, 3 if device == "cuda" else 1)
     name = torch.cuda.get_device_name() + ", fp16" if device == "cuda" else "CPU, fp32"
     shape = "x".join(map(str, target.shape))
-    size = (f"Stable Diffusion 1.5's configuration ({parameters / 1e6:.0f}M parameters: blocks 320, 640, 1280, 1280, "
-            f"two layers a block, cross-attention to 768-wide text embeddings) on {shape} latents (512x512 images)"
-            if not quick else f"a small configuration of the same kind, for a smoke run ({parameters / 1e6:.2f}M "
-                              f"parameters, {shape} latents)")
+    size = (
+        f"Stable Diffusion 1.5's configuration ({parameters / 1e6:.0f}M parameters: blocks 320, 640, 1280, 1280, "
+        f"two layers a block, cross-attention to 768-wide text embeddings) on {shape} latents (512x512 images)"
+        if not quick
+        else f"a small configuration of the same kind, for a smoke run ({parameters / 1e6:.2f}M "
+        f"parameters, {shape} latents)"
+    )
     lines = [
         f"A UNet2DConditionModel of {size}, with **random weights** "
         "(seed 0), saved as a StableDiffusionPipeline folder with SD 1.5's scheduler config (PNDMScheduler, "
         "scaled-linear betas 0.00085 to 0.012) and a tiny random text encoder and VAE, and loaded by the library's "
-        f"own loader. Batch 1, {steps} DDPM steps (the library's kernel for that scheduler), prompt \"{PROMPT}\", "
+        f'own loader. Batch 1, {steps} DDPM steps (the library\'s kernel for that scheduler), prompt "{PROMPT}", '
         f"guidance {GUIDANCE} (each target call is one UNet call of twice its rows). The weights are random: the "
         "calls ratio shows the engine on a network of this size and shape, not what trained SD 1.5 weights give "
         "(acceptance follows how the network's output moves from step to step, which training changes).",
         "",
         "Rows: plain target sampling; a chain of 4 drafts by the frozen network output (the default freeze), "
-        "verified by RMC; and `tree=\"auto\"` with the device's defaults (planned for wall-clock), its pilots cut to "
+        'verified by RMC; and `tree="auto"` with the device\'s defaults (planned for wall-clock), its pilots cut to '
         f"{PILOT_SAMPLES} trajectories (`pilot_samples={PILOT_SAMPLES}`, 32 by default) so that they stay "
         "affordable at this size. Speedup is the calls ratio against plain sampling (stochastic steps over the "
         "target calls spent on them, auto's pilot apart); wall-clock is the sampling itself (pilots and kernel "
@@ -139,5 +199,8 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | N
         "",
         "| device | method | target calls | speedup | rows/call | acceptance | wall-clock s | vs plain |",
         "|---|---|---|---|---|---|---|---|",
-        *table(runs, name), "", pilot_line(runs, name)]
+        *table(runs, name),
+        "",
+        pilot_line(runs, name),
+    ]
     return "\n".join(lines), {"device": name, "parameters": parameters, "steps": steps, "runs": runs}

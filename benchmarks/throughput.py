@@ -15,24 +15,44 @@ TITLE = "Continuous batching"
 def _throughput(slots: int, kind: str, costs, total: int) -> dict:
     calls = sum(c.target_calls for c in costs)
     rows = sum(int(c.rows_per_trajectory.sum()) for c in costs)
-    return {"slots": slots, "batching": kind, "batch_target_calls": calls,
-            "samples_per_s": total / sum(c.wall_s for c in costs), "rows_per_call": rows / calls}
+    return {
+        "slots": slots,
+        "batching": kind,
+        "batch_target_calls": calls,
+        "samples_per_s": total / sum(c.wall_s for c in costs),
+        "rows_per_call": rows / calls,
+    }
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     total = 64 if quick else 256
-    lines = [f"`gm512`, {total} trajectories, auto tree (rank-aware, 85 rows, freeze auto; the plan built once), "
-             "in slots of the given size: each slot takes the next trajectory as soon as its own is done. "
-             "Every trajectory gets the same samples and the same calls whatever the slots (tests/test_scale.py); "
-             "the batch's sequential calls and its throughput change. Against fixed batches of the same size, run "
-             "one after another, continuous batching needs fewer sequential target calls (no batch waits for its "
-             "slowest trajectory); its rounds hold trajectories at different steps, hence several planned trees, "
-             "which costs bookkeeping: it pays where a target call is expensive next to that (a large network, a "
-             "GPU), not with this closed-form target on a CPU.", "",
-             "| slots | batching | batch target calls | samples per second | rows per call (batch) |",
-             "|---|---|---|---|---|"]
-    problem = build(SamplerConfig(pilot=True, model="gm512", method="tree", tree="auto", budget=85, verifier="rank", freeze="auto", **BY_CALLS,
-                                  num_samples=total, device="cpu"))
+    lines = [
+        f"`gm512`, {total} trajectories, auto tree (rank-aware, 85 rows, freeze auto; the plan built once), "
+        "in slots of the given size: each slot takes the next trajectory as soon as its own is done. "
+        "Every trajectory gets the same samples and the same calls whatever the slots (tests/test_scale.py); "
+        "the batch's sequential calls and its throughput change. Against fixed batches of the same size, run "
+        "one after another, continuous batching needs fewer sequential target calls (no batch waits for its "
+        "slowest trajectory); its rounds hold trajectories at different steps, hence several planned trees, "
+        "which costs bookkeeping: it pays where a target call is expensive next to that (a large network, a "
+        "GPU), not with this closed-form target on a CPU.",
+        "",
+        "| slots | batching | batch target calls | samples per second | rows per call (batch) |",
+        "|---|---|---|---|---|",
+    ]
+    problem = build(
+        SamplerConfig(
+            pilot=True,
+            model="gm512",
+            method="tree",
+            tree="auto",
+            budget=85,
+            verifier="rank",
+            freeze="auto",
+            **BY_CALLS,
+            num_samples=total,
+            device="cpu",
+        )
+    )
     runs = []
     for slots in (total, total // 4, total // 16):
         problem = replace(problem, config=replace(problem.config, max_batch=slots))
@@ -45,6 +65,9 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             costs = [problem.run(indices=range(i, i + slots)).cost for i in range(0, total, slots)]
             kind = "fixed batches, one after another"
         runs.append(_throughput(slots, kind if slots < total else "one batch", costs, total))
-    lines += [f"| {r['slots']} | {r['batching']} | {r['batch_target_calls']} | {r['samples_per_s']:.0f} | "
-              f"{r['rows_per_call']:.0f} |" for r in runs]
+    lines += [
+        f"| {r['slots']} | {r['batching']} | {r['batch_target_calls']} | {r['samples_per_s']:.0f} | "
+        f"{r['rows_per_call']:.0f} |"
+        for r in runs
+    ]
     return "\n".join(lines), {"trajectories": total, "runs": runs}

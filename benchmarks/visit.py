@@ -34,8 +34,15 @@ def default_clicks(models: tuple[str, ...], clicks: int) -> list[dict]:
             comp = runner.run_comparison(config, target=target, draft_target=draft_target, limits=limits)
             seconds.append(time.perf_counter() - t0)
             speeds.append(comp.headline()["speedup_time"])
-        out.append({"model": model, "ran": "plain sampling (declined the plan)" if comp.declined is not None
-                    else comp.chosen.label, "speeds": speeds, "timings": comp.chosen.timings, "click_s": seconds})
+        out.append(
+            {
+                "model": model,
+                "ran": "plain sampling (declined the plan)" if comp.declined is not None else comp.chosen.label,
+                "speeds": speeds,
+                "timings": comp.chosen.timings,
+                "click_s": seconds,
+            }
+        )
     return out
 
 
@@ -53,8 +60,14 @@ def served(quick: bool) -> dict:
     run_names = next(fn for fn in app.demo.fns.values() if fn.api_name == "run").input_keyword_names
     try:
         page = settings.page_values("gm512")
-        long = {**{n: page[n] for n in run_names}, "steps": 1000, "num_samples": 4096, "tree": "1x5",
-                "verifier": "rmc", "freeze": "out"}
+        long = {
+            **{n: page[n] for n in run_names},
+            "steps": 1000,
+            "num_samples": 4096,
+            "tree": "1x5",
+            "verifier": "rmc",
+            "freeze": "out",
+        }
         client, cancels = Client(url, verbose=False), []
         for _ in range(1 if quick else CANCELS):
             job = client.submit(**long, api_name="/run")
@@ -69,14 +82,16 @@ def served(quick: bool) -> dict:
             time.sleep(5)
             proc.cpu_percent(None)
             time.sleep(3)
-            cancels.append({"stop_s": stopped, "cores_after": proc.cpu_percent(None) / 100,
-                            "threads": proc.num_threads()})
+            cancels.append(
+                {"stop_s": stopped, "cores_after": proc.cpu_percent(None) / 100, "threads": proc.num_threads()}
+            )
         digits = settings.page_values("digits")
         trees = ("auto", "3,2,1", "1x5", "2x3", "2,2,1")
 
         def click(i: int) -> None:
-            Client(url, verbose=False).predict(**{**{n: digits[n] for n in run_names}, "tree": trees[i % len(trees)],
-                                                  "seed": i}, api_name="/run")
+            Client(url, verbose=False).predict(
+                **{**{n: digits[n] for n in run_names}, "tree": trees[i % len(trees)], "seed": i}, api_name="/run"
+            )
 
         warm, measured = (2, 4) if quick else (WARM_UP, MEMORY_CLICKS)
         for i in range(warm):
@@ -113,25 +128,41 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 
 
 def report_text(results: dict) -> str:
-    lines = [f"### Default clicks ({len(results['clicks'][0]['speeds'])} identical clicks a model; the page's defaults, "
-             "tree auto; plan cache off, shipped plans)", "",
-             "| model | auto ran | wall-clock against plain, each click | spread (max / min) | timings a run | "
-             "click s |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"### Default clicks ({len(results['clicks'][0]['speeds'])} identical clicks a model; the page's defaults, "
+        "tree auto; plan cache off, shipped plans)",
+        "",
+        "| model | auto ran | wall-clock against plain, each click | spread (max / min) | timings a run | click s |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in results["clicks"]:
         speeds = row["speeds"]
-        lines.append(f"| {row['model']} | {row['ran']} | {', '.join(f'{v:.2f}x' for v in speeds)} | "
-                     f"{max(speeds) / min(speeds):.2f} | {row['timings']} | "
-                     f"{', '.join(f'{v:.1f}' for v in row['click_s'])} |")
-    lines += ["", "### A cancelled run (gm512, 1,000 steps, 4,096 samples; `job.cancel()` 2 s in, through "
-              "gradio_client)", "", "| cancel | work stopped after s | cores used 5 to 8 s after | server threads |",
-              "|---|---|---|---|"]
+        lines.append(
+            f"| {row['model']} | {row['ran']} | {', '.join(f'{v:.2f}x' for v in speeds)} | "
+            f"{max(speeds) / min(speeds):.2f} | {row['timings']} | "
+            f"{', '.join(f'{v:.1f}' for v in row['click_s'])} |"
+        )
+    lines += [
+        "",
+        "### A cancelled run (gm512, 1,000 steps, 4,096 samples; `job.cancel()` 2 s in, through gradio_client)",
+        "",
+        "| cancel | work stopped after s | cores used 5 to 8 s after | server threads |",
+        "|---|---|---|---|",
+    ]
     for i, c in enumerate(results["cancels"], start=1):
         lines.append(f"| {i} | {c['stop_s']:.2f} | {c['cores_after']:.3f} | {c['threads']} |")
     rss = results["rss_mb"]
-    lines += ["", f"### Resident memory over {results['memory_clicks']} clicks of new sessions (digits, five topologies in "
-              "turn), after a warm-up", "", "| after clicks | " + " | ".join(
-                  str(10 * i) if i < len(rss) - 1 else str(results["memory_clicks"]) for i in range(len(rss))) + " |",
-              "|---" * (len(rss) + 1) + "|",
-              "| RSS MB | " + " | ".join(f"{v:.0f}" for v in rss) + " |", "",
-              f"Growth over the {results['memory_clicks']} clicks: {rss[-1] - rss[0]:.0f} MB."]
+    lines += [
+        "",
+        f"### Resident memory over {results['memory_clicks']} clicks of new sessions (digits, five topologies in "
+        "turn), after a warm-up",
+        "",
+        "| after clicks | "
+        + " | ".join(str(10 * i) if i < len(rss) - 1 else str(results["memory_clicks"]) for i in range(len(rss)))
+        + " |",
+        "|---" * (len(rss) + 1) + "|",
+        "| RSS MB | " + " | ".join(f"{v:.0f}" for v in rss) + " |",
+        "",
+        f"Growth over the {results['memory_clicks']} clicks: {rss[-1] - rss[0]:.0f} MB.",
+    ]
     return "\n".join(lines)

@@ -12,9 +12,11 @@ from .common import BY_CALLS, find, percent_gain, run_cell, shown
 TITLE = "Beyond the papers: block verification of whole trees"
 GM512_TRAJECTORIES = 300  # the count: standard errors of about 0.01x
 # (label, settings): the planner's best within the rows, per verifier; block on a chain method plans chains only
-PLANNED = [("block-verified chains", {"method": "chain", "verifier": "block"}),
-           ("block-verified trees (fans)", {"method": "tree", "verifier": "block"}),
-           ("rank-aware trees, node by node", {"method": "tree", "verifier": "rank"})]
+PLANNED = [
+    ("block-verified chains", {"method": "chain", "verifier": "block"}),
+    ("block-verified trees (fans)", {"method": "tree", "verifier": "block"}),
+    ("rank-aware trees, node by node", {"method": "tree", "verifier": "rank"}),
+]
 # fixed topologies at equal rows on gm512 (rows a round with an unknown root: 1 + internal nodes below it)
 FIXED = [("1x9", "block"), ("2,1,1,1,1", "block"), ("1x10", "block"), ("3,1,1,1", "block"), ("3,1,1,1", "dgrs")]
 
@@ -26,47 +28,92 @@ def gm512_config(trajectories: int, **settings) -> SamplerConfig:
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     gm_count = 40 if quick else GM512_TRAJECTORIES
     digits = {"steps": 100, "samples": 8 if quick else 32, "budgets": (16,) if quick else (16, 48)}
-    lines = ["A tree verified node by node stops at its first rejection. Weighed as a whole "
-             "(docs/algorithms.md, section 3, \"whole trees\"), each path is weighed as a block-verified chain, and "
-             "where it stops, the stopped node's next child and its own path are weighed against the residual "
-             "instead of drawing it; a branching root's child is chosen by rank-aware selection. The block planner "
-             "(specdemo/trees/auto.py) plans fans (K, 1, ..., 1), K <= 4: a chain whose first node is the one "
-             "selected among K children of the root. Planned settings pilot afresh "
-             "(their pilot's calls, not in the speedup, in the last column); *planned*: the plan's expected calls per "
-             "trajectory. Fixed topologies are compared at equal target rows a round.",
-             "", f"### `gm512`, {gm_count} trajectories, at most 85 rows a round, the defaults (freeze auto, prefetch "
-             "auto), calls objective", "",
-             "| plan | speedup | calls / trajectory | planned | rows / call | pilot calls |", "|---|---|---|---|---|---|"]
+    lines = [
+        "A tree verified node by node stops at its first rejection. Weighed as a whole "
+        '(docs/algorithms.md, section 3, "whole trees"), each path is weighed as a block-verified chain, and '
+        "where it stops, the stopped node's next child and its own path are weighed against the residual "
+        "instead of drawing it; a branching root's child is chosen by rank-aware selection. The block planner "
+        "(specdemo/trees/auto.py) plans fans (K, 1, ..., 1), K <= 4: a chain whose first node is the one "
+        "selected among K children of the root. Planned settings pilot afresh "
+        "(their pilot's calls, not in the speedup, in the last column); *planned*: the plan's expected calls per "
+        "trajectory. Fixed topologies are compared at equal target rows a round.",
+        "",
+        f"### `gm512`, {gm_count} trajectories, at most 85 rows a round, the defaults (freeze auto, prefetch "
+        "auto), calls objective",
+        "",
+        "| plan | speedup | calls / trajectory | planned | rows / call | pilot calls |",
+        "|---|---|---|---|---|---|",
+    ]
     runs = []
     for label, settings in PLANNED:
         s = run_cell(gm512_config(gm_count, tree="auto", budget=85, objective="calls", **settings), with_pilot=True)
         runs.append({"label": label, **s})
-        lines.append(f"| {label} | {s['speedup']:.3f} | {s['target_calls_per_sample']:.2f} | {s['planned_calls']:.2f} | "
-                     f"{s['rows_per_call']:.1f} | {s['pilot_calls']} |")
-    lines += ["", f"Fixed topologies on `gm512` ({gm_count} trajectories, freeze x0, nearest prefetch):", "",
-              "| tree | verifier | rows a round | speedup |", "|---|---|---|---|"]
+        lines.append(
+            f"| {label} | {s['speedup']:.3f} | {s['target_calls_per_sample']:.2f} | {s['planned_calls']:.2f} | "
+            f"{s['rows_per_call']:.1f} | {s['pilot_calls']} |"
+        )
+    lines += [
+        "",
+        f"Fixed topologies on `gm512` ({gm_count} trajectories, freeze x0, nearest prefetch):",
+        "",
+        "| tree | verifier | rows a round | speedup |",
+        "|---|---|---|---|",
+    ]
     for tree, verifier in FIXED:
-        s = run_cell(gm512_config(gm_count, method="chain" if "," not in tree else "tree", tree=tree, verifier=verifier,
-                                  freeze="x0", prefetch="nearest"))
+        s = run_cell(
+            gm512_config(
+                gm_count,
+                method="chain" if "," not in tree else "tree",
+                tree=tree,
+                verifier=verifier,
+                freeze="x0",
+                prefetch="nearest",
+            )
+        )
         runs.append({"label": f"gm512 {tree} {verifier}", **s})
         lines.append(f"| {tree} | {verifier} | {s['rows_per_round']} | {s['speedup']:.3f} |")
-    lines += ["", f"### The digits model, {digits['steps']} steps, {digits['samples']} samples (class 3), calls "
-              "objective, nearest prefetch, the frozen draft (freeze auto)", "",
-              "| rows | plan | speedup | calls / sample | planned | rows / call | pilot calls |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"### The digits model, {digits['steps']} steps, {digits['samples']} samples (class 3), calls "
+        "objective, nearest prefetch, the frozen draft (freeze auto)",
+        "",
+        "| rows | plan | speedup | calls / sample | planned | rows / call | pilot calls |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for budget in digits["budgets"]:
         for label, settings in PLANNED:
-            s = run_cell(SamplerConfig(pilot=True, model="digits", steps=digits["steps"], num_samples=digits["samples"], device="cpu",
-                                       seed=0, class_label=3, tree="auto", budget=budget, freeze="auto",
-                                       **BY_CALLS, **settings), with_pilot=True)
+            s = run_cell(
+                SamplerConfig(
+                    pilot=True,
+                    model="digits",
+                    steps=digits["steps"],
+                    num_samples=digits["samples"],
+                    device="cpu",
+                    seed=0,
+                    class_label=3,
+                    tree="auto",
+                    budget=budget,
+                    freeze="auto",
+                    **BY_CALLS,
+                    **settings,
+                ),
+                with_pilot=True,
+            )
             runs.append({"label": f"digits {label} {budget}", **s})
-            lines.append(f"| {budget} | {label} | {s['speedup']:.2f} | {s['target_calls_per_sample']:.1f} | "
-                         f"{s['planned_calls']:.1f} | {s['rows_per_call']:.1f} | {s['pilot_calls']} |")
+            lines.append(
+                f"| {budget} | {label} | {s['speedup']:.2f} | {s['target_calls_per_sample']:.1f} | "
+                f"{s['planned_calls']:.1f} | {s['rows_per_call']:.1f} | {s['pilot_calls']} |"
+            )
     lines.append("")
-    gm = {v: find(runs, model="gm512", tree="auto", method=m, verifier=v) for m, v in (("chain", "block"), ("tree", "rank"))}
+    gm = {
+        v: find(runs, model="gm512", tree="auto", method=m, verifier=v)
+        for m, v in (("chain", "block"), ("tree", "rank"))
+    }
     fans = find(runs, model="gm512", tree="auto", method="tree", verifier="block")
-    lines.append(f"- `gm512`: whole-tree block verification {shown(fans):.2f}x, "
-                 f"{percent_gain(shown(fans), shown(gm['block']))} against block-verified chains "
-                 f"({shown(gm['block']):.2f}x) and {percent_gain(shown(fans), shown(gm['rank']))} against rank-aware "
-                 f"trees verified node by node ({shown(gm['rank']):.2f}x).")
+    lines.append(
+        f"- `gm512`: whole-tree block verification {shown(fans):.2f}x, "
+        f"{percent_gain(shown(fans), shown(gm['block']))} against block-verified chains "
+        f"({shown(gm['block']):.2f}x) and {percent_gain(shown(fans), shown(gm['rank']))} against rank-aware "
+        f"trees verified node by node ({shown(gm['rank']):.2f}x)."
+    )
     return "\n".join(lines), {"runs": runs}

@@ -41,8 +41,13 @@ def app_default(model: str) -> tuple[SamplerConfig, int]:
 
 
 def shipped() -> dict[str, tuple[SamplerConfig, int]]:
-    configs = {f"cli-{steps}": (SamplerConfig(model="digits", steps=steps, num_samples=1, method="tree", tree="auto",
-                                              device="cpu"), CPU_THREADS) for steps in (100, 1000)}
+    configs = {
+        f"cli-{steps}": (
+            SamplerConfig(model="digits", steps=steps, num_samples=1, method="tree", tree="auto", device="cpu"),
+            CPU_THREADS,
+        )
+        for steps in (100, 1000)
+    }
     return configs | {f"app-{model}": app_default(model) for model in APP_MODELS}
 
 
@@ -54,15 +59,18 @@ def main(names: list[str]) -> None:
     for name in names or configs:
         config, threads = configs[name]
         torch.set_num_threads(threads)
-        problem = build(SamplerConfig(**{**config.to_dict(), "cache_dir": str(SHIPPED_PLANS), "replan": True,
-                                             "pilot": True}))
+        problem = build(
+            SamplerConfig(**{**config.to_dict(), "cache_dir": str(SHIPPED_PLANS), "replan": True, "pilot": True})
+        )
         for _ in range(MEASURED_MIN):
             problem.run()  # planning.observe keeps what it took
         plan = problem.tree if problem.declined is None else problem.declined.tree
-        print(f"{name}: {problem.kernel.num_steps} steps, {config.num_samples} sample(s), {threads} thread(s): "
-              f"{problem.pilot.target_calls} pilot calls, {problem.calibration_s:.0f} s; expected "
-              f"{plan.expected_s:.3f} s, {plan.expected_calls:.1f} calls; plain {problem.plain_s:.3f} s"
-              + (" (auto samples plainly)" if problem.declined is not None else ""))
+        print(
+            f"{name}: {problem.kernel.num_steps} steps, {config.num_samples} sample(s), {threads} thread(s): "
+            f"{problem.pilot.target_calls} pilot calls, {problem.calibration_s:.0f} s; expected "
+            f"{plan.expected_s:.3f} s, {plan.expected_calls:.1f} calls; plain {problem.plain_s:.3f} s"
+            + (" (auto samples plainly)" if problem.declined is not None else "")
+        )
 
 
 if __name__ == "__main__":

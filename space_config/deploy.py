@@ -80,8 +80,13 @@ def deploy(repo_id: str, folder: Path, *, token: str | None, private: bool, mess
 
     api = HfApi(token=token)
     url = api.create_repo(repo_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
-    api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="space", commit_message=message,
-                      delete_patterns=[f"{package}/**" for package in PACKAGES])
+    api.upload_folder(
+        folder_path=str(folder),
+        repo_id=repo_id,
+        repo_type="space",
+        commit_message=message,
+        delete_patterns=[f"{package}/**" for package in PACKAGES],
+    )
     return str(url)
 
 
@@ -102,9 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         check(meta)
         folder = args.out or Path(tempfile.mkdtemp(prefix="specdemo-space-"))
         files = stage(folder)
-        plan = {"repo_id": args.repo_id, "dry_run": args.dry_run, "folder": str(folder), "front_matter": meta,
-                "files": len(files), "bytes": sum(size for _, size in files),
-                "top_level": sorted({path.split("/")[0] for path, _ in files})}
+        plan = {
+            "repo_id": args.repo_id,
+            "dry_run": args.dry_run,
+            "folder": str(folder),
+            "front_matter": meta,
+            "files": len(files),
+            "bytes": sum(size for _, size in files),
+            "top_level": sorted({path.split("/")[0] for path, _ in files}),
+        }
         print(json.dumps(plan, indent=2, ensure_ascii=False))
         if args.dry_run:
             return 0

@@ -31,8 +31,12 @@ def sample_options() -> list[tuple[str, dict]]:
         accepts = {key: value for key, value in f.metadata.items() if key in ARGPARSE_KEYS}
         kind = field_type(SamplerConfig, f)
         if kind is bool:
-            options.append((f"--{f.name.replace('_', '-')}", dict(action=argparse.BooleanOptionalAction,
-                                                                   default=f.default, **accepts)))
+            options.append(
+                (
+                    f"--{f.name.replace('_', '-')}",
+                    dict(action=argparse.BooleanOptionalAction, default=f.default, **accepts),
+                )
+            )
             continue
         accepts["type"] = kind
         if f.default not in (None, ""):
@@ -44,11 +48,18 @@ def sample_options() -> list[tuple[str, dict]]:
 # the process's own settings (not a run's): where sample writes, besides the JSON line on stdout, and its threads
 CPU_THREADS = 1  # on a CPU: a diffusion step's small tensors gained nothing from more, and timings were steadier
 PROCESS_OPTIONS: tuple[tuple[str, dict], ...] = (
-    ("--threads", dict(type=int, metavar="T", help=f"torch's CPU threads for the run, which the planner's costs are "
-                                                   f"measured with too (default {CPU_THREADS} on a CPU: at batch 1 "
-                                                   "one thread was faster and steadier than two; 0: torch's "
-                                                   "default). The samples are the same for the same seed, device, "
-                                                   "batch and threads")),
+    (
+        "--threads",
+        dict(
+            type=int,
+            metavar="T",
+            help=f"torch's CPU threads for the run, which the planner's costs are "
+            f"measured with too (default {CPU_THREADS} on a CPU: at batch 1 "
+            "one thread was faster and steadier than two; 0: torch's "
+            "default). The samples are the same for the same seed, device, "
+            "batch and threads",
+        ),
+    ),
     ("--out", dict(metavar="FILE.npz", help="save `samples` (and the config and cost) here")),
     ("--grid", dict(metavar="FILE.png", help="for image models: save the samples as a PNG grid")),
     ("--trace", dict(metavar="FILE.json", help="save every round's tree (no states) as JSON")),
@@ -109,14 +120,27 @@ def _sample(args) -> int:
     plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
     planned = plan if plan is not None and plan.predicts else None
     c = problem.config
-    summary = {**cost.summary(), "method": c.method, "model": c.model, "kernel": problem.kernel.name, "tree": str(problem.tree),
-               "verifier": problem.verifier.name if problem.verifier else None, "freeze": c.freeze,
-               "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective if plan else None,
-               "plan_source": problem.plan_source, "plan_cached": problem.plan_source in ("cache", "shipped")
-               if problem.plan_source else None, "planned_calls": planned.expected_calls if planned else None,
-               "planned_s": planned.expected_s if planned else None, "warmup_s": problem.warmup_s,
-               "device": str(problem.device), "seed": c.seed, "threads": torch.get_num_threads(),
-               "processes": state.num_processes if state else 1}
+    summary = {
+        **cost.summary(),
+        "method": c.method,
+        "model": c.model,
+        "kernel": problem.kernel.name,
+        "tree": str(problem.tree),
+        "verifier": problem.verifier.name if problem.verifier else None,
+        "freeze": c.freeze,
+        "prefetch": c.prefetch,
+        "budget": c.budget,
+        "objective": c.objective if plan else None,
+        "plan_source": problem.plan_source,
+        "plan_cached": problem.plan_source in ("cache", "shipped") if problem.plan_source else None,
+        "planned_calls": planned.expected_calls if planned else None,
+        "planned_s": planned.expected_s if planned else None,
+        "warmup_s": problem.warmup_s,
+        "device": str(problem.device),
+        "seed": c.seed,
+        "threads": torch.get_num_threads(),
+        "processes": state.num_processes if state else 1,
+    }
     if args.out:
         np.savez(args.out, samples=samples, config=json.dumps(c.to_dict()), cost=json.dumps(summary))
     if args.grid:
@@ -126,8 +150,9 @@ def _sample(args) -> int:
         save_grid(images, args.grid)
     if args.trace:
         assert result.trace is not None  # the run was traced (--trace)
-        Path(args.trace).write_text(json.dumps({"config": c.to_dict(), "cost": summary,
-                                                "rounds": [r.to_json() for r in result.trace]}))
+        Path(args.trace).write_text(
+            json.dumps({"config": c.to_dict(), "cost": summary, "rounds": [r.to_json() for r in result.trace]})
+        )
     print(json.dumps(summary, allow_nan=False))
     return 0
 
@@ -149,8 +174,10 @@ def _bench(argv: list[str], prog: str) -> int:
     package and is not installed with it; it parses its own options."""
     checkout = Path(__file__).resolve().parents[1]
     if not (checkout / "benchmarks" / "run.py").is_file():
-        raise SpecdemoError("the benchmarks are not part of the installed package: run `python -m benchmarks.run` "
-                            "(or this command) from a checkout of the repository")
+        raise SpecdemoError(
+            "the benchmarks are not part of the installed package: run `python -m benchmarks.run` "
+            "(or this command) from a checkout of the repository"
+        )
     if str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
     runner = importlib.import_module("benchmarks.run")  # the checkout's folder, not an installed distribution
@@ -161,11 +188,17 @@ def build_parser(prog: str = "specdemo", sample_defaults: dict | None = None) ->
     """The command line; sample_defaults (SamplerConfig settings) replace the fields' defaults."""
     parser = _Parser(prog=prog, description="Exact speculative sampling for diffusion models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = sub.add_parser("sample", help="draw samples and print the cost as JSON",
-                       description="Draw exact samples of the target; print the cost as one JSON line.")
-    p.add_argument("--config", metavar="FILE.json",
-                   help="start from the settings saved in this file (SamplerConfig.to_json, or a run's --trace "
-                        "file); the options given here change them")
+    p = sub.add_parser(
+        "sample",
+        help="draw samples and print the cost as JSON",
+        description="Draw exact samples of the target; print the cost as one JSON line.",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE.json",
+        help="start from the settings saved in this file (SamplerConfig.to_json, or a run's --trace "
+        "file); the options given here change them",
+    )
     for flag, options in sample_options() + list(PROCESS_OPTIONS):
         p.add_argument(flag, **options)
     p.set_defaults(**(sample_defaults or {}))

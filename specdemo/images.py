@@ -24,7 +24,7 @@ def grid(images: torch.Tensor, columns: int | None = None, pad: int = 1, backgro
     out = np.full((rows * (h + pad) + pad, columns * (w + pad) + pad, c), background, dtype=np.uint8)
     for i in range(b):
         r, q = divmod(i, columns)
-        out[pad + r * (h + pad): pad + r * (h + pad) + h, pad + q * (w + pad): pad + q * (w + pad) + w] = tiles[i]
+        out[pad + r * (h + pad) : pad + r * (h + pad) + h, pad + q * (w + pad) : pad + q * (w + pad) + w] = tiles[i]
     return out
 
 

@@ -50,16 +50,32 @@ class Limits:
             values[f.name] = value
         return replace(limits, **values)
 
-    def check(self, *, steps: int, num_samples: int, rows_per_round: int, pilot_runs: int = 0,
-              pilot_samples: int = 0, pilot_rows_per_round: int = 0) -> None:
+    def check(
+        self,
+        *,
+        steps: int,
+        num_samples: int,
+        rows_per_round: int,
+        pilot_runs: int = 0,
+        pilot_samples: int = 0,
+        pilot_rows_per_round: int = 0,
+    ) -> None:
         """Refuse a run whose steps, samples or row bound (module docstring) is over a limit, saying
         what to lower."""
         if steps > self.max_steps:  # (a model refuses steps below 1, or beyond its schedule, itself)
-            raise SettingError("steps", steps, f"at most {self.max_steps}",
-                               f"--steps {steps} is over the limit of {self.max_steps} steps here")
+            raise SettingError(
+                "steps",
+                steps,
+                f"at most {self.max_steps}",
+                f"--steps {steps} is over the limit of {self.max_steps} steps here",
+            )
         if not 1 <= num_samples <= self.max_samples:
-            raise SettingError("num_samples", num_samples, f"1..{self.max_samples}",
-                               f"the number of samples must be in 1..{self.max_samples}, got {num_samples}")
+            raise SettingError(
+                "num_samples",
+                num_samples,
+                f"1..{self.max_samples}",
+                f"the number of samples must be in 1..{self.max_samples}, got {num_samples}",
+            )
         run_rows = num_samples * steps * rows_per_round
         pilot = pilot_runs * pilot_samples * steps * pilot_rows_per_round
         if run_rows + pilot > self.max_rows:
@@ -67,9 +83,11 @@ class Limits:
             if pilot:
                 parts += f", plus {pilot:,} for the pilot"
             raise WorkLimitError(
-                run_rows + pilot, self.max_rows,
+                run_rows + pilot,
+                self.max_rows,
                 f"this run could evaluate up to {run_rows + pilot:,} target rows ({parts}), over the limit of "
-                f"{self.max_rows:,}; use fewer samples, fewer steps or a smaller tree or budget")
+                f"{self.max_rows:,}; use fewer samples, fewer steps or a smaller tree or budget",
+            )
 
 
 class Cancelled(SpecdemoError):
@@ -103,5 +121,7 @@ class Cancel:
         if self._event.is_set():
             raise Cancelled("the run was cancelled")
         if self._deadline is not None and time.monotonic() >= self._deadline:
-            raise Cancelled(f"the run took longer than its limit of {self.seconds:g} s; use fewer samples, fewer "
-                            "steps or a smaller tree")
+            raise Cancelled(
+                f"the run took longer than its limit of {self.seconds:g} s; use fewer samples, fewer "
+                "steps or a smaller tree"
+            )

@@ -21,9 +21,11 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-SINGLE_PROCESS_NOTE = ("specdemo: note: accelerate started one process (`accelerate launch --cpu` ignores "
-                       "--num_processes); for P processes on CPUs run `accelerate launch --multi_gpu --num_processes "
-                       "P`, which uses the CPUs where there is no GPU")
+SINGLE_PROCESS_NOTE = (
+    "specdemo: note: accelerate started one process (`accelerate launch --cpu` ignores "
+    "--num_processes); for P processes on CPUs run `accelerate launch --multi_gpu --num_processes "
+    "P`, which uses the CPUs where there is no GPU"
+)
 
 
 def single_process_note() -> str | None:
@@ -86,13 +88,19 @@ def merge_costs(costs: list[Cost], order: np.ndarray) -> Cost:
     per = lambda name: np.concatenate([getattr(c, name) for c in costs])[order]
     first = costs[0]
     return Cost(
-        method=first.method, steps=first.steps, stochastic_steps=first.stochastic_steps,
-        calls_per_trajectory=per("calls_per_trajectory"), counted_calls=per("counted_calls"),
+        method=first.method,
+        steps=first.steps,
+        stochastic_steps=first.stochastic_steps,
+        calls_per_trajectory=per("calls_per_trajectory"),
+        counted_calls=per("counted_calls"),
         rows_per_trajectory=per("rows_per_trajectory"),
-        target_calls=max(c.target_calls for c in costs), processes_calls=sum(c.total_target_calls for c in costs),
-        draft_calls=max(c.draft_calls for c in costs), rounds=max(c.rounds for c in costs),
+        target_calls=max(c.target_calls for c in costs),
+        processes_calls=sum(c.total_target_calls for c in costs),
+        draft_calls=max(c.draft_calls for c in costs),
+        rounds=max(c.rounds for c in costs),
         warm_ups=sum(c.warm_ups for c in costs),
-        wall_s=max(c.wall_s for c in costs), target_s=max(c.target_s for c in costs),
+        wall_s=max(c.wall_s for c in costs),
+        target_s=max(c.target_s for c in costs),
         examined_per_depth=list(np.sum([c.examined_per_depth for c in costs], axis=0)),
         accepted_per_depth=list(np.sum([c.accepted_per_depth for c in costs], axis=0)),
     )

@@ -49,7 +49,9 @@ class Problem:
     cond: dict
     request: PlanRequest | None = None  # what planning settles (resolve.PlanRequest); None: nothing
     pilot: Cost | None = None  # the pilot runs, when this build ran them (not part of the run's cost)
-    stats: DeltaStats | None = None  # the measured deltas (a pilot's or the runs'), which an auto topology is planned from
+    stats: DeltaStats | None = (
+        None  # the measured deltas (a pilot's or the runs'), which an auto topology is planned from
+    )
     cost_model: CostModel | None = None  # what a round costs, for the time objective
     # for calibrated settings: "pilot", "runs" (planned from earlier runs' deltas), "cache", "shipped", "online"
     # (no plan yet: the online plan, whose runs learn) or "default" (a fixed tree, --freeze auto's first table)
@@ -94,15 +96,34 @@ class Problem:
         assert self.tree is not None  # planning settles an auto tree before a run
         if learns and not traced:  # learning reads the deltas alone: no node states kept on the host
             kwargs["trace_states"] = False
-        result = sample(self.network, self.kernel, self.target.shape, num, tree=self.tree, draft=self.draft,
-                        verifier=self.verifier, prefetch=self.config.prefetch, seed=self.stream_seed,
-                        indices=indices, cond=cond, device=self.device, dtype=self.dtype,
-                        max_batch=self.config.max_batch, trace=traced or learns, **kwargs)
+        result = sample(
+            self.network,
+            self.kernel,
+            self.target.shape,
+            num,
+            tree=self.tree,
+            draft=self.draft,
+            verifier=self.verifier,
+            prefetch=self.config.prefetch,
+            seed=self.stream_seed,
+            indices=indices,
+            cond=cond,
+            device=self.device,
+            dtype=self.dtype,
+            max_batch=self.config.max_batch,
+            trace=traced or learns,
+            **kwargs,
+        )
         if learns:  # the run's deltas plan the setting's later runs (planning.learn)
             learn(self, result.trace, range(num) if indices is None else indices)
             result.trace = result.trace if traced else None
-        elif (learn_deltas and not traced and self.plain_s is not None and isinstance(self.tree, TopologyPlan)
-              and _learning_process()):
+        elif (
+            learn_deltas
+            and not traced
+            and self.plain_s is not None
+            and isinstance(self.tree, TopologyPlan)
+            and _learning_process()
+        ):
             observe(self, result.cost.wall_s, num)  # what the plan took (untraced), weighed against plain sampling
         if with_pilot and self.pilot is not None:
             result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s
@@ -116,8 +137,15 @@ def _learning_process() -> bool:
     return state is None or state.is_main_process
 
 
-def build(config: SamplerConfig, target: Target | None = None, *, draft_target: Target | None = None,
-          limits: Limits | None = None, cancel: Cancel | None = None, share: Broadcast | None = None) -> Problem:
+def build(
+    config: SamplerConfig,
+    target: Target | None = None,
+    *,
+    draft_target: Target | None = None,
+    limits: Limits | None = None,
+    cancel: Cancel | None = None,
+    share: Broadcast | None = None,
+) -> Problem:
     """Resolve a configuration (specdemo.resolve), then plan it (specdemo.planning: learnt, from pilots, or the plan cache);
     cancel stops the pilots between rounds. target, draft_target: the models config.model and
     config.draft name, already loaded (by default they are loaded here). share: under accelerate
@@ -126,8 +154,13 @@ def build(config: SamplerConfig, target: Target | None = None, *, draft_target: 
     return warm_up(problem if problem.config.method == "target" else problem.planned(plan(problem, cancel, share)))
 
 
-def prepare(config: SamplerConfig, target: Target | None = None, *, draft_target: Target | None = None,
-            limits: Limits | None = None) -> Problem:
+def prepare(
+    config: SamplerConfig,
+    target: Target | None = None,
+    *,
+    draft_target: Target | None = None,
+    limits: Limits | None = None,
+) -> Problem:
     """The resolved problem before planning: its draft as configured, an auto tree not yet planned."""
     settings = resolve(config, target, limits=limits)
     c, target, kernel, device, cond = settings.config, settings.target, settings.kernel, settings.device, settings.cond
@@ -137,10 +170,22 @@ def prepare(config: SamplerConfig, target: Target | None = None, *, draft_target
         draft = build_draft(settings, draft_target)
     if target.text_conditioned:  # the prompts encoded once for the run, every trajectory's rows a view of it
         assert c.guidance_scale is not None  # resolve() settles a text-conditioned target's
-        cond = {**cond, **target.prompt_conditioning(c.prompt, c.negative_prompt, c.guidance_scale, c.num_samples,
-                                                     device)}
-    return Problem(c, target, kernel, launched(target.network(kernel, device), c.launch, device), settings.topology,
-                   draft, verifier, device, cond, request=settings.plan)
+        cond = {
+            **cond,
+            **target.prompt_conditioning(c.prompt, c.negative_prompt, c.guidance_scale, c.num_samples, device),
+        }
+    return Problem(
+        c,
+        target,
+        kernel,
+        launched(target.network(kernel, device), c.launch, device),
+        settings.topology,
+        draft,
+        verifier,
+        device,
+        cond,
+        request=settings.plan,
+    )
 
 
 def warm_up(problem: Problem) -> Problem:
@@ -158,7 +203,7 @@ def warm_up(problem: Problem) -> Problem:
 
 
 def build_draft(settings: Settings, draft_target: Target | None = None) -> Draft:
-    """"frozen", or a draft model (an embedded name, a folder or a Hub id) for a diffusers target: the
+    """ "frozen", or a draft model (an embedded name, a folder or a Hub id) for a diffusers target: the
     target's conditioning (class labels, prompt embeddings and guidance) goes to the draft network too;
     with --freeze residual the network is corrected by the target's residual (CorrectedNetworkDraft)."""
     config, target, kernel, device = settings.config, settings.target, settings.kernel, settings.device

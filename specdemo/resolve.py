@@ -157,8 +157,12 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise SettingError("device", name, "auto, cpu",
-                           "device cuda was asked for but no CUDA GPU is available; use --device cpu or auto")
+        raise SettingError(
+            "device",
+            name,
+            "auto, cpu",
+            "device cuda was asked for but no CUDA GPU is available; use --device cpu or auto",
+        )
     if name not in ("cpu", "cuda"):
         raise SettingError("device", name, "auto, cpu, cuda", f"unknown device {name!r}; accepted: auto, cpu, cuda")
     return torch.device(name)
@@ -181,8 +185,12 @@ def resolve(config: SamplerConfig, target: Target | None = None, *, limits: Limi
     limits = limits or Limits.from_env()
     c.validate()
     if not 1 <= c.pilot_samples <= limits.max_samples:
-        raise SettingError("pilot_samples", c.pilot_samples, f"1..{limits.max_samples}",
-                           f"pilot_samples must be in 1..{limits.max_samples}, got {c.pilot_samples}")
+        raise SettingError(
+            "pilot_samples",
+            c.pilot_samples,
+            f"1..{limits.max_samples}",
+            f"pilot_samples must be in 1..{limits.max_samples}, got {c.pilot_samples}",
+        )
     if target is None:
         from .models import resolve_target
 
@@ -196,8 +204,20 @@ def resolve(config: SamplerConfig, target: Target | None = None, *, limits: Limi
     if method is Method.TARGET:
         freeze, prefetch = c.freeze or "out", c.prefetch or "nearest"
         c = replace(c, freeze=freeze, prefetch=prefetch)
-        return Settings(c, target, kernel, device, method, Topology(()), None, Freeze(freeze), Start(c.start or "cold"),
-                        Prefetch(prefetch), None, cond)
+        return Settings(
+            c,
+            target,
+            kernel,
+            device,
+            method,
+            Topology(()),
+            None,
+            Freeze(freeze),
+            Start(c.start or "cold"),
+            Prefetch(prefetch),
+            None,
+            cond,
+        )
     c = _defaults(c, target, kernel, device)
     assert c.freeze is not None and c.start is not None and c.prefetch is not None  # _defaults settles them
     auto = c.tree == "auto"
@@ -205,13 +225,38 @@ def resolve(config: SamplerConfig, target: Target | None = None, *, limits: Limi
     _check_draft(c, target, kernel)
     plan = None
     if auto or c.freeze == "auto":
-        plan = PlanRequest(tree=auto, freeze=c.freeze == "auto", verifier=c.verifier == "auto", budget=c.budget,
-                           objective=c.objective, pilot=c.pilot, pilot_samples=c.pilot_samples,
-                           draft_network=c.draft != "frozen")
-    settings = Settings(c, target, kernel, device, method, topology, None if c.verifier == "auto" else c.verifier,
-                        Freeze(c.freeze), Start(c.start), Prefetch(c.prefetch), plan, cond)
-    limits.check(steps=kernel.num_steps, num_samples=c.num_samples, rows_per_round=settings.rows_per_round,
-                 pilot_runs=settings.pilot_runs, pilot_samples=c.pilot_samples, pilot_rows_per_round=PILOT_DEPTH + 1)
+        plan = PlanRequest(
+            tree=auto,
+            freeze=c.freeze == "auto",
+            verifier=c.verifier == "auto",
+            budget=c.budget,
+            objective=c.objective,
+            pilot=c.pilot,
+            pilot_samples=c.pilot_samples,
+            draft_network=c.draft != "frozen",
+        )
+    settings = Settings(
+        c,
+        target,
+        kernel,
+        device,
+        method,
+        topology,
+        None if c.verifier == "auto" else c.verifier,
+        Freeze(c.freeze),
+        Start(c.start),
+        Prefetch(c.prefetch),
+        plan,
+        cond,
+    )
+    limits.check(
+        steps=kernel.num_steps,
+        num_samples=c.num_samples,
+        rows_per_round=settings.rows_per_round,
+        pilot_runs=settings.pilot_runs,
+        pilot_samples=c.pilot_samples,
+        pilot_rows_per_round=PILOT_DEPTH + 1,
+    )
     return settings
 
 
@@ -219,13 +264,19 @@ def _kernel(c: SamplerConfig, target: Target, limits: Limits) -> Kernel:
     defaults = target.defaults
     name = c.kernel or defaults.get("kernel", target.kernels[0])
     if name not in KERNEL_NAMES:
-        raise SettingError("kernel", name, ", ".join(KERNEL_NAMES),
-                           f"unknown kernel {name!r}; accepted: {', '.join(KERNEL_NAMES)}")
+        raise SettingError(
+            "kernel", name, ", ".join(KERNEL_NAMES), f"unknown kernel {name!r}; accepted: {', '.join(KERNEL_NAMES)}"
+        )
     steps = c.steps if c.steps is not None else defaults.get("steps", 100)
     limits.check(steps=steps, num_samples=c.num_samples, rows_per_round=1)  # before the kernel's tables
-    return target.kernel(name, steps, eta=c.eta, churn=c.churn if c.churn is not None else defaults.get("churn", 0.06),
-                         gamma=c.gamma if c.gamma is not None else defaults.get("gamma", 0.01),
-                         prediction=c.prediction)
+    return target.kernel(
+        name,
+        steps,
+        eta=c.eta,
+        churn=c.churn if c.churn is not None else defaults.get("churn", 0.06),
+        gamma=c.gamma if c.gamma is not None else defaults.get("gamma", 0.01),
+        prediction=c.prediction,
+    )
 
 
 def _defaults(c: SamplerConfig, target: Target, kernel: Kernel, device: torch.device) -> SamplerConfig:
@@ -238,10 +289,15 @@ def _defaults(c: SamplerConfig, target: Target, kernel: Kernel, device: torch.de
     keeps_outputs = c.draft == "frozen" or freeze in ("residual", "auto")  # a draft that keeps target outputs
     # a draft network drafts a first round itself; the frozen draft guesses x0-hat where the kernel has it
     start = c.start or ("cold" if c.draft != "frozen" or kernel.has_denoised else "warm")
-    return replace(c, tree="auto" if auto else (c.tree or DEFAULT_TREES[c.method]), freeze=freeze, start=start,
-                   prefetch=c.prefetch or (best.get("prefetch", "nearest") if keeps_outputs else "nearest"),
-                   verifier=c.verifier or best.get("verifier", DEFAULT_VERIFIERS[c.method]),
-                   budget=c.budget if c.budget is not None else best.get("budget"))
+    return replace(
+        c,
+        tree="auto" if auto else (c.tree or DEFAULT_TREES[c.method]),
+        freeze=freeze,
+        start=start,
+        prefetch=c.prefetch or (best.get("prefetch", "nearest") if keeps_outputs else "nearest"),
+        verifier=c.verifier or best.get("verifier", DEFAULT_VERIFIERS[c.method]),
+        budget=c.budget if c.budget is not None else best.get("budget"),
+    )
 
 
 def _topology(c: SamplerConfig) -> Topology:
@@ -249,50 +305,89 @@ def _topology(c: SamplerConfig) -> Topology:
     assert c.tree is not None  # _defaults settles it
     tree = Topology.parse(c.tree)
     if c.verifier == "auto":
-        raise SettingError("verifier", "auto", f"{'rmc, ' if tree.is_chain else ''}block, dgrs or rank",
-                           f"--verifier auto lets the planner choose block or RMC, which needs --tree auto; with "
-                           f"tree {tree} use {'rmc, ' if tree.is_chain else ''}block, dgrs or rank")
+        raise SettingError(
+            "verifier",
+            "auto",
+            f"{'rmc, ' if tree.is_chain else ''}block, dgrs or rank",
+            f"--verifier auto lets the planner choose block or RMC, which needs --tree auto; with "
+            f"tree {tree} use {'rmc, ' if tree.is_chain else ''}block, dgrs or rank",
+        )
     if c.method == "chain" and not tree.is_chain:
-        raise SettingError("tree", c.tree, "widths of 1 (1xL) for a chain",
-                           f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it")
+        raise SettingError(
+            "tree",
+            c.tree,
+            "widths of 1 (1xL) for a chain",
+            f"a chain has width 1 at every depth, got tree {tree}; use --method tree for it",
+        )
     if c.prefetch == "auto":
-        raise SettingError("prefetch", "auto", "nearest, parent, none or leaves",
-                           "--prefetch auto lets the planner choose leaf evaluation per step, which needs --tree "
-                           f"auto; with tree {tree} use nearest, parent, none or leaves")
+        raise SettingError(
+            "prefetch",
+            "auto",
+            "nearest, parent, none or leaves",
+            "--prefetch auto lets the planner choose leaf evaluation per step, which needs --tree "
+            f"auto; with tree {tree} use nearest, parent, none or leaves",
+        )
     return tree
 
 
 def _check_draft(c: SamplerConfig, target: Target, kernel: Kernel) -> None:
     """The rules between the model, the draft, what it freezes, how it starts and the kernel."""
     if c.tree == "auto" and (c.budget is None or c.budget < 1):
-        raise SettingError("budget", c.budget, ">= 1", "--tree auto needs a rows budget of at least 1 (--budget R: "
-                                                       "the target rows a round may use)")
+        raise SettingError(
+            "budget",
+            c.budget,
+            ">= 1",
+            "--tree auto needs a rows budget of at least 1 (--budget R: the target rows a round may use)",
+        )
     network = c.draft != "frozen"
     if network and not target.takes_draft_networks:
-        raise SettingError("draft", c.draft, f"frozen ({target.name} takes only the frozen draft)",
-                           f"{target.name} takes only the frozen draft; got draft {c.draft!r}")
+        raise SettingError(
+            "draft",
+            c.draft,
+            f"frozen ({target.name} takes only the frozen draft)",
+            f"{target.name} takes only the frozen draft; got draft {c.draft!r}",
+        )
     if c.freeze == "residual" and not network:
-        raise SettingError("freeze", "residual", "out, x0, x0-linear, gaussian or auto with the frozen draft",
-                           "--freeze residual corrects a draft network by the target's residual: use it with "
-                           "--draft NETWORK (digits-draft, digits-draft-distilled, a folder or a Hub id); the "
-                           "frozen draft takes out, x0, x0-linear, gaussian or auto")
+        raise SettingError(
+            "freeze",
+            "residual",
+            "out, x0, x0-linear, gaussian or auto with the frozen draft",
+            "--freeze residual corrects a draft network by the target's residual: use it with "
+            "--draft NETWORK (digits-draft, digits-draft-distilled, a folder or a Hub id); the "
+            "frozen draft takes out, x0, x0-linear, gaussian or auto",
+        )
     if network and c.freeze not in ("out", "residual", "auto"):
-        raise SettingError("freeze", c.freeze, "out, residual or auto with a draft network",
-                           f"--freeze {c.freeze} is a form of the frozen draft; with the draft network {c.draft!r} "
-                           "use out (the network as it is), residual (corrected by the target's residual) or auto "
-                           "(per step, the corrected network or a frozen form)")
+        raise SettingError(
+            "freeze",
+            c.freeze,
+            "out, residual or auto with a draft network",
+            f"--freeze {c.freeze} is a form of the frozen draft; with the draft network {c.draft!r} "
+            "use out (the network as it is), residual (corrected by the target's residual) or auto "
+            "(per step, the corrected network or a frozen form)",
+        )
     if not network and c.freeze != "out" and not kernel.has_denoised:
-        raise SettingError("freeze", c.freeze, f"out (the {kernel.name} kernel has no x0-hat)",
-                           f"--freeze {c.freeze} needs a denoised estimate, which the {kernel.name} kernel has not; "
-                           "use --freeze out")
+        raise SettingError(
+            "freeze",
+            c.freeze,
+            f"out (the {kernel.name} kernel has no x0-hat)",
+            f"--freeze {c.freeze} needs a denoised estimate, which the {kernel.name} kernel has not; use --freeze out",
+        )
     if c.start == "warm" and network:
-        raise SettingError("start", "warm", "cold with a draft network",
-                           f"--start warm spends a warm-up call on the frozen draft's first round; the draft network "
-                           f"{c.draft!r} drafts it itself: leave out --start or use cold")
+        raise SettingError(
+            "start",
+            "warm",
+            "cold with a draft network",
+            f"--start warm spends a warm-up call on the frozen draft's first round; the draft network "
+            f"{c.draft!r} drafts it itself: leave out --start or use cold",
+        )
     if c.start == "cold" and not network and not kernel.has_denoised:
-        raise SettingError("start", "cold", f"warm (the {kernel.name} kernel has no x0-hat)",
-                           f"--start cold drafts a first round from x0-hat = 0, which the {kernel.name} kernel has "
-                           "not; use --start warm")
+        raise SettingError(
+            "start",
+            "cold",
+            f"warm (the {kernel.name} kernel has no x0-hat)",
+            f"--start cold drafts a first round from x0-hat = 0, which the {kernel.name} kernel has "
+            "not; use --start warm",
+        )
 
 
 def _conditioning(c: SamplerConfig, target: Target) -> dict:
@@ -300,16 +395,24 @@ def _conditioning(c: SamplerConfig, target: Target) -> dict:
     if target.num_classes:
         label = c.class_label if c.class_label is not None else 0
         if not 0 <= label < target.num_classes:
-            raise SettingError("class_label", label, f"0..{target.num_classes - 1}",
-                               f"class label {label} is out of range for {target.name}: accepted "
-                               f"0..{target.num_classes - 1}")
+            raise SettingError(
+                "class_label",
+                label,
+                f"0..{target.num_classes - 1}",
+                f"class label {label} is out of range for {target.name}: accepted 0..{target.num_classes - 1}",
+            )
         return {"class_labels": torch.full((c.num_samples,), label, dtype=torch.long)}
     if c.class_label is not None:
-        raise SettingError("class_label", c.class_label, "none for this model",
-                           f"{target.name} has no classes; leave out --class-label")
+        raise SettingError(
+            "class_label",
+            c.class_label,
+            "none for this model",
+            f"{target.name} has no classes; leave out --class-label",
+        )
     if not target.text_conditioned and (c.prompt or c.negative_prompt or c.guidance_scale is not None):
-        raise SpecdemoError(f"{target.name} is not a text-to-image model; leave out --prompt, --negative-prompt and "
-                            "--guidance-scale")
+        raise SpecdemoError(
+            f"{target.name} is not a text-to-image model; leave out --prompt, --negative-prompt and --guidance-scale"
+        )
     return {}
 
 
@@ -317,14 +420,26 @@ def _guidance(c: SamplerConfig, default_guidance: float) -> float:
     """The run's guidance weight w, after checking the prompts and w."""
     guidance = c.guidance_scale if c.guidance_scale is not None else default_guidance
     if not (math.isfinite(guidance) and guidance >= 1):
-        raise SettingError("guidance_scale", guidance, ">= 1 (1: no guidance)",
-                           f"the guidance scale must be a finite number >= 1 (1: no guidance), got {guidance}")
+        raise SettingError(
+            "guidance_scale",
+            guidance,
+            ">= 1 (1: no guidance)",
+            f"the guidance scale must be a finite number >= 1 (1: no guidance), got {guidance}",
+        )
     for name, what, text in (("prompt", "prompt", c.prompt), ("negative_prompt", "negative prompt", c.negative_prompt)):
         if not isinstance(text, str) or len(text) > MAX_PROMPT:
-            raise SettingError(name, text, f"text of at most {MAX_PROMPT} characters",
-                               f"the {what} must be text of at most {MAX_PROMPT} characters, got "
-                               f"{len(text) if isinstance(text, str) else type(text).__name__}")
+            raise SettingError(
+                name,
+                text,
+                f"text of at most {MAX_PROMPT} characters",
+                f"the {what} must be text of at most {MAX_PROMPT} characters, got "
+                f"{len(text) if isinstance(text, str) else type(text).__name__}",
+            )
     if c.negative_prompt and guidance == 1:
-        raise SettingError("guidance_scale", guidance, "above 1 with a negative prompt",
-                           "a negative prompt acts through guidance; give a guidance scale above 1 or leave it out")
+        raise SettingError(
+            "guidance_scale",
+            guidance,
+            "above 1 with a negative prompt",
+            "a negative prompt acts through guidance; give a guidance scale above 1 or leave it out",
+        )
     return guidance

@@ -151,9 +151,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--which", choices=sorted(ARCHITECTURES), required=True, help="which UNet architecture")
     parser.add_argument("--out", type=Path, required=True, help="output folder for the DDPMPipeline")
-    parser.add_argument("--teacher", type=Path, default=None,
-                        help="a diffusers pipeline folder whose UNet's outputs the network learns (distillation) "
-                             "(default: none; the network learns the noise that made x_t)")
+    parser.add_argument(
+        "--teacher",
+        type=Path,
+        default=None,
+        help="a diffusers pipeline folder whose UNet's outputs the network learns (distillation) "
+        "(default: none; the network learns the noise that made x_t)",
+    )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed for weights, batches, noise and timesteps (default: %(default)s)"
     )

@@ -100,4 +100,5 @@ def watched(progress, cancel: Cancel, every: float = 0.1):
             last[0] = now
             cancel.check()
             progress(fraction, desc=desc)
+
     return update

@@ -120,28 +120,70 @@ def span(name: str) -> dict:
 # where the page's control differs from what its field alone gives: its kind and keyword arguments
 # (each control's elem_id is its name, dashed, unless given here)
 WIDGETS: dict[str, tuple[type, dict]] = {
-    "model": (gr.Dropdown, dict(choices=MODEL_CHOICES, label="target model",
-                                info="the Hub is offline here: Hub models run where this server holds them"
-                                if hub_offline() else "Hub models are downloaded when first run (their size in the "
-                                                      "label)")),
+    "model": (
+        gr.Dropdown,
+        dict(
+            choices=MODEL_CHOICES,
+            label="target model",
+            info="the Hub is offline here: Hub models run where this server holds them"
+            if hub_offline()
+            else "Hub models are downloaded when first run (their size in the label)",
+        ),
+    ),
     "custom_model": (gr.Textbox, dict(label="Hub id or local diffusers folder", placeholder="google/ddpm-cifar10-32")),
     # numbers pass as typed (precision None: gradio would round 2.5 to 2); a whole number is checked by the field
     "class_label": (RawNumber, dict(precision=None, step=1)),
-    "prompt": (gr.Textbox, dict(lines=2, max_lines=4, placeholder="a watercolour lighthouse at dawn",
-                                info=field_metadata("prompt")["help"])),
-    "negative_prompt": (gr.Textbox, dict(label="negative prompt", max_lines=2, placeholder="blurry, low quality",
-                                         info=field_metadata("negative_prompt")["help"])),
-    "draft": (gr.Dropdown, dict(choices=DRAFT_CHOICES, label="draft", allow_custom_value=True,
-                                info="or a draft network's folder or Hub id (same noise schedule)")),
-    "freeze": (gr.Radio, dict(choices=FREEZE_CHOICES, label="freeze",
-                              info="what the draft keeps from the last target call")),
-    "draft_bias": (RawSlider, dict(**span("draft_bias"), step=0.1, label="draft bias",
-                                   info=field_metadata("draft_bias")["help"])),
-    "tree": (gr.Textbox, dict(label="topology", elem_id="topology", max_lines=1,
-                              info="auto, or widths per depth such as 3,2,1, 4x4, 1x5 (Enter runs it)")),
-    "budget": (RawSlider, dict(**span("budget"), step=1, label="rows per round (auto)",
-                               info=f"target rows a round may use; widths planned per step from the deltas of "
-                                    f"the first {PILOT_SAMPLES} trajectories run with these settings")),
+    "prompt": (
+        gr.Textbox,
+        dict(
+            lines=2, max_lines=4, placeholder="a watercolour lighthouse at dawn", info=field_metadata("prompt")["help"]
+        ),
+    ),
+    "negative_prompt": (
+        gr.Textbox,
+        dict(
+            label="negative prompt",
+            max_lines=2,
+            placeholder="blurry, low quality",
+            info=field_metadata("negative_prompt")["help"],
+        ),
+    ),
+    "draft": (
+        gr.Dropdown,
+        dict(
+            choices=DRAFT_CHOICES,
+            label="draft",
+            allow_custom_value=True,
+            info="or a draft network's folder or Hub id (same noise schedule)",
+        ),
+    ),
+    "freeze": (
+        gr.Radio,
+        dict(choices=FREEZE_CHOICES, label="freeze", info="what the draft keeps from the last target call"),
+    ),
+    "draft_bias": (
+        RawSlider,
+        dict(**span("draft_bias"), step=0.1, label="draft bias", info=field_metadata("draft_bias")["help"]),
+    ),
+    "tree": (
+        gr.Textbox,
+        dict(
+            label="topology",
+            elem_id="topology",
+            max_lines=1,
+            info="auto, or widths per depth such as 3,2,1, 4x4, 1x5 (Enter runs it)",
+        ),
+    ),
+    "budget": (
+        RawSlider,
+        dict(
+            **span("budget"),
+            step=1,
+            label="rows per round (auto)",
+            info=f"target rows a round may use; widths planned per step from the deltas of "
+            f"the first {PILOT_SAMPLES} trajectories run with these settings",
+        ),
+    ),
     "objective": (gr.Radio, dict(choices=OBJECTIVE_CHOICES, label="the plan minimises (auto)")),
     "verifier": (gr.Dropdown, dict(choices=VERIFIER_CHOICES, label="verifier")),
     "kernel": (gr.Dropdown, dict(label="kernel")),  # the model's own kernels: kernel_choices
@@ -168,11 +210,15 @@ def offered_models() -> list[tuple[str, str]]:
 
 def model_shows(model: str) -> dict[str, dict]:
     image, text = model in IMAGE_MODELS, text_model(model)
-    return {"custom_model": dict(visible=model == CUSTOM),
-            "class_label": dict(visible=model in CLASS_MODELS, label="class label (the digit to draw)"
-                                if model == "digits" else "class label"),
-            "num_samples": dict(maximum=MAX_SAMPLES["image" if image else "other"]),
-            **{name: dict(visible=text) for name in PROMPT_FIELDS}}
+    return {
+        "custom_model": dict(visible=model == CUSTOM),
+        "class_label": dict(
+            visible=model in CLASS_MODELS,
+            label="class label (the digit to draw)" if model == "digits" else "class label",
+        ),
+        "num_samples": dict(maximum=MAX_SAMPLES["image" if image else "other"]),
+        **{name: dict(visible=text) for name in PROMPT_FIELDS},
+    }
 
 
 def kernel_shows(model: str, kernel: str) -> dict[str, dict]:
@@ -195,10 +241,16 @@ def first_shown(values: dict) -> dict[str, dict]:
     control offers every kernel (the model's own need the model loaded: handlers.offered_kernels), and the
     samples control spans what any model takes (API_MAX_SAMPLES), so that an API call of another model's page
     defaults is not refused by the control's range; the page narrows it to the model's (handlers.samples_range)."""
-    return {**model_shows(values["model"]), **kernel_shows(values["model"], values["kernel"]),
-            **topology_shows(values["tree"]), **draft_shows(values["draft"]),
-            "kernel": dict(choices=kernel_choices(KERNEL_NAMES)), "steps": dict(maximum=step_limit()),
-            "model": dict(choices=offered_models()), "num_samples": dict(maximum=API_MAX_SAMPLES)}
+    return {
+        **model_shows(values["model"]),
+        **kernel_shows(values["model"], values["kernel"]),
+        **topology_shows(values["tree"]),
+        **draft_shows(values["draft"]),
+        "kernel": dict(choices=kernel_choices(KERNEL_NAMES)),
+        "steps": dict(maximum=step_limit()),
+        "model": dict(choices=offered_models()),
+        "num_samples": dict(maximum=API_MAX_SAMPLES),
+    }
 
 
 def laid_out() -> tuple[str, ...]:
@@ -229,8 +281,9 @@ def field_widget(name: str) -> tuple[type, dict]:
     kind, choices, info = field_kind(f), f.metadata.get("choices"), f.metadata["help"]
     left_to_default = f.default is None
     if choices:
-        return gr.Dropdown, dict(choices=([(DEFAULT, DEFAULT)] if left_to_default else []) + [(c, c) for c in choices],
-                                 info=info)
+        return gr.Dropdown, dict(
+            choices=([(DEFAULT, DEFAULT)] if left_to_default else []) + [(c, c) for c in choices], info=info
+        )
     if kind is bool:
         return gr.Checkbox, dict(info=info)
     if kind in (int, float) and not left_to_default:

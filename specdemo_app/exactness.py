@@ -62,14 +62,24 @@ class ExactnessReport:
 
     @property
     def verdict(self) -> str:
-        return ("no evidence of a difference at the 5% level" if self.p_value >= 0.05
-                else "the samples differ at the 5% level (expected about once in twenty runs)")
+        return (
+            "no evidence of a difference at the 5% level"
+            if self.p_value >= 0.05
+            else "the samples differ at the 5% level (expected about once in twenty runs)"
+        )
 
 
-def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: int = 500,
-                    progress: Progress | None = None, target: Target | None = None,
-                    draft_target: Target | None = None, limits: Limits | None = None,
-                    cancel: Cancel | None = None) -> ExactnessReport:
+def exactness_check(
+    config: SamplerConfig,
+    num_samples: int,
+    *,
+    permutations: int = 500,
+    progress: Progress | None = None,
+    target: Target | None = None,
+    draft_target: Target | None = None,
+    limits: Limits | None = None,
+    cancel: Cancel | None = None,
+) -> ExactnessReport:
     """Draw num_samples with the chosen chain or tree and num_samples with the plain target sampler
     (independent seeds), then run the energy two-sample test. Analytic targets only. `limits`
     bound the two runs together, as in run_comparison."""
@@ -77,8 +87,10 @@ def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: in
         raise SpecdemoError(f"the exactness test takes 20..{MAX_TEST_SAMPLES} samples per group, got {num_samples}")
     target = target or cached_target(config.model)
     if log_density_of(target) is None:
-        raise SpecdemoError(f"the exactness test is offered for the analytic targets ({', '.join(PRESETS)}); "
-                            f"{target.name} is an image model")
+        raise SpecdemoError(
+            f"the exactness test is offered for the analytic targets ({', '.join(PRESETS)}); "
+            f"{target.name} is an image model"
+        )
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     spec_cfg = replace(config, method=method_of(config.tree).value, num_samples=num_samples)
@@ -86,10 +98,16 @@ def exactness_check(config: SamplerConfig, num_samples: int, *, permutations: in
     spec_problem = build(spec_cfg, target, draft_target=draft_target, limits=limits, cancel=cancel)
     plain_problem = build(replace(spec_cfg.with_method("target"), seed=config.seed + 1), target, limits=limits)
     clock = TimeLeft([plain_calls(plain_problem)], *plan_expects(spec_problem))
-    spec = spec_problem.run(callback=stage_callback(progress, 0, 0.5, describe(spec_problem), clock),
-                            cancel=cancel).samples.float().cpu()
-    plain = plain_problem.run(callback=stage_callback(progress, 0.5, 0.95, "plain target", clock),
-                              cancel=cancel).samples.float().cpu()
+    spec = (
+        spec_problem.run(callback=stage_callback(progress, 0, 0.5, describe(spec_problem), clock), cancel=cancel)
+        .samples.float()
+        .cpu()
+    )
+    plain = (
+        plain_problem.run(callback=stage_callback(progress, 0.5, 0.95, "plain target", clock), cancel=cancel)
+        .samples.float()
+        .cpu()
+    )
     if progress is not None:
         progress(0.97, "two-sample test")
     statistic, p = energy_test(spec, plain, permutations=permutations, seed=config.seed)

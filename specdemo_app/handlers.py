@@ -102,8 +102,11 @@ def readable_errors(fn):
             raise user_error("out of memory: use fewer samples or a smaller tree", "Too large") from None
         except Exception as err:  # a bug: its traceback logged once, here; the page says what
             log.exception("unexpected error in %s", fn.__name__)
-            raise gr.Error(as_text(f"unexpected error ({type(err).__name__}): {str(err)[:MAX_MESSAGE]}"),
-                           title="Something went wrong", print_exception=False) from None
+            raise gr.Error(
+                as_text(f"unexpected error ({type(err).__name__}): {str(err)[:MAX_MESSAGE]}"),
+                title="Something went wrong",
+                print_exception=False,
+            ) from None
 
     return wrapper
 
@@ -116,9 +119,15 @@ def _compute(config: SamplerConfig, target, draft_target, progress, limits: Limi
 
     from .runner import run_comparison
 
-    comp = run_comparison(config, target=target, draft_target=draft_target, progress=watched(progress, cancel),
-                          limits=limits, cancel=cancel, traced=KEPT_TRAJECTORIES).summarised(KEPT_TRAJECTORIES,
-                                                                                             SESSION_BYTES)
+    comp = run_comparison(
+        config,
+        target=target,
+        draft_target=draft_target,
+        progress=watched(progress, cancel),
+        limits=limits,
+        cancel=cancel,
+        traced=KEPT_TRAJECTORIES,
+    ).summarised(KEPT_TRAJECTORIES, SESSION_BYTES)
     if comp.latent:
         trajectory, k = F.pick_round(comp.trace)
         comp.path_images(trajectory, k, decoder(target, comp.config.device))
@@ -230,16 +239,25 @@ def show_trajectory(comp, trajectory):
 
     t = shown_trajectory(last_run(comp), trajectory)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
-    return (*round_views(comp, t, 1, path_decoder(comp)), gr.Slider(minimum=1, maximum=max(n_rounds, 2), value=1, step=1,
-                                                interactive=n_rounds > 1))
+    return (
+        *round_views(comp, t, 1, path_decoder(comp)),
+        gr.Slider(minimum=1, maximum=max(n_rounds, 2), value=1, step=1, interactive=n_rounds > 1),
+    )
 
 
 @gpu
 def _exactness(config, num, target, draft_target, progress, limits: Limits, cancel: Cancel):
     from .exactness import exactness_check
 
-    return exactness_check(config, num, target=target, draft_target=draft_target, progress=watched(progress, cancel),
-                           limits=limits, cancel=cancel)
+    return exactness_check(
+        config,
+        num,
+        target=target,
+        draft_target=draft_target,
+        progress=watched(progress, cancel),
+        limits=limits,
+        cancel=cancel,
+    )
 
 
 @readable_errors
@@ -254,8 +272,9 @@ def exactness(test_samples, request: gr.Request | None = None, progress=gr.Progr
     num = whole(test_samples, "the number of test samples")
     with cancellable(request, limits.max_seconds) as cancel:
         report = _exactness(config, num, target, draft_target, progress, limits, cancel)
-    fig = F.exactness_figure(report.plain, report.speculative, report.p_value, spec_label=report.label,
-                             mixture=report.mixture)
+    fig = F.exactness_figure(
+        report.plain, report.speculative, report.p_value, spec_label=report.label, mixture=report.mixture
+    )
     return exactness_text(report, num, config.draft_bias), plot(fig, "specdemo-exactness")
 
 
@@ -378,8 +397,10 @@ def exactness_button(model) -> dict:
     """The two-sample test needs the target's law in closed form: offered for the analytic targets,
     and said so in place for the image models."""
     analytic = model in PRESET_NAMES
-    return {"interactive": analytic,
-            "value": "Run the two-sample test" if analytic else "Two-sample test: for the analytic targets only"}
+    return {
+        "interactive": analytic,
+        "value": "Run the two-sample test" if analytic else "Two-sample test: for the analytic targets only",
+    }
 
 
 def exactness_offered(model):
@@ -406,8 +427,17 @@ def warm_up() -> None:
         from .views import comparison_views, round_views
 
         target = cached_target(DEFAULT_MODEL)
-        comp = run_comparison(SamplerConfig(model=DEFAULT_MODEL, tree="2,1", steps=4, num_samples=2, device="cpu",
-                                            class_label=0 if target.num_classes else None), target=target)
+        comp = run_comparison(
+            SamplerConfig(
+                model=DEFAULT_MODEL,
+                tree="2,1",
+                steps=4,
+                num_samples=2,
+                device="cpu",
+                class_label=0 if target.num_classes else None,
+            ),
+            target=target,
+        )
         round_views(comp, *F.pick_round(comp.trace))
         comparison_views(comp)
     except Exception:  # the app serves anyway; the first click pays instead

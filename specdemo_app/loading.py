@@ -90,13 +90,17 @@ def allowed_model(spec: str, what: str = "model") -> None:
         # a draft is loaded by the library, which looks for a local folder of that name first
         local_name = what == "draft" and not local_models() and os.path.lexists(spec)
         if not hub_allowed(spec) or local_name:
-            raise SpecdemoError(f"the Hub {what} {spec!r} is not on this Space's list"
-                                + (f"; accepted: {', '.join(listed)}" if listed else " (the list is empty)")
-                                + "; the Space's owner can add it to SPECDEMO_APP_HUB_MODELS")
+            raise SpecdemoError(
+                f"the Hub {what} {spec!r} is not on this Space's list"
+                + (f"; accepted: {', '.join(listed)}" if listed else " (the list is empty)")
+                + "; the Space's owner can add it to SPECDEMO_APP_HUB_MODELS"
+            )
         return
     if not local_models():
-        raise SpecdemoError(f"local {what}s are off on this Space; pick a listed model, or a Hub id (org/name) on the "
-                            "Space's list (its owner can turn local models on with SPECDEMO_APP_LOCAL_MODELS=1)")
+        raise SpecdemoError(
+            f"local {what}s are off on this Space; pick a listed model, or a Hub id (org/name) on the "
+            "Space's list (its owner can turn local models on with SPECDEMO_APP_LOCAL_MODELS=1)"
+        )
 
 
 def hub_offline() -> bool:
@@ -134,16 +138,22 @@ def hub_status(spec: str) -> tuple[bool, str]:
         return True, f"`{spec}` is in this server's cache{size}."
     if hub_offline():
         gated = " (gated: accept its licence on its Hub page and log in first)" if entry and entry.gated else ""
-        return False, (f"{spec} is not on this server and the Hub is offline here (HF_HUB_OFFLINE): fetch it on the "
-                       f"server with `hf download {spec}`{size}{gated}, or run the app with internet, where it is "
-                       "downloaded when picked")
+        return False, (
+            f"{spec} is not on this server and the Hub is offline here (HF_HUB_OFFLINE): fetch it on the "
+            f"server with `hf download {spec}`{size}{gated}, or run the app with internet, where it is "
+            "downloaded when picked"
+        )
     if entry and entry.gated and not hub_token():
-        return False, (f"{spec} is gated on the Hub: the Space's owner accepts its licence on "
-                       f"huggingface.co/{spec} and sets HF_TOKEN (or runs `hf download {spec}` while logged in)")
+        return False, (
+            f"{spec} is gated on the Hub: the Space's owner accepts its licence on "
+            f"huggingface.co/{spec} and sets HF_TOKEN (or runs `hf download {spec}` while logged in)"
+        )
     if entry and entry.download_gb * 1e9 > max_download_bytes():
-        return False, (f"{spec} downloads {entry.size} of weights, over the {max_download_bytes() / 1e9:.1f} GB this "
-                       f"Space downloads; its owner can raise SPECDEMO_APP_MAX_DOWNLOAD_GB or run `hf download {spec}` "
-                       "on the server")
+        return False, (
+            f"{spec} downloads {entry.size} of weights, over the {max_download_bytes() / 1e9:.1f} GB this "
+            f"Space downloads; its owner can raise SPECDEMO_APP_MAX_DOWNLOAD_GB or run `hf download {spec}` "
+            "on the server"
+        )
     return True, f"`{spec}` is downloaded from the Hub when first run{size}."
 
 
@@ -174,5 +184,5 @@ LOAD_WORDS = {  # a model that could not be loaded (ModelLoadError.cause), in a 
     "offline": "{spec} is not on this server and the Hub is offline here; pick an embedded or analytic model",
     "unreachable": "the Hub does not answer from this server, and {spec} is not in its cache; try again later",
     "hub": "{spec} could not be loaded from the Hub: the repo may not exist, may be private, or lacks "
-           "safetensors weights",
+    "safetensors weights",
 }

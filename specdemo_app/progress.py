@@ -17,14 +17,16 @@ class TimeLeft:
     where `later_calls` gives them (plain sampling: one per step and batch of slots), or None for
     "as many as the first run" (the chain at the same rows)."""
 
-    def __init__(self, later_calls: Sequence[float | None], expected_s: float | None = None,
-                 expected_calls: float | None = None):
+    def __init__(
+        self, later_calls: Sequence[float | None], expected_s: float | None = None, expected_calls: float | None = None
+    ):
         self.later_calls = later_calls
         self.expected_s = expected_s
         self.stage = -1
         self.started = time.perf_counter()
-        self.seconds_per_call: float | None = (expected_s / expected_calls if expected_s is not None and expected_calls
-                                               else None)
+        self.seconds_per_call: float | None = (
+            expected_s / expected_calls if expected_s is not None and expected_calls else None
+        )
         self.first_calls: float | None = expected_calls  # the first run's calls, projected to its end
 
     def next_stage(self) -> None:
@@ -45,7 +47,7 @@ class TimeLeft:
             left = self.expected_s
         else:
             return None
-        for calls_later in self.later_calls[self.stage:]:
+        for calls_later in self.later_calls[self.stage :]:
             calls_later = self.first_calls if calls_later is None else calls_later
             if calls_later is None or self.seconds_per_call is None:
                 return None
@@ -73,4 +75,5 @@ def stage_callback(progress: Progress | None, lo: float, hi: float, label: str, 
         detail = f"round {info['round']}, {info['finished']}/{info['num_samples']} samples done"
         detail += time_left_text(clock.seconds(done, info.get("target_calls")))
         progress(lo + (hi - lo) * done, f"{label}: {detail}")
+
     return cb

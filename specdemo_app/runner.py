@@ -80,10 +80,16 @@ class MethodRun:
     timings: int = 1  # how many timings the wall-clock is the median of (timed_again)
 
     def summary(self) -> dict:
-        return {"label": self.label, "tree": self.tree, "verifier": self.verifier,
-                "rows_per_round": self.rows_per_round, **self.cost.summary(), "plan_source": self.plan_source,
-                "pilot_target_calls": None if self.pilot is None else self.pilot.target_calls,
-                "pilot_wall_s": None if self.pilot is None else self.pilot.wall_s}
+        return {
+            "label": self.label,
+            "tree": self.tree,
+            "verifier": self.verifier,
+            "rows_per_round": self.rows_per_round,
+            **self.cost.summary(),
+            "plan_source": self.plan_source,
+            "pilot_target_calls": None if self.pilot is None else self.pilot.target_calls,
+            "pilot_wall_s": None if self.pilot is None else self.pilot.wall_s,
+        }
 
 
 def rows_per_round(tree: Topology | TopologyPlan, evaluate_leaves: bool = False) -> float:
@@ -179,7 +185,7 @@ class Comparison:
         one = replace(rt, states=None).restricted(rt.trajectories == trajectory)
         nodes = F.round_nodes([one], 0, 0)
         states = np.full((1, rt.parent.shape[0], *images.shape[1:]), np.nan, dtype=np.float32)
-        states[0, nodes.node[nodes.path()[:len(images)]]] = as_unit(images).numpy()
+        states[0, nodes.node[nodes.path()[: len(images)]]] = as_unit(images).numpy()
         trace[r] = replace(one, states=states)
         return trace
 
@@ -192,13 +198,23 @@ class Comparison:
         the plan expected of it."""
         base, chosen = self.runs[0], self.chosen
         calls = lambda r: float(np.mean(r.cost.calls_per_trajectory))
-        out = {"chosen": chosen.label, "speedup": chosen.cost.speedup_over(base.cost), "calls_plain": calls(base),
-               "calls_chosen": calls(chosen), "time_plain": base.cost.wall_s, "time_chosen": chosen.cost.wall_s,
-               "speedup_time": chosen.cost.time_speedup_over(base.cost), "wall_s": sum(r.cost.wall_s for r in self.runs)}
+        out = {
+            "chosen": chosen.label,
+            "speedup": chosen.cost.speedup_over(base.cost),
+            "calls_plain": calls(base),
+            "calls_chosen": calls(chosen),
+            "time_plain": base.cost.wall_s,
+            "time_chosen": chosen.cost.wall_s,
+            "speedup_time": chosen.cost.time_speedup_over(base.cost),
+            "wall_s": sum(r.cost.wall_s for r in self.runs),
+        }
         if len(self.runs) == 3:
             chain = self.runs[1]
-            out.update(chain=chain.label, speedup_chain=chain.cost.speedup_over(base.cost),
-                       speedup_time_chain=chain.cost.time_speedup_over(base.cost))
+            out.update(
+                chain=chain.label,
+                speedup_chain=chain.cost.speedup_over(base.cost),
+                speedup_time_chain=chain.cost.time_speedup_over(base.cost),
+            )
         if self.plan is not None and self.plan.predicts:
             out.update(planned_calls=self.plan.expected_calls, planned_s=self.plan.expected_s)
         return out
@@ -215,7 +231,8 @@ class Comparison:
         kept = self._first(max_trajectories)
         if max_bytes is not None and self.trace:
             per_trajectory = (self.trace_bytes() + (0 if self.paths is None else self.paths.nbytes)) / max(
-                self.traced_trajectories, 1)
+                self.traced_trajectories, 1
+            )
             count = max(1, min(max_trajectories, int(max_bytes // max(per_trajectory, 1))))
             kept = self._first(count)
             # the first trajectories may hold more than the mean (more rounds): one fewer until they fit
@@ -226,8 +243,11 @@ class Comparison:
 
     def _first(self, count: int) -> Comparison:
         trace = [rt.restricted(rt.trajectories < count) for rt in self.trace]
-        return replace(self, trace=[rt for rt in trace if len(rt.trajectories)],
-                       paths=None if self.paths is None else self.paths[:count])
+        return replace(
+            self,
+            trace=[rt for rt in trace if len(rt.trajectories)],
+            paths=None if self.paths is None else self.paths[:count],
+        )
 
     def trace_bytes(self) -> int:
         """Bytes of the arrays the trace holds (node states included)."""
@@ -237,16 +257,23 @@ class Comparison:
         """The run as JSON: settings, every method's cost summary, the chosen run's samples and its
         trace (node states kept for 2-D targets only; rows of the first max_trajectories)."""
         comp = self if max_trajectories is None else self.summarised(max_trajectories)
-        rounds = [(rt if self.kind == "plane" or rt.states is None else replace(rt, states=None)).to_json()
-                  for rt in comp.trace]
+        rounds = [
+            (rt if self.kind == "plane" or rt.states is None else replace(rt, states=None)).to_json()
+            for rt in comp.trace
+        ]
         return {
             "format": "specdemo-run/1",
             "config": self.config.to_dict(),
-            "model": {"name": self.model_name, "shape": list(self.shape), "kernel": self.kernel_name,
-                      "steps": self.num_steps},
+            "model": {
+                "name": self.model_name,
+                "shape": list(self.shape),
+                "kernel": self.kernel_name,
+                "steps": self.num_steps,
+            },
             "methods": [json.loads(json.dumps(r.summary(), default=_plain)) for r in self.runs],
-            "plan": None if self.plan is None else [
-                {"steps": [a, b], "tree": tree} for a, b, tree in plan_segments(self.plan)],
+            "plan": None
+            if self.plan is None
+            else [{"steps": [a, b], "tree": tree} for a, b, tree in plan_segments(self.plan)],
             "samples": self.chosen.samples.tolist(),
             "trace": rounds,
         }
@@ -262,11 +289,18 @@ def _plain(v):
 
 def _method_run(key: str, problem: Problem, result: SampleResult) -> MethodRun:
     assert problem.tree is not None  # a problem that has run was planned
-    return MethodRun(key=key, label=describe(problem), config=problem.config, cost=result.cost,
-                     samples=result.samples.detach().float().cpu(), tree=str(problem.tree),
-                     verifier=problem.verifier.name if problem.verifier else None,
-                     rows_per_round=rows_per_round(problem.tree, problem.config.prefetch == "leaves"),
-                     pilot=problem.pilot, plan_source=problem.plan_source)
+    return MethodRun(
+        key=key,
+        label=describe(problem),
+        config=problem.config,
+        cost=result.cost,
+        samples=result.samples.detach().float().cpu(),
+        tree=str(problem.tree),
+        verifier=problem.verifier.name if problem.verifier else None,
+        rows_per_round=rows_per_round(problem.tree, problem.config.prefetch == "leaves"),
+        pilot=problem.pilot,
+        plan_source=problem.plan_source,
+    )
 
 
 TIMING_SECONDS = 1.0  # a click's runs are timed again while all its timings together stay within this
@@ -282,8 +316,7 @@ def timed_again(runs: list[MethodRun], problems: list[Problem], cancel: Cancel |
     model makes one pass."""
     timings = [[r.cost.wall_s] for r in runs]
     budget = float(os.environ.get("SPECDEMO_APP_TIMING_SECONDS", TIMING_SECONDS))
-    while len(timings[0]) < TIMING_RUNS and sum(map(sum, timings)) / len(timings[0]) * (len(timings[0]) + 1) \
-            <= budget:
+    while len(timings[0]) < TIMING_RUNS and sum(map(sum, timings)) / len(timings[0]) * (len(timings[0]) + 1) <= budget:
         for times, p in zip(timings, problems, strict=True):
             times.append(p.run(learn_deltas=False, cancel=cancel).cost.wall_s)
     for r, times in zip(runs, timings, strict=True):
@@ -319,8 +352,12 @@ def click_work(settings: Settings, chain: bool, plain: bool) -> list[tuple[str, 
     decoding = decode_cost(settings.target)
     if decoding:  # a latent model's images for display, counted in rows of its own
         images = min(samples, SHOWN_IMAGES) * len(work) + PATH_IMAGES
-        work.append((f"decoding {images} images for display",
-                     math.ceil(images * decoding / row_cost(settings.target, c.guidance_scale))))
+        work.append(
+            (
+                f"decoding {images} images for display",
+                math.ceil(images * decoding / row_cost(settings.target, c.guidance_scale)),
+            )
+        )
     return work
 
 
@@ -330,13 +367,16 @@ def weighed_rows(target: Target, limits: Limits, guidance_scale: float | None, d
     cost = row_cost(target, guidance_scale)
     if cost <= 1:
         return ""
-    return (f" (a row of {target.name[:80]} costs about {cost:,.0f} rows of the digits model: {limits.max_rows:,} are "
-            f"this {'GPU' if device.type == 'cuda' else 'CPU'}'s share of a click's work for it"
-            + ("; a GPU runs far more)" if device.type == "cpu" else ")"))
+    return (
+        f" (a row of {target.name[:80]} costs about {cost:,.0f} rows of the digits model: {limits.max_rows:,} are "
+        f"this {'GPU' if device.type == 'cuda' else 'CPU'}'s share of a click's work for it"
+        + ("; a GPU runs far more)" if device.type == "cpu" else ")")
+    )
 
 
-def check_click(config: SamplerConfig, target: Target, limits: Limits, *, chain: bool = True,
-                plain: bool = True, test: bool = False) -> Settings:
+def check_click(
+    config: SamplerConfig, target: Target, limits: Limits, *, chain: bool = True, plain: bool = True, test: bool = False
+) -> Settings:
     """Refuse a click whose runs together could evaluate more target rows than limits.max_rows
     (each run alone passes specdemo.resolve), or whose rounds hold more nodes than the Space runs at once
     (work.check_round_size; test: an exactness test's), before any work; the chosen configuration's
@@ -355,7 +395,8 @@ def check_click(config: SamplerConfig, target: Target, limits: Limits, *, chain:
         raise SpecdemoError(
             f"the {runs} runs of this click could evaluate up to {total:,} target rows together ({parts}), over "
             f"the limit of {limits.max_rows:,} a click; use fewer samples, fewer steps or a smaller tree or budget"
-            + weighed_rows(target, limits, settings.config.guidance_scale, settings.device))
+            + weighed_rows(target, limits, settings.config.guidance_scale, settings.device)
+        )
     return settings
 
 
@@ -373,9 +414,17 @@ def plain_calls(problem: Problem) -> int:
     return problem.kernel.num_steps * math.ceil(problem.config.num_samples / problem.slots)
 
 
-def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, baselines: bool = True,
-                   target: Target | None = None, draft_target: Target | None = None, limits: Limits | None = None,
-                   cancel: Cancel | None = None, traced: int = 64) -> Comparison:
+def run_comparison(
+    config: SamplerConfig,
+    *,
+    progress: Progress | None = None,
+    baselines: bool = True,
+    target: Target | None = None,
+    draft_target: Target | None = None,
+    limits: Limits | None = None,
+    cancel: Cancel | None = None,
+    traced: int = 64,
+) -> Comparison:
     """Run `config` (its method taken from its tree: chain, tree, or tree "auto" planned per step)
     and its first `traced` trajectories again with a trace (for the views), then, with the same seed, the plain target sampler and, for a tree, the RMC chain
     at the same target rows per round (a plan's mean rows per round, rounded); for a block-verified
@@ -400,26 +449,38 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     if baselines:
         if method == "tree":
             planned = problem.declined.tree if problem.declined is not None else problem.tree
-            chain_cfg = config.with_method("chain", matched_chain(planned, stochastic,
-                                                                  config.prefetch == "leaves"))
+            chain_cfg = config.with_method("chain", matched_chain(planned, stochastic, config.prefetch == "leaves"))
             if config.freeze == "auto" and config.draft == "frozen" and problem.declined is None:
                 # the chain drafts with the run's own per-step freeze table (a plan's, or the first one), which
                 # building the chain alone would not find
                 chain_cfg = replace(chain_cfg, verifier="rmc")
-                others.append(("chain", replace(problem, config=chain_cfg, tree=Topology.parse(chain_cfg.tree),
-                                                verifier=get_verifier("rmc"), plan_source=None)))  # it learns nothing
+                others.append(
+                    (
+                        "chain",
+                        replace(
+                            problem,
+                            config=chain_cfg,
+                            tree=Topology.parse(chain_cfg.tree),
+                            verifier=get_verifier("rmc"),
+                            plan_source=None,
+                        ),
+                    )
+                )  # it learns nothing
             else:
-                others.append(("chain", build(chain_cfg, target, draft_target=draft_target, limits=limits,
-                                              cancel=cancel)))
+                others.append(
+                    ("chain", build(chain_cfg, target, draft_target=draft_target, limits=limits, cancel=cancel))
+                )
         elif problem.verifier.weighs_whole_tree:
             # the same chains (the same plan) verified node by node: what weighing the block gains
-            others.append(("chain", replace(problem, config=replace(config, verifier="rmc"),
-                                            verifier=get_verifier("rmc"))))
+            others.append(
+                ("chain", replace(problem, config=replace(config, verifier="rmc"), verifier=get_verifier("rmc")))
+            )
         others.append(("target", build(config.with_method("target"), target, limits=limits, cancel=cancel)))
     stages = 2 + len(others)
     plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
-    clock = TimeLeft([plain_calls(p) if key == "target" else None for key, p in others] + [None],
-                     *plan_expects(problem))  # the views' run: about as many sequential calls as the first
+    clock = TimeLeft(
+        [plain_calls(p) if key == "target" else None for key, p in others] + [None], *plan_expects(problem)
+    )  # the views' run: about as many sequential calls as the first
     # every run is timed untraced, as the baselines are (recording the rounds cost the chosen run up to 4x its
     # time on the analytic targets); the first `traced` trajectories are then run again, traced, for the views:
     # their own streams give them the same draws (bit for bit on the analytic targets: tests/test_reproducible.py)
@@ -431,10 +492,17 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
     timed_again(runs, [problem, *(p for _, p in others)], cancel)
     runs = runs[::-1]  # plain target first, the chosen run last
     shown = range(min(config.num_samples, traced))
-    views = problem.run(indices=shown, learn_deltas=False, trace=True, trace_states=kind in ("plane", "image"),
-                        keep_steps=range(steps + 1) if kind == "plane" else (), cancel=cancel,
-                        callback=stage_callback(progress, 1 - 1 / stages, 1.0,
-                                                f"the rounds of {len(shown)} trajectories for the views", clock))
+    views = problem.run(
+        indices=shown,
+        learn_deltas=False,
+        trace=True,
+        trace_states=kind in ("plane", "image"),
+        keep_steps=range(steps + 1) if kind == "plane" else (),
+        cancel=cancel,
+        callback=stage_callback(
+            progress, 1 - 1 / stages, 1.0, f"the rounds of {len(shown)} trajectories for the views", clock
+        ),
+    )
     paths = None
     if kind == "plane":
         paths = torch.stack([views.states[n] for n in range(steps + 1)], 1).float().cpu().numpy()
@@ -445,13 +513,30 @@ def run_comparison(config: SamplerConfig, *, progress: Progress | None = None, b
         for run in runs:  # a run's images at a time, the cancel checked between them
             if cancel is not None:
                 cancel.check()
-            decoded.append(replace(run, images=decode_for_display(target, run.samples[:SHOWN_IMAGES],
-                                                                  DISPLAY_SIZE["samples"], problem.device)))
+            decoded.append(
+                replace(
+                    run,
+                    images=decode_for_display(
+                        target, run.samples[:SHOWN_IMAGES], DISPLAY_SIZE["samples"], problem.device
+                    ),
+                )
+            )
         runs = decoded
     if progress is not None:
         progress(1.0, "drawing the figures")
-    return Comparison(config=config, runs=runs, trace=views.trace or [], kind=kind, num_steps=steps,
-                      model_name=target.name, kernel_name=problem.kernel.name, shape=tuple(target.shape),
-                      log_density=log_density_of(target), paths=paths, plan=plan, latent=target.text_conditioned,
-                      declined=problem.declined.tree if problem.declined is not None else None,
-                      plain_s=problem.plain_s)
+    return Comparison(
+        config=config,
+        runs=runs,
+        trace=views.trace or [],
+        kind=kind,
+        num_steps=steps,
+        model_name=target.name,
+        kernel_name=problem.kernel.name,
+        shape=tuple(target.shape),
+        log_density=log_density_of(target),
+        paths=paths,
+        plan=plan,
+        latent=target.text_conditioned,
+        declined=problem.declined.tree if problem.declined is not None else None,
+        plain_s=problem.plain_s,
+    )

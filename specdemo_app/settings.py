@@ -70,8 +70,10 @@ UI_DEFAULTS = {
     "gm512": dict(steps=30, num_samples=64, tree="auto", budget=16, freeze="x0", draft="frozen"),
     CUSTOM: dict(steps=50, num_samples=8, tree="auto", budget=16, freeze="x0", draft="frozen"),
     # the Hub models: one sample at their usual steps, with their paired draft network where they have one
-    **{c.repo: dict(steps=c.steps, num_samples=1, tree="auto", budget=8, freeze="x0", draft=c.draft or "frozen")
-       for c in CURATED},
+    **{
+        c.repo: dict(steps=c.steps, num_samples=1, tree="auto", budget=8, freeze="x0", draft=c.draft or "frozen")
+        for c in CURATED
+    },
 }
 
 # The topology is typed (what is typed is what runs); these presets fill the box with one click.
@@ -85,19 +87,34 @@ TREE_PRESETS = [
     ("1x5", "1x5: chain of 5"),
     ("1x10", "1x10: chain of 10"),
 ]
-VERIFIER_CHOICES = [("default: auto (block or RMC) for topology auto, D-GRS for trees, RMC for chains", DEFAULT),
-                    ("D-GRS (greedy rejection)", "dgrs"), ("rank-aware", "rank"), ("RMC (chains only)", "rmc"),
-                    ("block verification (whole chains and trees)", "block"),
-                    ("auto: block or RMC, whichever plan is expected faster (tree auto only)", "auto")]
+VERIFIER_CHOICES = [
+    ("default: auto (block or RMC) for topology auto, D-GRS for trees, RMC for chains", DEFAULT),
+    ("D-GRS (greedy rejection)", "dgrs"),
+    ("rank-aware", "rank"),
+    ("RMC (chains only)", "rmc"),
+    ("block verification (whole chains and trees)", "block"),
+    ("auto: block or RMC, whichever plan is expected faster (tree auto only)", "auto"),
+]
 OBJECTIVE_CHOICES = [("wall-clock (measured here)", "time"), ("target calls", "calls")]
 DEFAULT_KERNEL = ("the model's default", DEFAULT)  # the kernel choice before the model's own kernels
-DRAFT_CHOICES = [("frozen target (training-free)", "frozen"), ("draft network: digits-draft", "digits-draft"),
-                 ("draft network: digits-draft-distilled (learns the target's outputs)", "digits-draft-distilled"),
-                 *[(f"draft network: {c.name} (for {', '.join(m.name for m in CURATED if m.draft == c.repo)}, "
-                    f"{c.size})", c.repo) for c in CURATED if any(m.draft == c.repo for m in CURATED)]]
-FREEZE_CHOICES = [("network output", "out"), ("x0-hat", "x0"), ("x0-hat extrapolated in time", "x0-linear"),
-                  ("x0-hat of a fitted Gaussian", "gaussian"), ("auto (per step where planned)", "auto"),
-                  ("the target's residual (a draft network)", "residual")]
+DRAFT_CHOICES = [
+    ("frozen target (training-free)", "frozen"),
+    ("draft network: digits-draft", "digits-draft"),
+    ("draft network: digits-draft-distilled (learns the target's outputs)", "digits-draft-distilled"),
+    *[
+        (f"draft network: {c.name} (for {', '.join(m.name for m in CURATED if m.draft == c.repo)}, {c.size})", c.repo)
+        for c in CURATED
+        if any(m.draft == c.repo for m in CURATED)
+    ],
+]
+FREEZE_CHOICES = [
+    ("network output", "out"),
+    ("x0-hat", "x0"),
+    ("x0-hat extrapolated in time", "x0-linear"),
+    ("x0-hat of a fitted Gaussian", "gaussian"),
+    ("auto (per step where planned)", "auto"),
+    ("the target's residual (a draft network)", "residual"),
+]
 
 
 def model_kernel(model: str, kernel: str | None) -> str:
@@ -135,10 +152,18 @@ def page_values(model: str = DEFAULT_MODEL) -> dict:
     """Every control's value as the page opens on `model`: the page's defaults for the model over the
     fields' own (a field left to the model or the library, None, shows as DEFAULT among choices and
     blank elsewhere)."""
-    values = {f.name: (DEFAULT if f.metadata.get("choices") else "") if f.default is None else f.default
-              for f in fields(SamplerConfig)}
-    return {**values, "model": model, "custom_model": "", "class_label": DEFAULT_CLASS, "churn": CHURN,
-            **UI_DEFAULTS[model]}
+    values = {
+        f.name: (DEFAULT if f.metadata.get("choices") else "") if f.default is None else f.default
+        for f in fields(SamplerConfig)
+    }
+    return {
+        **values,
+        "model": model,
+        "custom_model": "",
+        "class_label": DEFAULT_CLASS,
+        "churn": CHURN,
+        **UI_DEFAULTS[model],
+    }
 
 
 def whole(value, what: str) -> int:
@@ -202,8 +227,9 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
         tree = "auto"
         budget = UI_DEFAULTS[CUSTOM]["budget"] if budget in (None, "") else whole(budget, "the rows per round")
         if not BUDGET_RANGE[0] <= budget <= BUDGET_RANGE[1]:
-            raise SpecdemoError(f"the rows per round of an auto topology must be in {BUDGET_RANGE[0]}..{BUDGET_RANGE[1]}, "
-                                f"got {budget}")
+            raise SpecdemoError(
+                f"the rows per round of an auto topology must be in {BUDGET_RANGE[0]}..{BUDGET_RANGE[1]}, got {budget}"
+            )
     elif not Topology.parse(tree).widths:  # malformed widths: a readable refusal before any model loads
         raise SpecdemoError("the topology needs at least one level, such as 1x5 or 3,2,1")
     else:
@@ -222,11 +248,20 @@ def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, L
     if unknown:
         raise SpecdemoError(f"unknown settings {sorted(unknown)}")
     values = {name: read_field(by_name[name], value) for name, value in s.items()}
-    config = SamplerConfig(**{
-        **values, "model": spec, "draft": draft, "tree": tree, "budget": budget, "freeze": freeze,
-        "churn": read_field(by_name["churn"], churn) if model_kernel(model, kernel) == "flow-churn" else None,
-        "method": method_of(tree).value, "prefetch": None,
-        "pilot_samples": PILOT_SAMPLES})
+    config = SamplerConfig(
+        **{
+            **values,
+            "model": spec,
+            "draft": draft,
+            "tree": tree,
+            "budget": budget,
+            "freeze": freeze,
+            "churn": read_field(by_name["churn"], churn) if model_kernel(model, kernel) == "flow-churn" else None,
+            "method": method_of(tree).value,
+            "prefetch": None,
+            "pilot_samples": PILOT_SAMPLES,
+        }
+    )
     config.validate()  # names, finite numbers and the seed's range, before any model loads
     target = load_for_visitors(spec)
     draft_target = None if draft == "frozen" else load_for_visitors(draft)

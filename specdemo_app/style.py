@@ -8,8 +8,13 @@ from specdemo.figures.style import STATUS_COLORS
 
 LEGEND = "".join(
     f'<span class="sd-chip"><span class="sd-dot" style="background:{STATUS_COLORS[s]}"></span>{label}</span>'
-    for s, label in (("accepted", "accepted"), ("rejected", "rejected"), ("corrected", "corrected sample"),
-                     ("unvisited", "never examined"), ("root", "round start"))
+    for s, label in (
+        ("accepted", "accepted"),
+        ("rejected", "rejected"),
+        ("corrected", "corrected sample"),
+        ("unvisited", "never examined"),
+        ("root", "round start"),
+    )
 )
 HEADER = f"""
 <div class="sd-header">
@@ -34,7 +39,9 @@ CSS = """
 footer { display: none !important; }
 """
 THEME = gr.themes.Soft(
-    primary_hue="violet", neutral_hue="slate", radius_size="md",
+    primary_hue="violet",
+    neutral_hue="slate",
+    radius_size="md",
     font=["Inter", "ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "DejaVu Sans", "sans-serif"],
     font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "DejaVu Sans Mono", "monospace"],
 )

@@ -21,16 +21,28 @@ def data_view(comp: Comparison, trajectory: int, k: int, decode=None) -> PlotDat
     decoded by `decode`, latents -> images, once: Comparison.path_images), or why neither."""
     if comp.kind == "plane":
         assert comp.paths is not None  # run_comparison keeps a plane model's paths
-        fig = F.plane_figure(comp.trace, trajectory, k, comp.log_density, path=comp.paths[trajectory],
-                             samples=comp.chosen.samples.numpy())
+        fig = F.plane_figure(
+            comp.trace,
+            trajectory,
+            k,
+            comp.log_density,
+            path=comp.paths[trajectory],
+            samples=comp.chosen.samples.numpy(),
+        )
         return plot(fig, "specdemo-data-plane")
     if comp.kind == "image":
         trace = comp.path_images(trajectory, k, decode) if comp.latent else comp.trace
         return plot(F.path_images_figure(trace, trajectory, k), "specdemo-path-images")
     dims = "×".join(map(str, comp.shape))
-    return plot(F.message_figure(f"{comp.model_name} lives in {dims} dimensions: the data-plane view is drawn for "
-                                 "2-D targets and image models.<br>The Comparison tab plots its first two "
-                                 "coordinates.", height=160), "specdemo-data")
+    return plot(
+        F.message_figure(
+            f"{comp.model_name} lives in {dims} dimensions: the data-plane view is drawn for "
+            "2-D targets and image models.<br>The Comparison tab plots its first two "
+            "coordinates.",
+            height=160,
+        ),
+        "specdemo-data",
+    )
 
 
 def viewable(comp: Comparison) -> int:
@@ -49,12 +61,18 @@ def round_views(comp: Comparison, trajectory, k, decode=None) -> tuple[PlotData,
     decode: a latent model's decoder for the committed path's images (data_view)."""
     t = shown_trajectory(comp, trajectory)
     k = max(1 if k in (None, "") else whole(k, "the round"), 1)
-    return (plot(F.tree_figure(comp.trace, t, k), "specdemo-tree"), data_view(comp, t, k, decode),
-            plot(F.rounds_figure(comp.trace, t, comp.num_steps, k=k), "specdemo-rounds"))
+    return (
+        plot(F.tree_figure(comp.trace, t, k), "specdemo-tree"),
+        data_view(comp, t, k, decode),
+        plot(F.rounds_figure(comp.trace, t, comp.num_steps, k=k), "specdemo-rounds"),
+    )
 
 
 def comparison_views(comp: Comparison) -> tuple[PlotData, PlotData, list[list], PlotData]:
     """The Comparison tab: costs, acceptance by depth, the table, the samples side by side."""
-    return (plot(F.cost_figure(comp.runs), "specdemo-costs"), plot(F.acceptance_figure(comp.runs), "specdemo-acceptance"),
-            F.comparison_table(comp.runs), plot(F.samples_figure(comp.shown_samples(), log_density=comp.log_density),
-                                                "specdemo-samples"))
+    return (
+        plot(F.cost_figure(comp.runs), "specdemo-costs"),
+        plot(F.acceptance_figure(comp.runs), "specdemo-acceptance"),
+        F.comparison_table(comp.runs),
+        plot(F.samples_figure(comp.shown_samples(), log_density=comp.log_density), "specdemo-samples"),
+    )

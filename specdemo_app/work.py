@@ -118,8 +118,13 @@ def click_limits(target: Target, device: str, guidance_scale: float | None = Non
     is the digits rows a click may evaluate on any device), over that cost: the target's own rows."""
     kind, cost = limit_kind(target), row_cost(target, guidance_scale)
     samples_scale = GPU_SCALE if on_gpu(device) else 1
-    limits = Limits.from_env("SPECDEMO_APP_", max_steps=MAX_STEPS, max_samples=MAX_SAMPLES[kind] * samples_scale,
-                             max_rows=int(MAX_ROWS[kind] * gpu_scale(device, cost)), max_seconds=MAX_SECONDS)
+    limits = Limits.from_env(
+        "SPECDEMO_APP_",
+        max_steps=MAX_STEPS,
+        max_samples=MAX_SAMPLES[kind] * samples_scale,
+        max_rows=int(MAX_ROWS[kind] * gpu_scale(device, cost)),
+        max_seconds=MAX_SECONDS,
+    )
     return replace(limits, max_rows=max(1, int(limits.max_rows / cost)))
 
 
@@ -138,5 +143,7 @@ def check_round_size(settings: Settings, test: bool = False) -> None:
         most = MAX_WORK[limit_kind(settings.target)] * (GPU_SCALE if on_gpu(settings.config.device) else 1)
     if samples * nodes > most:
         bound = "" if test else f" (samples × nodes ≤ {most})"
-        raise SpecdemoError(f"{samples} {'test ' if test else ''}samples with {what} is more than this app runs at "
-                            f"once{bound}; use fewer samples or a smaller tree")
+        raise SpecdemoError(
+            f"{samples} {'test ' if test else ''}samples with {what} is more than this app runs at "
+            f"once{bound}; use fewer samples or a smaller tree"
+        )

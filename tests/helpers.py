@@ -24,15 +24,24 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny_unet(prediction: str = "epsilon", classes: int | None = None, channels: int = 1, seed: int = 0) -> UNet2DModel:
     """A random 8x8 UNet2DModel (two levels, no attention); prediction is recorded by the scheduler."""
     torch.manual_seed(seed)
-    return UNet2DModel(sample_size=8, in_channels=channels, out_channels=channels, block_out_channels=(8, 16),
-                       layers_per_block=1, down_block_types=("DownBlock2D", "DownBlock2D"),
-                       up_block_types=("UpBlock2D", "UpBlock2D"), norm_num_groups=4, num_class_embeds=classes)
+    return UNet2DModel(
+        sample_size=8,
+        in_channels=channels,
+        out_channels=channels,
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+        norm_num_groups=4,
+        num_class_embeds=classes,
+    )
 
 
 def tiny_pipeline_folder(path, classes: int | None = 10, seed: int = 0, **scheduler) -> str:
     """A tiny UNet and its DDPMScheduler saved as a diffusers pipeline folder (the Hub layout)."""
     DDPMPipeline(unet=tiny_unet(classes=classes, seed=seed), scheduler=DDPMScheduler(**scheduler)).save_pretrained(
-        str(path), safe_serialization=True)
+        str(path), safe_serialization=True
+    )
     return str(path)
 
 
@@ -45,8 +54,17 @@ def free_port() -> int:
 def tiny_clip_config(**extra):
     from transformers import CLIPTextConfig
 
-    return CLIPTextConfig(bos_token_id=0, eos_token_id=1, pad_token_id=1, vocab_size=64, hidden_size=16,
-                          intermediate_size=32, num_attention_heads=2, num_hidden_layers=2, **extra)
+    return CLIPTextConfig(
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        **extra,
+    )
 
 
 def tiny_sd_folder(path, seed: int = 0, prediction: str = "epsilon", latent_channels: int = 4) -> str:
@@ -57,19 +75,40 @@ def tiny_sd_folder(path, seed: int = 0, prediction: str = "epsilon", latent_chan
 
     tokenizer = tiny_clip_tokenizer(path / "tokenizer")
     torch.manual_seed(seed)
-    unet = UNet2DConditionModel(sample_size=8, in_channels=latent_channels, out_channels=latent_channels,
-                                block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4,
-                                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=16,
-                                attention_head_dim=2)
+    unet = UNet2DConditionModel(
+        sample_size=8,
+        in_channels=latent_channels,
+        out_channels=latent_channels,
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=16,
+        attention_head_dim=2,
+    )
     with torch.no_grad():  # at random init the output barely depends on t; a timestep bug must show
         unet.time_embedding.linear_2.weight.mul_(10)
     text_encoder = CLIPTextModel(tiny_clip_config())
-    scheduler = DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, clip_sample=False,
-                              set_alpha_to_one=False, steps_offset=1, prediction_type=prediction)
-    pipeline = StableDiffusionPipeline(vae=tiny_vae(latent_channels=latent_channels), text_encoder=text_encoder,
-                                       tokenizer=tokenizer, unet=unet, scheduler=scheduler, safety_checker=None,
-                                       feature_extractor=None, requires_safety_checker=False)
+    scheduler = DDIMScheduler(
+        beta_schedule="scaled_linear",
+        beta_start=0.00085,
+        beta_end=0.012,
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
+        prediction_type=prediction,
+    )
+    pipeline = StableDiffusionPipeline(
+        vae=tiny_vae(latent_channels=latent_channels),
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        unet=unet,
+        scheduler=scheduler,
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
     pipeline.save_pretrained(str(path), safe_serialization=True)
     return str(path)
 
@@ -82,17 +121,33 @@ def tiny_sd3_folder(path, seed: int = 0, shift: float = 3.0) -> str:
 
     tokenizer = tiny_clip_tokenizer(path / "tokenizer")
     torch.manual_seed(seed)
-    transformer = SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=4, out_channels=4, num_layers=1,
-                                        attention_head_dim=8, num_attention_heads=2, caption_projection_dim=16,
-                                        joint_attention_dim=32, pooled_projection_dim=32)
+    transformer = SD3Transformer2DModel(
+        sample_size=8,
+        patch_size=2,
+        in_channels=4,
+        out_channels=4,
+        num_layers=1,
+        attention_head_dim=8,
+        num_attention_heads=2,
+        caption_projection_dim=16,
+        joint_attention_dim=32,
+        pooled_projection_dim=32,
+    )
     with torch.no_grad():  # at random init the output barely depends on t; a timestep bug must show
         transformer.time_text_embed.timestep_embedder.linear_2.weight.mul_(10)
     encoders = [CLIPTextModelWithProjection(tiny_clip_config(projection_dim=16)) for _ in range(2)]
     vae = tiny_vae(seed, use_quant_conv=False, use_post_quant_conv=False, scaling_factor=1.5305, shift_factor=0.0609)
-    pipeline = StableDiffusion3Pipeline(transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=shift),
-                                        vae=vae, text_encoder=encoders[0], tokenizer=tokenizer,
-                                        text_encoder_2=encoders[1], tokenizer_2=tokenizer, text_encoder_3=None,
-                                        tokenizer_3=None)
+    pipeline = StableDiffusion3Pipeline(
+        transformer=transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=shift),
+        vae=vae,
+        text_encoder=encoders[0],
+        tokenizer=tokenizer,
+        text_encoder_2=encoders[1],
+        tokenizer_2=tokenizer,
+        text_encoder_3=None,
+        tokenizer_3=None,
+    )
     pipeline.save_pretrained(str(path), safe_serialization=True)
     return str(path)
 
@@ -109,7 +164,6 @@ def two_sample_pvalue(a: torch.Tensor, b: torch.Tensor, coordinates=(0, 37, 101)
     return min(1.0, min(pvalues) * len(pvalues))
 
 
-
 def misaligned_unconditional_timesteps(network):
     """A planted bug in the guidance fold: the unconditional half of the rows takes the timestep of
     the row before it. Every row of a plain sampling call is at the same step, so plain sampling is
@@ -119,6 +173,7 @@ def misaligned_unconditional_timesteps(network):
     def buggy(timestep, **kwargs):
         unconditional, conditional = timestep.chunk(2)
         return denoiser(timestep=torch.cat((unconditional.roll(1), conditional)), **kwargs)
+
     network.denoiser = buggy
     return network
 
@@ -131,8 +186,9 @@ def served_app():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     code = f"import app; app.launch(server_name='127.0.0.1', server_port={port}, quiet=True)"
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                stderr=log, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True
+        )
         address = f"http://127.0.0.1:{port}/"
         try:
             deadline = time.monotonic() + 120
@@ -156,18 +212,31 @@ def served_app():
                 proc.kill()
 
 
-def denoiser_rows_per_call(target, denoiser, state_argument: str, guidance: float,
-                           prompt: str) -> tuple[list[int], object]:
+def denoiser_rows_per_call(
+    target, denoiser, state_argument: str, guidance: float, prompt: str
+) -> tuple[list[int], object]:
     """A (2,2) tree run of a text-to-image target at this guidance weight: the rows of every call of its
     denoiser (a forward hook reads the batch of `state_argument`), and the run's cost."""
     from specdemo import SamplerConfig, build
 
     rows = []
     hook = denoiser.register_forward_hook(
-        lambda module, args, kwargs, out: rows.append(kwargs[state_argument].shape[0]), with_kwargs=True)
+        lambda module, args, kwargs, out: rows.append(kwargs[state_argument].shape[0]), with_kwargs=True
+    )
     try:
-        problem = build(SamplerConfig(model=target.name, steps=12, method="tree", tree="2,2", num_samples=3,
-                                      prompt=prompt, guidance_scale=guidance, device="cpu"), target)
+        problem = build(
+            SamplerConfig(
+                model=target.name,
+                steps=12,
+                method="tree",
+                tree="2,2",
+                num_samples=3,
+                prompt=prompt,
+                guidance_scale=guidance,
+                device="cpu",
+            ),
+            target,
+        )
         rows.clear()  # the build's warm-up calls
         return rows, problem.run().cost
     finally:
@@ -240,18 +309,27 @@ def planted_euler_ancestral_bug(kernel, bug: str):
 
     buggy = copy.copy(kernel)
     if bug == "rolled-sigma":  # both ways a mean's coefficients are gathered: per call, and a round's at once
+
         def mean(out, x, n):
             return kernel.mean_with(kernel.coefficients(n.flatten().roll(1).view_as(n), x), out, x)
 
         def round_rows(n, out):
             return kernel.round_rows(n.roll(1), out)
+
         buggy.mean, buggy.round_rows = mean, round_rows
     elif bug == "sigma-up-mean":
         sigma, sigma_to = kernel.sigmas[:-1], kernel.sigmas[1:]
         k, k_to = (1 + sigma**2).sqrt(), (1 + sigma_to**2).sqrt()
-        VPKernel.__init__(buggy, timesteps=kernel.timesteps, a=torch.zeros_like(sigma), b=k / k_to,
-                          c=(kernel.sigma_up - sigma) / k_to, scales=kernel.scales, alphas_cumprod_t=1 / k**2,
-                          prediction_type=kernel.prediction_type)
+        VPKernel.__init__(
+            buggy,
+            timesteps=kernel.timesteps,
+            a=torch.zeros_like(sigma),
+            b=k / k_to,
+            c=(kernel.sigma_up - sigma) / k_to,
+            scales=kernel.scales,
+            alphas_cumprod_t=1 / k**2,
+            prediction_type=kernel.prediction_type,
+        )
     else:
         raise ValueError(bug)
     return buggy

@@ -43,9 +43,25 @@ def no_progress(*args, **kwargs):
 
 def click(**change) -> dict:
     """A small click's settings, by name, as the Run button sends them (changed by `change`)."""
-    d = dict(model="gm2d", custom_model="", draft="frozen", freeze="out", draft_bias=0, tree="2,1", budget=16,
-             verifier="dgrs", kernel="default", steps=12, eta=1, churn=0.06, num_samples=6, class_label=0, seed=0,
-             device="auto", objective="time")
+    d = dict(
+        model="gm2d",
+        custom_model="",
+        draft="frozen",
+        freeze="out",
+        draft_bias=0,
+        tree="2,1",
+        budget=16,
+        verifier="dgrs",
+        kernel="default",
+        steps=12,
+        eta=1,
+        churn=0.06,
+        num_samples=6,
+        class_label=0,
+        seed=0,
+        device="auto",
+        objective="time",
+    )
     d.update(change)
     return d
 
@@ -65,8 +81,11 @@ def spec(plot_data) -> dict:
 
 
 def tree_statuses(plot_data) -> set[str]:
-    return {tr["legendgroup"] for tr in spec(plot_data)["data"]
-            if tr.get("mode") == "markers" and tr.get("legendgroup") in FOUR and any(v is not None for v in tr["x"])}
+    return {
+        tr["legendgroup"]
+        for tr in spec(plot_data)["data"]
+        if tr.get("mode") == "markers" and tr.get("legendgroup") in FOUR and any(v is not None for v in tr["x"])
+    }
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +96,18 @@ def default_run():
 def test_the_page_is_wired_with_api_names_and_a_queue():
     assert isinstance(app.demo, gr.Blocks)
     names = {fn.api_name for fn in app.demo.fns.values()}
-    assert {"run", "tree_view", "trajectory_view", "exactness", "export", "model_defaults", "kernel_options",
-            "kernel_freeze", "topology_options", "draft_options"} <= names
+    assert {
+        "run",
+        "tree_view",
+        "trajectory_view",
+        "exactness",
+        "export",
+        "model_defaults",
+        "kernel_options",
+        "kernel_freeze",
+        "topology_options",
+        "draft_options",
+    } <= names
     assert all(fn.api_name for fn in app.demo.fns.values())
     assert app.demo._queue.default_concurrency_limit == app.CONCURRENCY_LIMIT
     assert app.demo._queue.max_size >= 8
@@ -119,15 +148,23 @@ def test_the_topology_is_typed_and_presets_fill_it():
 @pytest.mark.slow
 def test_importing_the_app_runs_no_sampling_and_sets_no_threads():
     """Sampling, the thread setting and the warm-up happen when the server starts (app.launch)."""
-    code = ("import torch, specdemo.pipeline as P\n"
-            "def refuse(*a, **k): raise SystemExit('sampled at import')\n"
-            "P.Problem.run = refuse; P.build = refuse\n"
-            "threads = torch.get_num_threads(); torch.set_num_threads = lambda n: refuse()\n"
-            "import app\n"
-            "assert torch.get_num_threads() == threads and callable(app.launch) and app.demo is not None\n"
-            "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"})
+    code = (
+        "import torch, specdemo.pipeline as P\n"
+        "def refuse(*a, **k): raise SystemExit('sampled at import')\n"
+        "P.Problem.run = refuse; P.build = refuse\n"
+        "threads = torch.get_num_threads(); torch.set_num_threads = lambda n: refuse()\n"
+        "import app\n"
+        "assert torch.get_num_threads() == threads and callable(app.launch) and app.demo is not None\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"},
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
@@ -136,20 +173,36 @@ def test_importing_the_app_leaves_the_sampling_stack_to_the_server_start():
     """Building the page needs gradio and the settings, not the sampler, the models or the figures
     of a run (diffusers' networks and schedulers, scipy): importing app.py costs little more than
     importing torch and gradio, and the warm-up at launch pays for the rest."""
-    heavy = ("specdemo.pipeline", "specdemo.sampling", "specdemo.kernels", "specdemo.models", "specdemo_app.runner",
-             "specdemo.figures.tree", "diffusers.models", "scipy.stats")
+    heavy = (
+        "specdemo.pipeline",
+        "specdemo.sampling",
+        "specdemo.kernels",
+        "specdemo.models",
+        "specdemo_app.runner",
+        "specdemo.figures.tree",
+        "diffusers.models",
+        "scipy.stats",
+    )
     code = f"import json, sys, app; print(json.dumps(sorted(m for m in sys.modules if m.startswith({heavy!r}))))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
 @pytest.mark.slow
 def test_default_click(default_run):
-    summary, plan, tree, data, rounds, cost, accept, table, samples, comp, trajectory, round_k, tree_button = default_run
+    summary, plan, tree, data, rounds, cost, accept, table, samples, comp, trajectory, round_k, tree_button = (
+        default_run
+    )
     # time first where time was saved, else calls (which the headline tests below check either way)
-    assert ("faster** than plain sampling" in summary or "fewer target calls than plain sampling" in summary)
+    assert "faster** than plain sampling" in summary or "fewer target calls than plain sampling" in summary
     assert "fewer target calls" in summary and "exact" in summary
     assert "pilot" in summary  # the calibration run is reported, not hidden
     assert "The plan expected" in summary and "measured" in summary
@@ -197,15 +250,24 @@ def test_headline_says_which_of_tree_and_chain_won(default_run):
         fake.chosen = comp.chosen
         return labels.headline(fake)
 
-    for chain, chosen, words in ((5.0, 3.0, "does better"), (3.0, 5.0, "does less well"), (4.0, 4.05, "does about the same")):
+    for chain, chosen, words in (
+        (5.0, 3.0, "does better"),
+        (3.0, 5.0, "does less well"),
+        (4.0, 4.05, "does about the same"),
+    ):
         by_time = said(speedup_time=chosen, speedup_time_chain=chain, speedup=1.0, speedup_chain=9.0)
         assert words in by_time and f"**{chosen:.2f}× faster** than plain sampling" in by_time
         by_calls = said(speedup_time=0.5, time_chosen=2.0, time_plain=1.0, speedup=chosen, speedup_chain=chain)
         assert words in by_calls and f"**{chosen:.2f}×** fewer target calls than plain sampling" in by_calls
         assert "Wall-clock 2.00 s against 1.00 s plain" in by_calls
-    fixed = types.SimpleNamespace(**{**vars(comp), "plan": None, "config": replace(comp.config, verifier="dgrs"),
-                                     "headline": lambda: {**h, "speedup": 2.0, "speedup_chain": 4.0, "speedup_time": 1.0,
-                                                          "planned_s": None}})
+    fixed = types.SimpleNamespace(
+        **{
+            **vars(comp),
+            "plan": None,
+            "config": replace(comp.config, verifier="dgrs"),
+            "headline": lambda: {**h, "speedup": 2.0, "speedup_chain": 4.0, "speedup_time": 1.0, "planned_s": None},
+        }
+    )
     fixed.chosen = comp.chosen
     assert "draft bias of 2 or more" in labels.headline(fixed)
 
@@ -224,33 +286,36 @@ def test_round_and_trajectory_views(default_run):
         H.show_round(None, 0, 1)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"tree": "3,,x"}, "cannot read tree"),
-    ({"tree": ""}, "no topology given"),
-    ({"tree": "10x4"}, "over the limit of 4096"),
-    ({"tree": "4x5", "num_samples": 4096, "steps": 2}, "more than this app runs at once"),  # within the rows
-    ({"num_samples": 10**6}, "number of samples must be in 1..4096"),
-    ({"model": "custom", "custom_model": ""}, "type a Hub id"),
-    ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "not on this Space's list"),
-    ({"model": "custom", "custom_model": "/no/such/folder"}, "local models are off on this Space"),
-    ({"model": "custom", "custom_model": "x" * 10_000}, "local models are off on this Space"),
-    ({"draft": "/etc"}, "local drafts are off on this Space"),
-    ({"steps": 5000}, "steps: 5000 is not accepted here; accepted: at most 1000"),
-    ({"steps": 0}, "steps: 0 is not accepted here; accepted: 1.."),
-    ({"model": "digits", "tree": "1x5", "steps": 1000, "num_samples": 64}, "over the limit of 250,000"),
-    ({"seed": -1}, "seed: -1 is not accepted here; accepted: 0..2**63 - 1"),
-    ({"tree": "1x3000000000"}, "tree depth 3000000000 is over the limit of 128"),
-    ({"steps": 2.5}, "steps must be a whole number, got 2.5"),
-    ({"eta": float("nan"), "kernel": "ddim"}, "eta (DDIM) must be a finite number, got nan"),
-    ({"verifier": "rmc", "tree": "3,2,1"}, "one child per node"),
-    ({"kernel": "flow-churn", "model": "banana"}, "langevin"),
-    ({"device": "tpu"}, "device: 'tpu' is not accepted here; accepted: auto, cpu, cuda"),
-    ({"draft": "digits-draft"}, "only the frozen draft"),
-    ({"tree": "auto", "budget": 0}, "rows per round of an auto topology must be in 1..64"),
-    ({"model": "digits", "tree": "auto", "budget": 64, "num_samples": 64}, "auto topology of 64 rows"),
-    ({"freeze": "sideways"}, "unknown freeze"),
-    ({"model": "banana", "freeze": "x0"}, "accepted: out (the langevin kernel has no x0-hat)"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"tree": "3,,x"}, "cannot read tree"),
+        ({"tree": ""}, "no topology given"),
+        ({"tree": "10x4"}, "over the limit of 4096"),
+        ({"tree": "4x5", "num_samples": 4096, "steps": 2}, "more than this app runs at once"),  # within the rows
+        ({"num_samples": 10**6}, "number of samples must be in 1..4096"),
+        ({"model": "custom", "custom_model": ""}, "type a Hub id"),
+        ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "not on this Space's list"),
+        ({"model": "custom", "custom_model": "/no/such/folder"}, "local models are off on this Space"),
+        ({"model": "custom", "custom_model": "x" * 10_000}, "local models are off on this Space"),
+        ({"draft": "/etc"}, "local drafts are off on this Space"),
+        ({"steps": 5000}, "steps: 5000 is not accepted here; accepted: at most 1000"),
+        ({"steps": 0}, "steps: 0 is not accepted here; accepted: 1.."),
+        ({"model": "digits", "tree": "1x5", "steps": 1000, "num_samples": 64}, "over the limit of 250,000"),
+        ({"seed": -1}, "seed: -1 is not accepted here; accepted: 0..2**63 - 1"),
+        ({"tree": "1x3000000000"}, "tree depth 3000000000 is over the limit of 128"),
+        ({"steps": 2.5}, "steps must be a whole number, got 2.5"),
+        ({"eta": float("nan"), "kernel": "ddim"}, "eta (DDIM) must be a finite number, got nan"),
+        ({"verifier": "rmc", "tree": "3,2,1"}, "one child per node"),
+        ({"kernel": "flow-churn", "model": "banana"}, "langevin"),
+        ({"device": "tpu"}, "device: 'tpu' is not accepted here; accepted: auto, cpu, cuda"),
+        ({"draft": "digits-draft"}, "only the frozen draft"),
+        ({"tree": "auto", "budget": 0}, "rows per round of an auto topology must be in 1..64"),
+        ({"model": "digits", "tree": "auto", "budget": 64, "num_samples": 64}, "auto topology of 64 rows"),
+        ({"freeze": "sideways"}, "unknown freeze"),
+        ({"model": "banana", "freeze": "x0"}, "accepted: out (the langevin kernel has no x0-hat)"),
+    ],
+)
 def test_bad_inputs_are_readable_errors(change, message):
     with pytest.raises(gr.Error) as err:
         H.run(**click(**change), progress=no_progress)
@@ -456,14 +521,16 @@ def test_the_owner_opens_hub_ids_and_local_models(monkeypatch):
 def test_image_model_from_a_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEMO_APP_LOCAL_MODELS", "1")  # the owner's switch; off by default
     folder = tiny_pipeline_folder(tmp_path / "unet")
-    out = H.run(**click(model="custom", custom_model=folder, steps=6, num_samples=2, class_label=7),
-                  progress=no_progress)
+    out = H.run(
+        **click(model="custom", custom_model=folder, steps=6, num_samples=2, class_label=7), progress=no_progress
+    )
     comp = out[9]
     assert comp.kind == "image" and comp.config.class_label == 7
     assert any(tr["type"] == "image" for tr in spec(out[3])["data"])  # the committed path's images
     with pytest.raises(gr.Error, match="class label: 12 is not accepted here"):
-        H.run(**click(model="custom", custom_model=folder, steps=6, num_samples=2, class_label=12),
-                progress=no_progress)
+        H.run(
+            **click(model="custom", custom_model=folder, steps=6, num_samples=2, class_label=12), progress=no_progress
+        )
     with pytest.raises(gr.Error, match="1..64"):
         H.run(**click(model="custom", custom_model=folder, num_samples=65), progress=no_progress)
     with pytest.raises(gr.Error, match="analytic targets"):
@@ -510,8 +577,10 @@ def test_a_session_keeps_a_bounded_result():
 def test_a_session_keeps_what_fits_its_byte_budget(monkeypatch):
     """An image model's node states are large: a session keeps as many trajectories as fit."""
     monkeypatch.setattr(H, "SESSION_BYTES", 400_000)
-    out = H.run(**click(model="digits", tree="1x4", verifier="rmc", freeze="x0", steps=30, num_samples=12,
-                            class_label=3), progress=no_progress)
+    out = H.run(
+        **click(model="digits", tree="1x4", verifier="rmc", freeze="x0", steps=30, num_samples=12, class_label=3),
+        progress=no_progress,
+    )
     comp, trajectory_slider = out[9], out[10]
     assert 1 <= comp.traced_trajectories < 12 and comp.trace_bytes() <= 400_000
     assert trajectory_slider.maximum == max(comp.traced_trajectories - 1, 1)
@@ -544,16 +613,20 @@ def test_controls_follow_the_model():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "value not in the list of choices" from a fresh gr.Dropdown
         kernel, custom, steps, samples, tree, budget, label, draft, freeze, eta, churn, *prompt = H.model_changed(
-            "gm512", "default")
+            "gm512", "default"
+        )
         assert [v for _, v in kernel["choices"]] == ["default", "ddpm", "ddim", "flow-churn", "langevin"]
         assert steps["value"] == 30 and tree["value"] == "auto" and budget["visible"] and freeze["value"] == "x0"
         assert churn["visible"] and not eta["visible"] and not custom["visible"] and not label["visible"]
         kernel, custom, steps, samples, tree, budget, label, draft, freeze, eta, churn, *prompt = H.model_changed(
-            "custom", "ddim")
+            "custom", "ddim"
+        )
         assert custom["visible"] and label["visible"] and eta["visible"] and kernel["value"] == "ddim"
         # the digits UNet offers only its own kernels; a kernel it lacks falls back to its default
         kernel, *_, freeze, eta, churn, _, _, _ = H.model_changed("digits", "langevin")
-        assert [v for _, v in kernel["choices"]] == ["default", "ddpm", "ddim", "euler-ancestral"] and kernel["value"] == "default"
+        assert [v for _, v in kernel["choices"]] == ["default", "ddpm", "ddim", "euler-ancestral"] and kernel[
+            "value"
+        ] == "default"
         assert freeze["value"] == "auto" and not churn["visible"]
         assert samples["maximum"] == MAX_SAMPLES["image"]
         *_, freeze, eta, churn, _, _, _ = H.model_changed("banana", "default")  # Langevin: no x0-hat to freeze
@@ -580,11 +653,13 @@ def test_zerogpu_decorator_is_used_when_spaces_is_present(monkeypatch):
         def deco(fn):
             decorated.append(fn.__name__)
             return fn
+
         return deco
 
     monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=GPU))
-    spec_ = importlib.util.spec_from_file_location("specdemo_app.handlers_on_zerogpu",
-                                                   ROOT / "specdemo_app" / "handlers.py")
+    spec_ = importlib.util.spec_from_file_location(
+        "specdemo_app.handlers_on_zerogpu", ROOT / "specdemo_app" / "handlers.py"
+    )
     module = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(module)
     assert decorated == ["_compute", "_decode", "_exactness"]
@@ -623,19 +698,38 @@ def test_space_config_front_matter_and_dry_run(tmp_path):
     deploy.check(meta)
     reqs = (ROOT / "space_config" / "requirements.txt").read_text()
     assert "torch==" in reqs and "spaces" in reqs
-    out = subprocess.run([sys.executable, str(ROOT / "space_config" / "deploy.py"), "--repo-id", "someone/specdemo",
-                          "--dry-run", "--out", str(tmp_path / "space")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "space_config" / "deploy.py"),
+            "--repo-id",
+            "someone/specdemo",
+            "--dry-run",
+            "--out",
+            str(tmp_path / "space"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert plan["dry_run"] and {"app.py", "README.md", "requirements.txt", "specdemo", "specdemo_app"} <= set(
-        plan["top_level"])
+        plan["top_level"]
+    )
     staged = tmp_path / "space"
     assert (staged / "README.md").read_text().startswith("---\ntitle:")
     assert (staged / "specdemo" / "figures" / "tree.py").is_file()
-    assert {p.name for p in (ROOT / "specdemo_app").glob("*.py")} == {p.name for p in (staged / "specdemo_app").iterdir()}
+    assert {p.name for p in (ROOT / "specdemo_app").glob("*.py")} == {
+        p.name for p in (staged / "specdemo_app").iterdir()
+    }
     assert not list(staged.rglob("__pycache__"))
-    bad = subprocess.run([sys.executable, str(ROOT / "space_config" / "deploy.py"), "--repo-id", "not a repo",
-                          "--dry-run"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "space_config" / "deploy.py"), "--repo-id", "not a repo", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "USER/NAME" in bad.stderr
 
 
@@ -665,8 +759,13 @@ def text_folders(tmp_path_factory):
 
 def image_shapes(plot_data) -> list[list[int]]:
     """The (H, W, channels) of every image of a figure."""
-    return [[int(v) for v in str(tr["z"]["shape"]).split(",")] if isinstance(tr["z"], dict)  # plotly's typed array
-            else list(np.asarray(tr["z"]).shape) for tr in spec(plot_data)["data"] if tr["type"] == "image"]
+    return [
+        [int(v) for v in str(tr["z"]["shape"]).split(",")]
+        if isinstance(tr["z"], dict)  # plotly's typed array
+        else list(np.asarray(tr["z"]).shape)
+        for tr in spec(plot_data)["data"]
+        if tr["type"] == "image"
+    ]
 
 
 @pytest.mark.slow
@@ -682,16 +781,35 @@ def test_a_text_to_image_model_runs_with_a_prompt_and_shows_decoded_images(famil
     decoded, real_decode = [], target.decode
     monkeypatch.setattr(target, "decode", lambda latents: decoded.append(len(latents)) or real_decode(latents))
     samples = runner.SHOWN_IMAGES + 2
-    out = H.run(**click(model="custom", custom_model=folder, prompt="a red circle", negative_prompt="blue",
-                        guidance_scale=3.0, tree="2,1", steps=8, num_samples=samples, class_label=0),
-                progress=no_progress)
+    out = H.run(
+        **click(
+            model="custom",
+            custom_model=folder,
+            prompt="a red circle",
+            negative_prompt="blue",
+            guidance_scale=3.0,
+            tree="2,1",
+            steps=8,
+            num_samples=samples,
+            class_label=0,
+        ),
+        progress=no_progress,
+    )
     summary, plan, tree, data, rounds, cost, accept, table, samples_plot, comp, trajectory, round_k, tree_button = out
     assert tree_button["visible"] is False  # a fixed topology offers no tree
     with pytest.raises(gr.Error, match="it offers none"):
         H.offer_tree(comp)
     assert comp.latent and comp.kind == "image" and comp.config.class_label is None
-    assert (comp.config.prompt, comp.config.negative_prompt, comp.config.guidance_scale) == ("a red circle", "blue", 3.0)
-    assert [r.key for r in comp.runs] == ["target", "chain", "tree"] and len(table) == 3 and "fewer target calls" in summary
+    assert (comp.config.prompt, comp.config.negative_prompt, comp.config.guidance_scale) == (
+        "a red circle",
+        "blue",
+        3.0,
+    )
+    assert (
+        [r.key for r in comp.runs] == ["target", "chain", "tree"]
+        and len(table) == 3
+        and "fewer target calls" in summary
+    )
     assert [r.samples.shape[0] for r in comp.runs] == [samples] * 3 and comp.runs[0].samples.shape[1] == 4  # latents
     # the samples panel: one grid of RGB images per run, of the first SHOWN_IMAGES samples decoded
     shapes = image_shapes(samples_plot)
@@ -724,8 +842,26 @@ def test_the_prompt_controls_are_shown_for_text_models_only():
     names = list(controls.PROMPT_FIELDS)
 
     def changed(model):
-        return dict(zip(["kernel", "custom", "steps", "samples", "tree", "budget", "label", "draft", "freeze", "eta",
-                         "churn", *names], H.model_changed(model, "default"), strict=True))
+        return dict(
+            zip(
+                [
+                    "kernel",
+                    "custom",
+                    "steps",
+                    "samples",
+                    "tree",
+                    "budget",
+                    "label",
+                    "draft",
+                    "freeze",
+                    "eta",
+                    "churn",
+                    *names,
+                ],
+                H.model_changed(model, "default"),
+                strict=True,
+            )
+        )
 
     sd = changed("stable-diffusion-v1-5/stable-diffusion-v1-5")
     assert all(sd[name]["visible"] for name in names) and sd["draft"]["value"] == "nota-ai/bk-sdm-tiny"
@@ -811,11 +947,21 @@ def sd15_sized(target):
 
     with torch.device("meta"):
         unet = UNet2DConditionModel(sample_size=64, cross_attention_dim=768)
-        vae = AutoencoderKL(block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
-                            up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=2)
+        vae = AutoencoderKL(
+            block_out_channels=(128, 256, 512, 512),
+            down_block_types=("DownEncoderBlock2D",) * 4,
+            up_block_types=("UpDecoderBlock2D",) * 4,
+            layers_per_block=2,
+        )
     assert sum(p.numel() for p in unet.parameters()) == 859_520_964  # Stable Diffusion 1.5's UNet
-    return types.SimpleNamespace(name="sd15-sized", shape=(4, 64, 64), denoiser=unet, text_conditioned=True,
-                                 defaults=target.defaults, pipeline=types.SimpleNamespace(vae=vae))
+    return types.SimpleNamespace(
+        name="sd15-sized",
+        shape=(4, 64, 64),
+        denoiser=unet,
+        text_conditioned=True,
+        defaults=target.defaults,
+        pipeline=types.SimpleNamespace(vae=vae),
+    )
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -841,8 +987,18 @@ def test_the_work_estimate_weighs_a_row_by_its_model(text_folders, monkeypatch):
     monkeypatch.setattr(work, "denoiser_work", lambda target: real_work(big))
     monkeypatch.setattr(runner, "build", lambda *a, **k: pytest.fail("work started before the refusal"))
     with pytest.raises(gr.Error) as err:
-        H.check_inputs(**click(model="custom", custom_model=text_folders["sd"], prompt="a red circle", tree="1x3",
-                               verifier="rmc", steps=25, num_samples=1, device="cpu"))
+        H.check_inputs(
+            **click(
+                model="custom",
+                custom_model=text_folders["sd"],
+                prompt="a red circle",
+                tree="1x3",
+                verifier="rmc",
+                steps=25,
+                num_samples=1,
+                device="cpu",
+            )
+        )
     message = err.value.message
     assert "over the limit of 5;" in message and "costs about 43," in message and "a GPU runs far more" in message
     # the decoding for display is counted too
@@ -856,8 +1012,19 @@ def test_a_clicks_bound_counts_the_draft_networks_pilot():
     from specdemo.planning import AUTO_FORMS, PILOT_DEPTH
     from specdemo.resolve import resolve
 
-    checked = resolve(SamplerConfig(model="digits", draft="digits-draft", tree="auto", freeze="auto", steps=50,
-                                num_samples=2, pilot_samples=8, device="cpu", pilot=True))
+    checked = resolve(
+        SamplerConfig(
+            model="digits",
+            draft="digits-draft",
+            tree="auto",
+            freeze="auto",
+            steps=50,
+            num_samples=2,
+            pilot_samples=8,
+            device="cpu",
+            pilot=True,
+        )
+    )
     c = checked.config
     pilots = (len(AUTO_FORMS) + 1) * c.pilot_samples * 50 * (PILOT_DEPTH + 1)
     assert runner.click_work(checked, chain=False, plain=False)[0][1] == 2 * 50 * (c.budget + 1) + pilots

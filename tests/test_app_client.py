@@ -22,8 +22,16 @@ FOUR = {"accepted", "rejected", "corrected", "unvisited"}
 # the Run button's settings, by name (the endpoint's parameters), at the page's defaults
 RUN_SETTINGS = next(fn for fn in app.demo.fns.values() if fn.api_name == "run").input_keyword_names
 DEFAULTS = {name: settings.page_values()[name] for name in RUN_SETTINGS}
-SMALL = {**DEFAULTS, "model": "gm2d", "freeze": "out", "tree": "2,1", "verifier": "dgrs", "steps": 12, "num_samples": 8,
-         "class_label": 0}
+SMALL = {
+    **DEFAULTS,
+    "model": "gm2d",
+    "freeze": "out",
+    "tree": "2,1",
+    "verifier": "dgrs",
+    "steps": 12,
+    "num_samples": 8,
+    "class_label": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +59,11 @@ def statuses(spec: dict) -> set[str]:
     """Node statuses that have at least one marker in a tree figure."""
     out = set()
     for tr in spec["data"]:
-        if tr.get("mode") == "markers" and tr.get("legendgroup") in FOUR and any(v is not None for v in tr.get("x") or []):
+        if (
+            tr.get("mode") == "markers"
+            and tr.get("legendgroup") in FOUR
+            and any(v is not None for v in tr.get("x") or [])
+        ):
             out.add(tr["legendgroup"])
     return out
 
@@ -60,8 +72,9 @@ def statuses(spec: dict) -> set[str]:
 def test_main_endpoint_with_default_inputs(client):
     out = client.predict(**DEFAULTS, api_name="/run")
     summary, plan, tree, data, rounds, cost, accept, table, samples, trajectory, round_k = out
-    assert "fewer target calls" in summary and ("faster** than plain sampling" in summary
-                                                 or "fewer target calls than plain sampling" in summary)
+    assert "fewer target calls" in summary and (
+        "faster** than plain sampling" in summary or "fewer target calls than plain sampling" in summary
+    )
     assert plan.startswith("**Planned trees**")
     # the tree figure: the page opens on a round with all four statuses, else the run shows them elsewhere
     spec = plot_spec(tree)
@@ -96,8 +109,12 @@ def test_main_endpoint_with_default_inputs(client):
             leaves = [i for i, d in enumerate(depth) if d == max(depth)]
             widths = [depth.count(d) // max(depth.count(d - 1), 1) for d in range(1, max(depth) + 1)]
             text = f"{widths[0]}x{len(widths)}" if len(set(widths)) == 1 else ",".join(map(str, widths))
-            expected.append((text + (", leaves evaluated" if all(rt["evaluated"][row][i] for i in leaves) else ""),
-                             rt["root_known"][row]))
+            expected.append(
+                (
+                    text + (", leaves evaluated" if all(rt["evaluated"][row][i] for i in leaves) else ""),
+                    rt["root_known"][row],
+                )
+            )
     assert any("leaves evaluated" in text for text, _ in expected)
     for k, (text, known) in enumerate(expected, start=1):
         title = plot_spec(client.predict(0, k, api_name="/tree_view")[0])["layout"]["title"]["text"]
@@ -134,8 +151,10 @@ BAD = [
     ({"tree": "3,,x"}, "cannot read tree"),
     ({"tree": "0"}, "positive integers, got [0]; accepted"),  # typed, not swapped for a preset
     # each run fits 250,000 rows alone, the click's three runs together do not
-    ({"model": "digits", "tree": "2,1", "steps": 1000, "num_samples": 40},
-     "3 runs of this click could evaluate up to 480,000 target rows together"),
+    (
+        {"model": "digits", "tree": "2,1", "steps": 1000, "num_samples": 40},
+        "3 runs of this click could evaluate up to 480,000 target rows together",
+    ),
     ({"tree": "10x4"}, "over the limit"),
     ({"tree": "4x5", "num_samples": 4096, "steps": 2}, "fewer samples or a smaller tree"),
     ({"model": "custom", "custom_model": "nobody-here/no-such-model"}, "not on this Space's list"),
@@ -172,7 +191,15 @@ def test_eight_clients_at_once(url):
         assert f"seed {seed}" in summary and len(table) == 3
 
 
-LONG = {**SMALL, "model": "gm512", "freeze": "out", "tree": "1x5", "verifier": "rmc", "steps": 1000, "num_samples": 4096}
+LONG = {
+    **SMALL,
+    "model": "gm512",
+    "freeze": "out",
+    "tree": "1x5",
+    "verifier": "rmc",
+    "steps": 1000,
+    "num_samples": 4096,
+}
 
 
 def _wait(condition, seconds: float) -> bool:
@@ -260,8 +287,11 @@ def text_folders(tmp_path_factory):
 
 def image_channels(value) -> list[int]:
     """The channels of every image of a figure as the client receives it."""
-    return [int(str(tr["z"]["shape"]).split(",")[-1]) if isinstance(tr["z"], dict) else len(tr["z"][0][0])
-            for tr in plot_spec(value)["data"] if tr["type"] == "image"]
+    return [
+        int(str(tr["z"]["shape"]).split(",")[-1]) if isinstance(tr["z"], dict) else len(tr["z"][0][0])
+        for tr in plot_spec(value)["data"]
+        if tr["type"] == "image"
+    ]
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -270,9 +300,20 @@ def test_run_endpoint_with_a_prompt_on_a_text_to_image_model(client, text_folder
     """The owner's switch opens local folders; /run takes the prompt, negative prompt and guidance scale
     by name and answers with the usual table and decoded RGB images."""
     monkeypatch.setenv("SPECDEMO_APP_LOCAL_MODELS", "1")
-    out = client.predict(**{**SMALL, "model": "custom", "custom_model": text_folders[family], "prompt": "a red circle",
-                            "negative_prompt": "blue", "guidance_scale": "3", "tree": "2,1", "steps": 8,
-                            "num_samples": 3}, api_name="/run")
+    out = client.predict(
+        **{
+            **SMALL,
+            "model": "custom",
+            "custom_model": text_folders[family],
+            "prompt": "a red circle",
+            "negative_prompt": "blue",
+            "guidance_scale": "3",
+            "tree": "2,1",
+            "steps": 8,
+            "num_samples": 3,
+        },
+        api_name="/run",
+    )
     summary, plan, tree, data, rounds, cost, accept, table, samples, trajectory, round_k = out
     assert "fewer target calls" in summary and plan.startswith("**Topology** `2,1`")
     labels = [r[0] for r in table["data"]]
@@ -287,10 +328,10 @@ def test_run_endpoint_with_a_prompt_on_a_text_to_image_model(client, text_folder
 def test_the_prompt_controls_follow_the_model(client):
     names = controls.PROMPT_FIELDS
     sd = client.predict("stable-diffusion-v1-5/stable-diffusion-v1-5", "default", api_name="/model_defaults")
-    assert [u["visible"] for u in sd[-len(names):]] == [True] * len(names)
+    assert [u["visible"] for u in sd[-len(names) :]] == [True] * len(names)
     assert sd[7]["value"] == "nota-ai/bk-sdm-tiny"  # the draft network it pairs with
     digits = client.predict("digits", "default", api_name="/model_defaults")
-    assert [u["visible"] for u in digits[-len(names):]] == [False] * len(names)
+    assert [u["visible"] for u in digits[-len(names) :]] == [False] * len(names)
     components = {c.get("props", {}).get("elem_id"): c for c in client.config["components"]}
     assert components["prompt"]["props"]["visible"] is False  # the page opens on digits
     choices = [v for _, v in components["model"]["props"]["choices"]]
@@ -308,24 +349,28 @@ def test_a_listed_model_not_here_is_answered_at_once(client, entry):
     assert entry.repo in line and f"hf download {entry.repo}" in line and "offline" in line
     t0 = time.perf_counter()
     with pytest.raises(AppError) as err:
-        client.predict(**{**SMALL, "model": entry.repo, "tree": "1x3", "verifier": "rmc", "num_samples": 1},
-                       api_name="/run")
+        client.predict(
+            **{**SMALL, "model": entry.repo, "tree": "1x3", "verifier": "rmc", "num_samples": 1}, api_name="/run"
+        )
     seconds = max(seconds, time.perf_counter() - t0)
     assert entry.repo in str(err.value) and f"hf download {entry.repo}" in str(err.value)
     assert seconds < 5, seconds
     print(f"{entry.repo}: answered through gradio_client in {seconds * 1000:.0f} ms")
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"steps": 2.5}, "steps must be a whole number, got 2.5"),  # refused, not rounded by the control
-    ({"seed": 1.5}, "seed must be a whole number, got 1.5"),
-    # text in a number field reaches the app as sent (controls.RawNumber, RawSlider), which names the control
-    ({"steps": "abc"}, "steps must be a whole number, got 'abc'"),
-    ({"num_samples": "many"}, "samples must be a whole number, got 'many'"),
-    ({"draft_bias": "x"}, "draft bias must be a number, got 'x'"),
-    ({"eta": "nan"}, "eta (DDIM) must be a finite number, got 'nan'"),
-    ({"tree": "<b>bold</b>"}, "&lt;b>bold&lt;/b>"),  # the pop-up renders HTML: a typed tag is shown as text
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"steps": 2.5}, "steps must be a whole number, got 2.5"),  # refused, not rounded by the control
+        ({"seed": 1.5}, "seed must be a whole number, got 1.5"),
+        # text in a number field reaches the app as sent (controls.RawNumber, RawSlider), which names the control
+        ({"steps": "abc"}, "steps must be a whole number, got 'abc'"),
+        ({"num_samples": "many"}, "samples must be a whole number, got 'many'"),
+        ({"draft_bias": "x"}, "draft bias must be a number, got 'x'"),
+        ({"eta": "nan"}, "eta (DDIM) must be a finite number, got 'nan'"),
+        ({"tree": "<b>bold</b>"}, "&lt;b>bold&lt;/b>"),  # the pop-up renders HTML: a typed tag is shown as text
+    ],
+)
 def test_numbers_pass_as_sent_and_html_is_shown_as_text(client, change, message):
     with pytest.raises(AppError) as err:
         client.predict(**{**SMALL, **change}, api_name="/run")

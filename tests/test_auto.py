@@ -77,12 +77,19 @@ def test_priced_rows_and_network_levels_match_brute_force(seed):
 
     def total(widths, leaves):
         rows = Topology(widths).rows_per_round(leaves) - 1
-        return (row_price(rows) + sum(level_price(d) for d in range(1, len(widths) + 1))
-                + calls_after(widths, leaves, accept, calls_ahead))
+        return (
+            row_price(rows)
+            + sum(level_price(d) for d in range(1, len(widths) + 1))
+            + calls_after(widths, leaves, accept, calls_ahead)
+        )
 
-    shapes = [(widths, leaves) for depth in range(1, 6) for widths in itertools.product(range(1, 5), repeat=depth)
-              for leaves in (False, True) if not (leaves and depth >= 5)
-              and Topology(widths).rows_per_round(leaves) - 1 <= 12]
+    shapes = [
+        (widths, leaves)
+        for depth in range(1, 6)
+        for widths in itertools.product(range(1, 5), repeat=depth)
+        for leaves in (False, True)
+        if not (leaves and depth >= 5) and Topology(widths).rows_per_round(leaves) - 1 <= 12
+    ]
     after, widths, leaves = _best_round(accept, calls_ahead, 5, 12, (False, True), row_price, level_price)
     assert total(widths, leaves) == pytest.approx(min(total(*shape) for shape in shapes), abs=1e-12)
     assert after == pytest.approx(calls_after(widths, leaves, accept, calls_ahead), abs=1e-12)  # level prices left out
@@ -109,8 +116,22 @@ def test_no_leaf_row_at_step_n(leaf_options):
 
 
 def test_auto_plans_every_step_within_the_budget():
-    problem = build(SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="auto", budget=15, verifier="dgrs",
-                                  freeze="out", prefetch="nearest", objective="calls", num_samples=8, device="cpu"))
+    problem = build(
+        SamplerConfig(
+            pilot=True,
+            model="gm2d",
+            steps=40,
+            method="tree",
+            tree="auto",
+            budget=15,
+            verifier="dgrs",
+            freeze="out",
+            prefetch="nearest",
+            objective="calls",
+            num_samples=8,
+            device="cpu",
+        )
+    )
     plan = problem.tree
     assert len(plan.trees) == len(plan.known_trees) == 40
     assert all(t.rows_per_round() <= 15 for t in plan.trees if t.widths)
@@ -122,28 +143,63 @@ def test_auto_plans_every_step_within_the_budget():
 
 @pytest.mark.slow
 def test_replanning_from_the_pilot_reproduces_the_plan_and_more_rows_never_cost_calls():
-    problem = build(SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="auto", budget=6, verifier="rank",
-                                  freeze="out", prefetch="nearest", objective="calls", num_samples=8, device="cpu"))
+    problem = build(
+        SamplerConfig(
+            pilot=True,
+            model="gm2d",
+            steps=40,
+            method="tree",
+            tree="auto",
+            budget=6,
+            verifier="rank",
+            freeze="out",
+            prefetch="nearest",
+            objective="calls",
+            num_samples=8,
+            device="cpu",
+        )
+    )
     again = plan_tree(problem, 6)
     assert again.trees == problem.tree.trees and again.known_trees == problem.tree.known_trees
     assert again.expected_calls == problem.tree.expected_calls
     wider = plan_tree(problem, 20)  # every plan within 6 rows is within 20: the best is no worse
     assert wider.expected_calls <= again.expected_calls and max(t.rows_per_round() for t in wider.trees) > 6
     assert max(t.rows_per_round() for t in wider.trees) <= 20
-    fixed = build(SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="2,2", num_samples=8, device="cpu"))
+    fixed = build(
+        SamplerConfig(pilot=True, model="gm2d", steps=40, method="tree", tree="2,2", num_samples=8, device="cpu")
+    )
     with pytest.raises(SpecdemoError, match="pilot's deltas"):
         plan_tree(fixed, 6)
 
 
 def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_plan():
-    problem = build(SamplerConfig(pilot=True, model="gm2d", steps=60, method="tree", tree="auto", budget=10, verifier="rank",
-                                  freeze="x0", prefetch="auto", objective="calls", num_samples=64, device="cpu", seed=3))
+    problem = build(
+        SamplerConfig(
+            pilot=True,
+            model="gm2d",
+            steps=60,
+            method="tree",
+            tree="auto",
+            budget=10,
+            verifier="rank",
+            freeze="x0",
+            prefetch="auto",
+            objective="calls",
+            num_samples=64,
+            device="cpu",
+            seed=3,
+        )
+    )
     plan = problem.tree
     assert any(plan.leaves) and not plan.leaves[59]  # no leaves where the horizon is 0 (the deterministic last step)
     # nor a leaf row at step N, which the driver would not evaluate: the plan must not count it
-    assert all(n + plan.at(n, known).depth < 60 for n in range(60) for known in (False, True) if plan.leaves_at(n, known))
+    assert all(
+        n + plan.at(n, known).depth < 60 for n in range(60) for known in (False, True) if plan.leaves_at(n, known)
+    )
     assert all(t.rows_per_round(ev) <= 10 for t, ev in zip(plan.trees, plan.leaves, strict=True) if t.widths)
-    assert all(t.rows_per_round(ev) - 1 <= 10 for t, ev in zip(plan.known_trees, plan.known_leaves, strict=True) if t.widths)
+    assert all(
+        t.rows_per_round(ev) - 1 <= 10 for t, ev in zip(plan.known_trees, plan.known_leaves, strict=True) if t.widths
+    )
     result = problem.run(trace=True, trace_states=False)
     known_rounds = 0
     for rt in result.trace:
@@ -161,32 +217,55 @@ def test_prefetch_auto_chooses_leaf_evaluation_per_step_and_the_run_follows_the_
 
 def test_auto_alone_takes_the_fastest_measured_settings():
     """--tree auto with nothing else: the device's AUTO_DEFAULTS, a plan priced in seconds."""
-    problem = build(SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", steps=30, num_samples=4, device="cpu"))
+    problem = build(
+        SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", steps=30, num_samples=4, device="cpu")
+    )
     best = AUTO_DEFAULTS["cpu"]
     c = problem.config
     assert (c.freeze, c.prefetch, c.verifier, c.budget, c.objective) == (
-        best["freeze"], best["prefetch"], best["verifier"], best["budget"], "time")
+        best["freeze"],
+        best["prefetch"],
+        best["verifier"],
+        best["budget"],
+        "time",
+    )
     assert problem.tree.objective == "time" and problem.tree.expected_s > 0 and problem.cost_model is not None
     with pytest.raises(SpecdemoError, match="budget"):
         build(SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", budget=0, device="cpu"))
 
 
-@pytest.mark.parametrize("method,verifier,objective", [("tree", "rank", "calls"), ("chain", "block", "calls"),
-                                                       ("tree", "rank", "time"), ("tree", "block", "time")])
+@pytest.mark.parametrize(
+    "method,verifier,objective",
+    [("tree", "rank", "calls"), ("chain", "block", "calls"), ("tree", "rank", "time"), ("tree", "block", "time")],
+)
 @pytest.mark.slow
 @pytest.mark.statistical
 def test_a_planned_run_is_exact(method, verifier, objective):
     base = dict(model="gm2d", steps=40, num_samples=10_000, device="cpu")
     plain = build(SamplerConfig(pilot=True, **base, method="target", seed=1)).run(keep_steps=[20])
-    problem = build(SamplerConfig(pilot=True, **base, method=method, tree="auto", budget=12, verifier=verifier, freeze="auto",
-                                  prefetch="auto", draft_bias=1.0, objective=objective, seed=2))
+    problem = build(
+        SamplerConfig(
+            pilot=True,
+            **base,
+            method=method,
+            tree="auto",
+            budget=12,
+            verifier=verifier,
+            freeze="auto",
+            prefetch="auto",
+            draft_bias=1.0,
+            objective=objective,
+            seed=2,
+        )
+    )
     if problem.declined is not None:  # plain sampling was expected faster here: the plan it declined is run
         problem = problem.declined
     leaves = problem.tree.leaves[:39]  # the stochastic steps
     assert objective == "time" or (any(leaves) and not all(leaves))  # leaves evaluated at some steps only
     # block plans fans (K, 1, ..., 1), chains on the chain method
-    assert verifier != "block" or all(set(t.widths[1:]) <= {1} and (method == "tree" or t.is_chain)
-                                      for t in problem.tree.topologies)
+    assert verifier != "block" or all(
+        set(t.widths[1:]) <= {1} and (method == "tree" or t.is_chain) for t in problem.tree.topologies
+    )
     auto = problem.run(keep_steps=[20])
     assert min_pvalue_bonferroni(auto.samples, plain.samples) > 1e-3
     assert min_pvalue_bonferroni(auto.states[20], plain.states[20]) > 1e-3
@@ -201,8 +280,12 @@ def test_prefetch_auto_needs_a_planned_topology():
 def test_delta_stats_leave_out_the_exact_first_level_of_a_known_root():
     nan = np.nan
     # a chain 0 -> 1 -> 2; two trajectories at step 5, the second with its root's output known
-    rnd = SimpleNamespace(delta=np.array([[0.5, 0.7, nan], [0.0, 0.9, nan]]), node_depth=np.array([0, 1, 2]),
-                          root_known=np.array([False, True]), step=np.array([5, 5]))
+    rnd = SimpleNamespace(
+        delta=np.array([[0.5, 0.7, nan], [0.0, 0.9, nan]]),
+        node_depth=np.array([0, 1, 2]),
+        root_known=np.array([False, True]),
+        step=np.array([5, 5]),
+    )
     stats = DeltaStats.from_traces([rnd], num_steps=10)
     assert stats.deltas == {(5, 1): [0.5], (6, 2): [0.7, 0.9]}
 
@@ -218,9 +301,14 @@ def test_the_programmes_pieces_each_do_their_part():
     rng = np.random.default_rng(0)
     close = DeltaStats({(n, d): list(rng.uniform(0, 1e-3, 30)) for n in range(10) for d in (1, 2)}, 10)
     far = DeltaStats({(n, d): list(rng.uniform(2, 4, 30)) for n in range(10) for d in (1, 2)}, 10)
-    exact, hard = LevelAcceptance(close, GreedyRejectionSampling(), 4), LevelAcceptance(far, GreedyRejectionSampling(), 4)
+    exact, hard = (
+        LevelAcceptance(close, GreedyRejectionSampling(), 4),
+        LevelAcceptance(far, GreedyRejectionSampling(), 4),
+    )
     assert min(exact(5, 1)) > 0.99 and exact.exact == (1.0,) * 4
-    assert all(a < b for a, b in zip(hard(5, 1), hard(5, 1)[1:], strict=False)) and hard(5, 1)[0] < 0.5  # more children, more kept
+    assert (
+        all(a < b for a, b in zip(hard(5, 1), hard(5, 1)[1:], strict=False)) and hard(5, 1)[0] < 0.5
+    )  # more children, more kept
     fans = BlockStops(far, 8)(2, 3, False)
     assert fans.shape == (BLOCK_FAN_WIDTHS, 3, 4) and np.allclose(fans.sum(2), 1.0)
     assert BlockStops(far, 8)(2, 3, True).shape == (1, 3, 4)  # an exact first level: one child is enough

@@ -20,11 +20,12 @@ def planner_steps_law(delta_at_depth, width: int, depth: int) -> np.ndarray:
     """P(steps committed) from the planner's fan law: eta = j < L commits j + 1 steps, eta = L commits L."""
     rng = np.random.default_rng(1)
     deltas = np.array([[delta_at_depth(d) for d in range(1, depth + 1)]] * WALKS)
-    fans = block_fan_stop_probabilities(deltas, rng.standard_normal((WALKS, depth)), rng.standard_normal((WALKS, width)),
-                                        rng.random(WALKS))
+    fans = block_fan_stop_probabilities(
+        deltas, rng.standard_normal((WALKS, depth)), rng.standard_normal((WALKS, width)), rng.random(WALKS)
+    )
     eta = fans[width - 1, depth - 1]
     law = np.zeros(depth + 2)
-    law[1:depth + 1] += eta[:depth]
+    law[1 : depth + 1] += eta[:depth]
     law[depth] += eta[depth]
     return law
 
@@ -73,9 +74,20 @@ def test_shapes_fit_the_rows_and_the_programme_adds_calls_up():
 
 def test_the_report_says_what_the_rows_show():
     def rows(best, steps=100, families=branching.FAMILIES):
-        return [{"steps": steps, "rows": 96, "draft": "d", "family": family, "in_sample": calls, "fresh": calls,
-                 "fresh_error": 0.01, "branching_steps": 0}
-                for (family, _), calls in zip(families, (10.0, 9.5, 9.6, best), strict=False)]
+        return [
+            {
+                "steps": steps,
+                "rows": 96,
+                "draft": "d",
+                "family": family,
+                "in_sample": calls,
+                "fresh": calls,
+                "fresh_error": 0.01,
+                "branching_steps": 0,
+            }
+            for (family, _), calls in zip(families, (10.0, 9.5, 9.6, best), strict=False)
+        ]
+
     fans_only = rows(None, 1000, branching.FAMILIES[:2])  # 1,000 steps: chains and fans only
     kept = branching.render({"rows": rows(9.45) + fans_only, "walks": 512, "fresh_walks": 1024})
     worth = branching.render({"rows": rows(9.0), "walks": 512, "fresh_walks": 1024})

@@ -18,6 +18,8 @@ def test_a_chain_that_keeps_its_first_level_bounds_every_fan():
     run_lengths = np.arange(STEPS + 1)[::-1]
     block = get_verifier("block")
     for budget in (4, 8, 16):
-        planned = {name: plan_topology(s, block, budget, run_lengths, max_width=width, warm_up=False).expected_calls
-                   for name, s, width in (("chain", stats, 1), ("fan", stats, 8), ("kept", kept, 1))}
+        planned = {
+            name: plan_topology(s, block, budget, run_lengths, max_width=width, warm_up=False).expected_calls
+            for name, s, width in (("chain", stats, 1), ("fan", stats, 8), ("kept", kept, 1))
+        }
         assert planned["kept"] < min(planned["fan"], planned["chain"]), (budget, planned)

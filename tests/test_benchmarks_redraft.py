@@ -8,7 +8,9 @@ import pytest
 from benchmarks import redraft
 
 
-@pytest.mark.parametrize("model, extra", [("gm512", {"freeze": "x0"}), ("digits", {"draft": "digits-draft", "freeze": "residual"})])
+@pytest.mark.parametrize(
+    "model, extra", [("gm512", {"freeze": "x0"}), ("digits", {"draft": "digits-draft", "freeze": "residual"})]
+)
 def test_a_node_redrafted_from_its_own_state_has_delta_zero(model, extra):
     problem = redraft._chain(model, 20, 3, extra)
     trace = problem.run(trace=True, trace_states=True).trace
@@ -22,8 +24,15 @@ def test_a_node_redrafted_from_its_own_state_has_delta_zero(model, extra):
 
 
 def test_the_report_says_what_the_rows_show():
-    row = {"model": "digits", "steps": 100, "draft": "d", "region": [0.0, 1.0], "nodes": 5, "median_delta": 0.1,
-           "median_delta_redrafted": 0.2}
+    row = {
+        "model": "digits",
+        "steps": 100,
+        "draft": "d",
+        "region": [0.0, 1.0],
+        "nodes": 5,
+        "median_delta": 0.1,
+        "median_delta_redrafted": 0.2,
+    }
     worse = redraft.render({"rows": [{**row, "acceptance": 0.9, "acceptance_redrafted": 0.8}], "reference": None})
     better = redraft.render({"rows": [{**row, "acceptance": 0.8, "acceptance_redrafted": 0.9}], "reference": None})
     assert "Not built" in worse and "1 of 1 rows" in worse

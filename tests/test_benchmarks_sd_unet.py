@@ -26,8 +26,15 @@ def test_the_full_size_config_is_stable_diffusion_1_5s_unet():
 
     arguments = inspect.signature(UNet2DConditionModel.__init__).parameters
     assert set(sd_unet.SD15_UNET) <= set(arguments)
-    assert {k for k, v in sd_unet.SD15_UNET.items() if arguments[k].default != v} == {"sample_size", "cross_attention_dim"}
-    assert (sd_unet.SD15_UNET["sample_size"], sd_unet.SD15_UNET["cross_attention_dim"], sd_unet.SD15_STEPS) == (64, 768, 50)
+    assert {k for k, v in sd_unet.SD15_UNET.items() if arguments[k].default != v} == {
+        "sample_size",
+        "cross_attention_dim",
+    }
+    assert (sd_unet.SD15_UNET["sample_size"], sd_unet.SD15_UNET["cross_attention_dim"], sd_unet.SD15_STEPS) == (
+        64,
+        768,
+        50,
+    )
 
 
 @pytest.mark.slow
@@ -50,11 +57,16 @@ def test_the_quick_section_measures_plain_chain_and_auto(tmp_path):
         assert r["speedup"] == pytest.approx(r["stochastic_steps"] / r["counted_calls_per_sample"])
         assert r["wall_s"] > 0 and r["vs_plain"] == pytest.approx(plain["wall_s"] / r["wall_s"])
     assert auto["pilot_calls"] > 0  # the pilot is charged to speedup_total
-    assert auto["speedup_total"] == pytest.approx(auto["steps"] / (auto["target_calls_per_sample"] + auto["pilot_calls"]))
+    assert auto["speedup_total"] == pytest.approx(
+        auto["steps"] / (auto["target_calls_per_sample"] + auto["pilot_calls"])
+    )
     lines = [line for line in body.splitlines() if line.startswith(f"| {results['device']} |")]
     assert len(lines) == 3 and lines[0].split(" | ")[2:4] == [str(sd_unet.QUICK_STEPS), "1.00"]
     assert "random weights" in body and f"pilot_samples={sd_unet.PILOT_SAMPLES}" in body
-    assert f"auto's pilot ({sd_unet.PILOT_SAMPLES} trajectories a pilot chain) took {auto['pilot_calls']} target calls" in body
+    assert (
+        f"auto's pilot ({sd_unet.PILOT_SAMPLES} trajectories a pilot chain) took {auto['pilot_calls']} target calls"
+        in body
+    )
     json.dumps(results, allow_nan=False)  # what the runner saves
 
 
@@ -68,7 +80,8 @@ def test_the_runner_writes_the_quick_section_into_the_report(tmp_path, monkeypat
     monkeypatch.setattr(sd_unet, "measure", lambda trajectories, quick, report: measured)
     report = tmp_path / "docs" / "benchmarks.md"
     assert main(["--sections", "sd_unet", "--quick", "--out", str(report)]) == 0
-    section = re.search(r"<!-- section:sd_unet -->\n## (.*)\n\n_.*_\n\n(.*)\n<!-- /section:sd_unet -->",
-                        report.read_text(), re.S)
+    section = re.search(
+        r"<!-- section:sd_unet -->\n## (.*)\n\n_.*_\n\n(.*)\n<!-- /section:sd_unet -->", report.read_text(), re.S
+    )
     assert section and section.group(1) == sd_unet.TITLE and section.group(2) == measured[0]
     assert not (tmp_path / "docs" / "bench_results").exists()  # a quick run keeps the full run's results

@@ -36,8 +36,9 @@ def verify_chain(delta, u, uniforms):
     """The block verifier's walk of chains (delta_i, u_i of nodes 1..L): eta, the number of drafted
     nodes committed as they are, and P(eta >= i | the chain) for i = 1..L."""
     rows, length = delta.shape
-    walk = BlockVerification().walk(tables(Topology.chain(length)), delta, np.concatenate([np.zeros((rows, 1)), u], 1),
-                                    uniforms, None)
+    walk = BlockVerification().walk(
+        tables(Topology.chain(length)), delta, np.concatenate([np.zeros((rows, 1)), u], 1), uniforms, None
+    )
     return np.where(walk.corrected, walk.end_depth - 1, length), commit_probabilities(block_weights(delta, u)[1])
 
 
@@ -109,8 +110,16 @@ def test_block_beats_rmc_with_a_draft_network():
     wrong = GaussianMixture.from_arrays(target.weights, [[m + 0.3 for m in mean] for mean in target.means], target.stds)
     calls = {}
     for verifier in (ReflectionMaximalCoupling(), BlockVerification()):
-        result = sample(target.network(kernel), kernel, target.shape, 2000, tree=Topology.chain(12),
-                        draft=NetworkDraft(wrong.network(kernel)), verifier=verifier, seed=5)
+        result = sample(
+            target.network(kernel),
+            kernel,
+            target.shape,
+            2000,
+            tree=Topology.chain(12),
+            draft=NetworkDraft(wrong.network(kernel)),
+            verifier=verifier,
+            seed=5,
+        )
         calls[verifier.name] = np.asarray(result.cost.counted_calls, dtype=np.float64)
     # fewer calls per trajectory, beyond 4 standard errors of the difference of the two means (as if
     # independent, which the shared seed only makes conservative)
@@ -129,8 +138,14 @@ def test_residual_mass_by_quadrature(p, delta):
     d = np.array([[1.0, delta]])
     log_p, h = block_weights(d, np.array([[u1, 0.0]]), np.array([2]))
     assert float(np.exp(log_p[0, 1])) == pytest.approx(p, rel=1e-12)
-    r, _ = integrate.quad(lambda x: max(p * stats.norm.pdf(x - delta) - stats.norm.pdf(x), 0.0), -12, 20 + delta,
-                          points=[delta / 2 - math.log(p) / delta], epsabs=1e-14, limit=200)
+    r, _ = integrate.quad(
+        lambda x: max(p * stats.norm.pdf(x - delta) - stats.norm.pdf(x), 0.0),
+        -12,
+        20 + delta,
+        points=[delta / 2 - math.log(p) / delta],
+        epsabs=1e-14,
+        limit=200,
+    )
     expected = 1.0 if p == 1 else r / (r + 1 - p)
     assert float(h[0, 1]) == pytest.approx(expected, rel=1e-7, abs=1e-14)
 
@@ -167,10 +182,10 @@ def test_the_planners_stop_probabilities_match_the_verifiers_frequencies():
     for length in (1, 3, 6):
         eta, _ = verify_chain(np.repeat(delta[None, :length], n, 0), u[:, :length], g.random((n, length + 2)))
         freq = np.bincount(eta, minlength=length + 1) / n
-        p = planned[length - 1, :length + 1]
+        p = planned[length - 1, : length + 1]
         se = np.sqrt(p * (1 - p) / 20_000) + np.sqrt(p * (1 - p) / n)
         assert (np.abs(freq - p) <= 4 * se + 1e-9).all(), (length, freq, p)
-        assert (planned[length - 1, length + 1:] == 0).all()
+        assert (planned[length - 1, length + 1 :] == 0).all()
 
 
 @pytest.mark.slow
@@ -179,13 +194,28 @@ def test_the_block_plan_predicts_its_calls():
     within 10% of the run's (measured with these seeds: 17.3 planned, 18.0 run), where a plan made
     with RMC's per-node acceptance expects 19% more calls than block verification of its own chains
     needs (21.4 against 18.0)."""
-    base = dict(model="gm2d", steps=60, method="chain", tree="auto", budget=16, draft_bias=1.0, num_samples=2000,
-                freeze="out", prefetch="nearest", objective="calls", device="cpu", seed=4, pilot=True)
+    base = dict(
+        model="gm2d",
+        steps=60,
+        method="chain",
+        tree="auto",
+        budget=16,
+        draft_bias=1.0,
+        num_samples=2000,
+        freeze="out",
+        prefetch="nearest",
+        objective="calls",
+        device="cpu",
+        seed=4,
+        pilot=True,
+    )
     block = build(SamplerConfig(**base, verifier="block"))
     assert all(t.is_chain for t in block.tree.topologies)
     plan = block.tree
     assert all(t.rows_per_round(leaves) <= 16 for t, leaves in zip(plan.trees, plan.leaves, strict=True))
-    assert all(t.rows_per_round(leaves) - 1 <= 16 for t, leaves in zip(plan.known_trees, plan.known_leaves, strict=True))
+    assert all(
+        t.rows_per_round(leaves) - 1 <= 16 for t, leaves in zip(plan.known_trees, plan.known_leaves, strict=True)
+    )
     measured = block.run().cost.calls_per_trajectory.mean()
     assert abs(block.tree.expected_calls / measured - 1) < 0.1, (block.tree.expected_calls, measured)
     block = replace(block, tree=build(SamplerConfig(**base, verifier="rmc")).tree)
@@ -212,13 +242,13 @@ def tree_draws(widths, deltas, rows, seed):
     u = g.standard_normal((rows, tree.num_nodes))
     log_rho = above * u - 0.5 * above**2
     uniforms = g.random((rows, BlockVerification().uniforms_per_round(table)))
-    return tree, table, log_rho, delta, uniforms[:, :tree.num_nodes], (u, uniforms)
+    return tree, table, log_rho, delta, uniforms[:, : tree.num_nodes], (u, uniforms)
 
 
 def block_walk(widths, deltas, rows, seed):
     """The block verifier's walk of drafted trees (rank-aware selection at a branching root)."""
     tree, table, _, delta, _, (u, uniforms) = tree_draws(widths, deltas, rows, seed)
-    return table, BlockVerification().walk(table, delta[:, :table.num_parents], u, uniforms, _Uniforms(seed + 100))
+    return table, BlockVerification().walk(table, delta[:, : table.num_parents], u, uniforms, _Uniforms(seed + 100))
 
 
 def committed(table, walk):
@@ -299,8 +329,12 @@ def test_the_planners_fan_law_matches_the_walk():
     for K = 1..3 at depth 4."""
     deltas, rows, sims = [0.9, 0.7, 1.1, 0.6], 200_000, 50_000
     g = np.random.default_rng(11)
-    fans = block_fan_stop_probabilities(np.repeat(np.array([deltas]), sims, 0), g.standard_normal((sims, 4)),
-                                        g.standard_normal((sims, 3)), g.random(sims))
+    fans = block_fan_stop_probabilities(
+        np.repeat(np.array([deltas]), sims, 0),
+        g.standard_normal((sims, 4)),
+        g.standard_normal((sims, 3)),
+        g.random(sims),
+    )
     assert fans.sum(2) == pytest.approx(1.0, abs=1e-12)
     for k in (1, 2, 3):
         table, walk = block_walk((k, 1, 1, 1), deltas, rows, seed=12 + k)
@@ -345,7 +379,7 @@ def test_a_branching_roots_first_step_has_the_target_law(k, delta):
 
     rows = 200_000
     tree, table, _, delta_t, _, (u, uniforms) = tree_draws((k, 1, 1), [delta, 1.0, 0.6], rows, seed=14)
-    walk = BlockVerification().walk(table, delta_t[:, :table.num_parents], u, uniforms, _Uniforms(15))
+    walk = BlockVerification().walk(table, delta_t[:, : table.num_parents], u, uniforms, _Uniforms(15))
     at_root = walk.corrected & (walk.node == 0)
     # the first committed state: the corrected draw at the root (its u_new), else the committed path's node
     # at depth 1

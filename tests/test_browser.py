@@ -20,13 +20,25 @@ from .helpers import served_app
 sync_api = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # the README's screenshots are retaken with SPECDEMO_SCREENSHOTS=assets/screenshots; tests write no tracked file
 SHOTS = Path(os.environ.get("SPECDEMO_SCREENSHOTS") or tempfile.mkdtemp(prefix="specdemo-screenshots-"))
 
-pytestmark = [pytest.mark.app, pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
+pytestmark = [
+    pytest.mark.app,
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +58,13 @@ def page(url):
     profile = tempfile.mkdtemp(prefix="specdemo-chromium-")
     with sync_api.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, args=ARGS, headless=True,
-            viewport={"width": 1440, "height": 1000}, device_scale_factor=1.5)
+            profile,
+            executable_path=CHROMIUM,
+            args=ARGS,
+            headless=True,
+            viewport={"width": 1440, "height": 1000},
+            device_scale_factor=1.5,
+        )
         try:
             pg = context.new_page()
             pg.set_default_timeout(90_000)
@@ -79,8 +96,7 @@ def plotted_images(page, selector: str) -> int:
 
 
 def wait_for_plot(page, selector: str) -> None:
-    page.wait_for_function(
-        "s => document.querySelectorAll(s + ' .js-plotly-plot .main-svg').length > 0", arg=selector)
+    page.wait_for_function("s => document.querySelectorAll(s + ' .js-plotly-plot .main-svg').length > 0", arg=selector)
 
 
 def pick_model(page, label: str) -> None:
@@ -96,7 +112,8 @@ def run_and_wait(page, expect: str, where: str = "#headline") -> float:
     page.click("#run-button")
     page.wait_for_function(
         "([e, w]) => document.querySelector('#headline h3') && document.querySelector(w).innerText.includes(e)",
-        arg=[expect, where])
+        arg=[expect, where],
+    )
     for sel in ("#tree-plot", "#data-plot", "#rounds-plot"):
         wait_for_plot(page, sel)
     return time.perf_counter() - t0
@@ -183,8 +200,8 @@ def test_round_slider_redraws_the_tree(page):
     number.fill(other)
     number.press("Enter")
     page.wait_for_function(
-        "t => { const e = document.querySelector('#tree-plot .gtitle'); return e && e.textContent !== t; }",
-        arg=before)
+        "t => { const e = document.querySelector('#tree-plot .gtitle'); return e && e.textContent !== t; }", arg=before
+    )
     assert page.locator("#tree-plot .gtitle").text_content().startswith(f"Round {other} of")
 
 
@@ -214,8 +231,10 @@ def test_enter_in_the_topology_box_runs_what_is_typed(page):
 def test_gm2d_draws_the_round_in_the_data_plane(page):
     """gm2d with a draft biased by 2 scales: single drafts are often rejected, the plan goes wide."""
     pick_model(page, "gm2d · 2-D Gaussian mixture")
-    page.wait_for_function("() => document.querySelector('#class-label') === null || "
-                           "document.querySelector('#class-label').offsetParent === null")  # no classes: hidden
+    page.wait_for_function(
+        "() => document.querySelector('#class-label') === null || "
+        "document.querySelector('#class-label').offsetParent === null"
+    )  # no classes: hidden
     set_number(page, "draft bias", 2)
     page.get_by_role("tab", name="Draft tree").click()
     run_and_wait(page, "biased by 2", "#plan-line")
@@ -236,8 +255,11 @@ def test_exactness_tab_shows_the_p_value_and_histograms(page):
     assert page.locator("#exact-summary h3").inner_text().startswith("p = ")
     assert page.locator("#exact-plot .js-plotly-plot .bars path").count() > 20
     box = page.locator("#exact-tab-content").bounding_box()
-    page.screenshot(path=str(SHOTS / "exactness.png"), full_page=True,
-                    clip={"x": box["x"] - 16, "y": box["y"] - 12, "width": box["width"] + 32, "height": box["height"] + 24})
+    page.screenshot(
+        path=str(SHOTS / "exactness.png"),
+        full_page=True,
+        clip={"x": box["x"] - 16, "y": box["y"] - 12, "width": box["width"] + 32, "height": box["height"] + 24},
+    )
 
 
 def test_picking_a_listed_text_model_shows_the_prompt_and_says_how_to_fetch_it(page):
@@ -249,8 +271,10 @@ def test_picking_a_listed_text_model_shows_the_prompt_and_says_how_to_fetch_it(p
     sd = BY_REPO["stable-diffusion-v1-5/stable-diffusion-v1-5"]
     t0 = time.perf_counter()
     pick_model(page, sd.label)
-    page.wait_for_function("() => document.querySelector('#model-status') && "
-                           "document.querySelector('#model-status').innerText.includes('hf download')")
+    page.wait_for_function(
+        "() => document.querySelector('#model-status') && "
+        "document.querySelector('#model-status').innerText.includes('hf download')"
+    )
     print(f"picking {sd.repo}, to the line that says how to fetch it: {time.perf_counter() - t0:.2f} s")
     assert sd.repo in page.locator("#model-status").inner_text()
     page.locator("#prompt textarea").wait_for(state="visible")
@@ -258,12 +282,15 @@ def test_picking_a_listed_text_model_shows_the_prompt_and_says_how_to_fetch_it(p
     page.locator("#prompt textarea").fill("a red circle")
     pick_model(page, "digits · embedded 16×16 UNet")
     page.locator("#prompt textarea").wait_for(state="hidden")
-    page.wait_for_function("() => document.querySelector('#model-status') === null || "
-                           "document.querySelector('#model-status').offsetParent === null")
+    page.wait_for_function(
+        "() => document.querySelector('#model-status') === null || "
+        "document.querySelector('#model-status').offsetParent === null"
+    )
 
 
-@pytest.mark.parametrize("viewport", [{"width": 1400, "height": 1000}, {"width": 390, "height": 844}],
-                         ids=["desktop", "phone"])
+@pytest.mark.parametrize(
+    "viewport", [{"width": 1400, "height": 1000}, {"width": 390, "height": 844}], ids=["desktop", "phone"]
+)
 def test_run_stop_and_the_headline_are_in_view_without_scrolling(page, url, viewport):
     """The first screen holds what a visitor acts on and reads: Run, Stop and the headline, which is where the
     click's one progress display and its result appear."""
@@ -296,18 +323,21 @@ def test_the_offered_tree_runs_with_one_click(page):
     button = page.locator("#tree-button")
     if not button.is_visible():  # the plan branched: nothing to offer, and the plan line names its trees
         assert "branching at 0 of" not in page.locator("#plan-line").inner_text()
-        pytest.fail("the default plan branched on this machine: the offer is not exercised (pick settings that "
-                    "plan chains)")
+        pytest.fail(
+            "the default plan branched on this machine: the offer is not exercised (pick settings that plan chains)"
+        )
     offered = button.inner_text().removeprefix("Run the tree ").removesuffix(" with the same seed")
     seed = page.locator("#seed input").input_value()
     before = page.locator("#headline").inner_text()
     button.click()
-    page.wait_for_function("t => document.querySelector('#topology textarea, #topology input').value === t",
-                           arg=offered)
+    page.wait_for_function(
+        "t => document.querySelector('#topology textarea, #topology input').value === t", arg=offered
+    )
     page.wait_for_function(
         "([b, t]) => { const h = document.querySelector('#headline'); const p = document.querySelector('#plan-line');"
         " return h && h.innerText !== b && p && p.innerText.includes('Topology ' + t + ' at every'); }",
-        arg=[before, offered])
+        arg=[before, offered],
+    )
     wait_for_plot(page, "#tree-plot")
     assert page.locator("#seed input").input_value() == seed
     assert not button.is_visible()  # a run of a fixed topology offers nothing
@@ -331,8 +361,10 @@ def test_the_progress_moves_and_stop_ends_the_servers_work(page, server):
     steps.fill("1000")
     steps.press("Enter")
     page.click("#run-button")
-    page.wait_for_function("() => { const e = document.querySelector('#headline .progress-level-inner');"
-                           " return e && e.innerText.includes('round'); }")
+    page.wait_for_function(
+        "() => { const e = document.querySelector('#headline .progress-level-inner');"
+        " return e && e.innerText.includes('round'); }"
+    )
     seen = {progress_text(page)}
     deadline = time.monotonic() + 30
     while len(seen) < 3 and time.monotonic() < deadline:

@@ -21,13 +21,26 @@ from specdemo.trees.auto import plan_topology
 from specdemo.trees.cost_model import CostModel
 from specdemo.verifiers import get_verifier
 
-AUTO = dict(model="gm2d", steps=40, method="tree", tree="auto", budget=10, verifier="rank", freeze="x0",
-            prefetch="auto", pilot_samples=16, num_samples=4, device="cpu", seed=1)
+AUTO = dict(
+    model="gm2d",
+    steps=40,
+    method="tree",
+    tree="auto",
+    budget=10,
+    verifier="rank",
+    freeze="x0",
+    prefetch="auto",
+    pilot_samples=16,
+    num_samples=4,
+    device="cpu",
+    seed=1,
+)
 
 
 def test_cost_model_interpolates_and_extrapolates():
-    cost = CostModel(rows=(1, 2, 4, 8), call_s=(1.0, 1.2, 2.0, 4.0), round_s=0.1, level_s=0.01, network_level_s=0.5,
-                     batch=2)
+    cost = CostModel(
+        rows=(1, 2, 4, 8), call_s=(1.0, 1.2, 2.0, 4.0), round_s=0.1, level_s=0.01, network_level_s=0.5, batch=2
+    )
     assert cost.call(1) == 1.0 and cost.call(3) == pytest.approx(1.6) and cost.call(8) == 4.0
     assert cost.call(12) == pytest.approx(6.0)  # beyond the last point: the last slope (0.5 s a row)
     assert cost.round_time(3) == pytest.approx(cost.call(6) + 0.1 + 0.03)  # 2 trajectories of 3 rows
@@ -46,8 +59,15 @@ def piloted():
 
 def replan(problem, cost, network_steps=None):
     c = problem.config
-    return plan_topology(problem.stats, problem.verifier, c.budget, problem.kernel.stochastic_run_lengths(),
-                         leaf_options=(False, True), cost=cost, network_steps=network_steps)
+    return plan_topology(
+        problem.stats,
+        problem.verifier,
+        c.budget,
+        problem.kernel.stochastic_run_lengths(),
+        leaf_options=(False, True),
+        cost=cost,
+        network_steps=network_steps,
+    )
 
 
 def test_a_call_that_costs_the_same_whatever_its_rows_gives_the_calls_plan(piloted):
@@ -66,8 +86,10 @@ def test_rows_that_cost_time_give_smaller_rounds_and_less_expected_time(piloted)
     steep = CostModel(rows=(1, 2), call_s=(1.0, 2.0), round_s=0.0, level_s=0.0, network_level_s=0.0, batch=1)
     by_time, by_calls = replan(piloted, steep), replan(piloted, None)
     assert by_time.rows_per_round() < by_calls.rows_per_round()
-    runs = [replace(piloted, tree=p, config=replace(piloted.config, num_samples=400)).run().cost
-            for p in (by_time, by_calls)]
+    runs = [
+        replace(piloted, tree=p, config=replace(piloted.config, num_samples=400)).run().cost
+        for p in (by_time, by_calls)
+    ]
     rows = [c.rows_per_trajectory.mean() for c in runs]
     calls = [c.calls_per_trajectory.mean() for c in runs]
     assert rows[0] < 0.9 * rows[1] and calls[0] > calls[1]
@@ -121,7 +143,9 @@ def test_a_pilot_draws_from_streams_of_its_own(monkeypatch):
     learnt from runs does (learnt_seed): an offset, s + k, would give it the streams of a user's run of seed
     s + k, and leave the seed's range at its top."""
     seeds = []
-    monkeypatch.setattr(stats, "sample", lambda *args, **kwargs: seeds.append(kwargs["seed"]) or sample(*args, **kwargs))
+    monkeypatch.setattr(
+        stats, "sample", lambda *args, **kwargs: seeds.append(kwargs["seed"]) or sample(*args, **kwargs)
+    )
     for seed in (0, 1, 2**63 - 1):
         build(SamplerConfig(pilot=True, **{**AUTO, "seed": seed}, objective="calls", cache_dir="off"))
     assert len(seeds) == 3 and all(0 <= s < 2**63 for s in seeds)
@@ -131,10 +155,31 @@ def test_a_pilot_draws_from_streams_of_its_own(monkeypatch):
 
 @pytest.mark.slow
 def test_cli_reports_the_pilot_and_the_plan(tmp_path):
-    args = [sys.executable, "-m", "specdemo", "sample", "--model", "gm2d", "--steps", "30", "--tree", "auto",
-            "--budget", "6", "--num-samples", "2", "--pilot-samples", "8", "--pilot", "--cache-dir", str(tmp_path)]
-    runs = [json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
-            for _ in range(2)]
+    args = [
+        sys.executable,
+        "-m",
+        "specdemo",
+        "sample",
+        "--model",
+        "gm2d",
+        "--steps",
+        "30",
+        "--tree",
+        "auto",
+        "--budget",
+        "6",
+        "--num-samples",
+        "2",
+        "--pilot-samples",
+        "8",
+        "--pilot",
+        "--cache-dir",
+        str(tmp_path),
+    ]
+    runs = [
+        json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+        for _ in range(2)
+    ]
     first, second = runs
     assert first["plan_source"] == "pilot" and not first["plan_cached"] and first["pilot_calls"] > 0
     assert second["plan_source"] == "cache" and second["plan_cached"] and second["pilot_calls"] == 0
@@ -164,8 +209,10 @@ def test_a_cache_folder_that_cannot_be_written_is_skipped(tmp_path):
 def test_objective_and_verifier_refusals():
     with pytest.raises(SpecdemoError, match="objective"):
         build(SamplerConfig(pilot=True, **{**AUTO, "objective": "speed"}))
-    with pytest.raises(SpecdemoError, match="verifier auto lets the planner choose .* needs --tree auto; with tree "
-                                            "3,2 use block, dgrs or rank"):
+    with pytest.raises(
+        SpecdemoError,
+        match="verifier auto lets the planner choose .* needs --tree auto; with tree 3,2 use block, dgrs or rank",
+    ):
         build(SamplerConfig(pilot=True, **{**AUTO, "tree": "3,2", "verifier": "auto"}))
     with pytest.raises(SpecdemoError, match="with tree 1x4 use rmc, block"):
         build(SamplerConfig(pilot=True, **{**AUTO, "method": "chain", "tree": "1x4", "verifier": "auto"}))
@@ -182,13 +229,26 @@ def test_freeze_auto_with_a_draft_network_chooses_per_step_between_it_and_the_fr
     """--draft NETWORK --freeze auto: a pilot for each frozen form and one for the network corrected by the
     target's residual; the digits model's table drafts early steps with frozen forms and late ones with the
     corrected network (the stepwise draft), and the cache gives the second run the same table and samples."""
-    config = SamplerConfig(pilot=True, model="digits", steps=20, method="chain", tree="1x4", verifier="block", draft="digits-draft",
-                           freeze="auto", pilot_samples=8, num_samples=2, class_label=3, device="cpu", seed=0,
-                           cache_dir=str(tmp_path))
+    config = SamplerConfig(
+        pilot=True,
+        model="digits",
+        steps=20,
+        method="chain",
+        tree="1x4",
+        verifier="block",
+        draft="digits-draft",
+        freeze="auto",
+        pilot_samples=8,
+        num_samples=2,
+        class_label=3,
+        device="cpu",
+        seed=0,
+        cache_dir=str(tmp_path),
+    )
     first_result, first = generate(config)
     forms = first.draft.forms.tolist()
     assert isinstance(first.draft, StepwiseDraft) and first.plan_source == "pilot"
-    assert RESIDUAL in forms[len(forms) // 2:] and any(f != RESIDUAL for f in forms[:len(forms) // 2])
+    assert RESIDUAL in forms[len(forms) // 2 :] and any(f != RESIDUAL for f in forms[: len(forms) // 2])
     assert first_result.cost.pilot_calls > 0
     second_result, second = generate(config)
     assert second.plan_source == "cache" and second.draft.forms.tolist() == forms
@@ -202,11 +262,29 @@ def test_the_time_objective_weighs_the_draft_network_against_the_frozen_forms_al
     the table of the frozen forms alone is planned too, with its own driver costs, the run keeps the plan
     of fewer expected seconds, and the plan cache gives the second run the same draft."""
     weighed = []
-    monkeypatch.setattr(planning, "planned_options",
-                        lambda *args, planned=planning.planned_options: weighed.append(planned(*args)) or weighed[-1])
-    config = SamplerConfig(pilot=True, model="digits", steps=20, method="tree", tree="auto", budget=4, verifier="block",
-                           draft="digits-draft", freeze="auto", objective="time", pilot_samples=8, num_samples=1,
-                           class_label=3, device="cpu", seed=0, cache_dir=str(tmp_path))
+    monkeypatch.setattr(
+        planning,
+        "planned_options",
+        lambda *args, planned=planning.planned_options: weighed.append(planned(*args)) or weighed[-1],
+    )
+    config = SamplerConfig(
+        pilot=True,
+        model="digits",
+        steps=20,
+        method="tree",
+        tree="auto",
+        budget=4,
+        verifier="block",
+        draft="digits-draft",
+        freeze="auto",
+        objective="time",
+        pilot_samples=8,
+        num_samples=1,
+        class_label=3,
+        device="cpu",
+        seed=0,
+        cache_dir=str(tmp_path),
+    )
     built = build(config)
     network, frozen = weighed[0]
     table = network.draft.forms.numpy()
@@ -215,8 +293,14 @@ def test_the_time_objective_weighs_the_draft_network_against_the_frozen_forms_al
     # priced from measured seconds: only the sign is asserted (a ratio to level_s flaked under CI load, 1.9x)
     assert network.cost_model.network_level_s > 0 and frozen.cost_model.network_level_s == 0
     assert network.cost_model.call_s == frozen.cost_model.call_s  # the target's calls measured once
-    ignoring = plan_topology(network.stats, network.verifier, 4, network.kernel.stochastic_run_lengths(),
-                             leaf_options=(False, True), cost=network.cost_model)
+    ignoring = plan_topology(
+        network.stats,
+        network.verifier,
+        4,
+        network.kernel.stochastic_run_lengths(),
+        leaf_options=(False, True),
+        cost=network.cost_model,
+    )
     assert network.tree.expected_s > ignoring.expected_s  # the network's levels are priced
     kept = min((network, frozen), key=lambda p: p.tree.expected_s)
     assert built.draft is kept.draft and built.tree is kept.tree and built.cost_model is kept.cost_model
@@ -233,17 +317,23 @@ def test_verifier_auto_plans_with_each_verifier_and_keeps_the_faster_plan(tmp_pa
     a level dearer to the driver, either verifier loses to the other. The cache gives the second run the
     verifier with the plan."""
     driver_costs = planner.driver_costs
-    monkeypatch.setattr(planner, "driver_costs", lambda problem: {
-        **driver_costs(problem), **({"level_s": 1.0} if problem.verifier.name == dearer else {})})
+    monkeypatch.setattr(
+        planner,
+        "driver_costs",
+        lambda problem: {**driver_costs(problem), **({"level_s": 1.0} if problem.verifier.name == dearer else {})},
+    )
     weighed = []
-    monkeypatch.setattr(planning, "planned_options",
-                        lambda *args, planned=planning.planned_options: weighed.append(planned(*args)) or weighed[-1])
+    monkeypatch.setattr(
+        planning,
+        "planned_options",
+        lambda *args, planned=planning.planned_options: weighed.append(planned(*args)) or weighed[-1],
+    )
     config = SamplerConfig(pilot=True, **{**AUTO, "verifier": "auto"}, objective="time", cache_dir=str(tmp_path))
     built = build(config)
     [options] = weighed
     assert [p.verifier.name for p in options] == list(PLANNED_VERIFIERS)
-    dear, = [p for p in options if p.verifier.name == dearer]
-    cheap, = [p for p in options if p.verifier.name != dearer]
+    (dear,) = [p for p in options if p.verifier.name == dearer]
+    (cheap,) = [p for p in options if p.verifier.name != dearer]
     assert dear.cost_model.level_s == 1.0 and cheap.cost_model.level_s < 1.0
     assert cheap.tree.expected_s < dear.tree.expected_s
     assert built.verifier is cheap.verifier and built.tree is cheap.tree and built.cost_model is cheap.cost_model
@@ -270,8 +360,10 @@ def test_verifier_auto_by_calls_keeps_the_plan_of_fewer_expected_calls(piloted, 
 def test_the_kept_plan_is_the_one_of_least_expected_seconds_or_calls():
     """best_plan, the rule --verifier auto and the draft options are chosen by: where seconds and calls
     disagree, each objective keeps its own; the first of equals."""
-    fast, frugal, tied = (SimpleNamespace(tree=SimpleNamespace(expected_s=s, expected_calls=n))
-                          for s, n in ((1.0, 10.0), (2.0, 5.0), (1.0, 10.0)))
+    fast, frugal, tied = (
+        SimpleNamespace(tree=SimpleNamespace(expected_s=s, expected_calls=n))
+        for s, n in ((1.0, 10.0), (2.0, 5.0), (1.0, 10.0))
+    )
     assert planning.best_plan([fast, frugal], "time") is fast
     assert planning.best_plan([frugal, fast], "calls") is frugal
     assert planning.best_plan([fast, tied], "time") is fast and planning.best_plan([tied, fast], "calls") is tied

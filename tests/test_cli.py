@@ -19,10 +19,35 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-OPTIONS = ["--model", "--kernel", "--steps", "--eta", "--churn", "--method", "--tree", "--verifier", "--draft",
-           "--freeze", "--draft-bias", "--prefetch", "--num-samples", "--seed", "--device", "--out", "--threads"]
-SUMMARY_KEYS = ["target_calls", "target_rows", "draft_calls", "steps", "speedup", "speedup_total", "acceptance",
-                "wall_s"]
+OPTIONS = [
+    "--model",
+    "--kernel",
+    "--steps",
+    "--eta",
+    "--churn",
+    "--method",
+    "--tree",
+    "--verifier",
+    "--draft",
+    "--freeze",
+    "--draft-bias",
+    "--prefetch",
+    "--num-samples",
+    "--seed",
+    "--device",
+    "--out",
+    "--threads",
+]
+SUMMARY_KEYS = [
+    "target_calls",
+    "target_rows",
+    "draft_calls",
+    "steps",
+    "speedup",
+    "speedup_total",
+    "acceptance",
+    "wall_s",
+]
 
 BAD = {  # name: (arguments, a word the one-line error must contain)
     "unknown-model": (["--model", "no-such-model"], "no-such-model"),
@@ -46,8 +71,10 @@ BAD_IN_PROCESS = {
     "huge-width": (["--method", "tree", "--tree", "99999999999x2"], "over the limit of 4096"),
     "long-tree-text": (["--method", "tree", "--tree", "1," * 2000 + "1"], "characters long"),
     "steps-over-the-limit": (["--model", "gm2d", "--steps", "100000"], "over the limit of 10000 steps"),
-    "rows-over-the-limit": (["--model", "gm2d", "--method", "tree", "--tree", "4x4", "--steps", "1000",
-                             "--num-samples", "100000"], "target rows"),
+    "rows-over-the-limit": (
+        ["--model", "gm2d", "--method", "tree", "--tree", "4x4", "--steps", "1000", "--num-samples", "100000"],
+        "target rows",
+    ),
     # refused before sampling, not after it
     "grid-of-vectors": (["--model", "gm2d", "--grid", "samples.png"], "--grid draws images"),
     "out-into-a-missing-folder": (["--model", "gm2d", "--out", "no/such/folder/x.npz"], "folder does not exist"),
@@ -62,8 +89,14 @@ def env():
 
 
 def start(args):
-    return subprocess.Popen([sys.executable, "-m", "specdemo", *args], cwd=REPO, env=env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "specdemo", *args],
+        cwd=REPO,
+        env=env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,18 +104,44 @@ def runs(tmp_path_factory):
     """The module's subprocess invocations, two at a time; {name: (returncode, stdout, stderr)}. About 30 s on
     two cores: the tests that take it are slow (pytest.ini)."""
     out = tmp_path_factory.mktemp("cli") / "samples.npz"
-    small = ["sample", "--model", "gm512", "--method", "chain", "--tree", "1x3", "--num-samples", "3",
-             "--seed", "1", "--device", "cpu", "--out", str(out)]
+    small = [
+        "sample",
+        "--model",
+        "gm512",
+        "--method",
+        "chain",
+        "--tree",
+        "1x3",
+        "--num-samples",
+        "3",
+        "--seed",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
     jobs = {
         "help": ["sample", "--help"],
         "small": small,
-        "device-cuda": ["sample", "--model", "gm2d", "--method", "target", "--steps", "5", "--num-samples", "2",
-                        "--device", "cuda"],
+        "device-cuda": [
+            "sample",
+            "--model",
+            "gm2d",
+            "--method",
+            "target",
+            "--steps",
+            "5",
+            "--num-samples",
+            "2",
+            "--device",
+            "cuda",
+        ],
         **{name: ["sample", "--device", "cpu", "--num-samples", "2", *args] for name, (args, _) in BAD.items()},
     }
     results, names = {}, list(jobs)
     for i in range(0, len(names), 2):  # two at a time: two cores
-        procs = {name: start(jobs[name]) for name in names[i:i + 2]}
+        procs = {name: start(jobs[name]) for name in names[i : i + 2]}
         for name, p in procs.items():
             stdout, stderr = p.communicate(timeout=300)
             results[name] = (p.returncode, stdout, stderr)
@@ -93,6 +152,7 @@ def runs(tmp_path_factory):
 def in_process(args, capsys):
     """specdemo.cli.main(args) -> (exit status, stdout, stderr); argparse errors exit by SystemExit."""
     from specdemo.cli import main
+
     try:
         code = main(args)
     except SystemExit as exit:
@@ -176,8 +236,24 @@ def test_sample_with_no_topology_runs_the_planned_default(capsys):
 
 def test_the_method_is_reported_as_asked(capsys):
     """A tree method whose topology is a chain (or a plan of chains) is still reported as the tree method."""
-    code, stdout, stderr = in_process(["sample", "--model", "gm2d", "--method", "tree", "--tree", "1x3", "--steps", "10",
-                                       "--num-samples", "2", "--device", "cpu"], capsys)
+    code, stdout, stderr = in_process(
+        [
+            "sample",
+            "--model",
+            "gm2d",
+            "--method",
+            "tree",
+            "--tree",
+            "1x3",
+            "--steps",
+            "10",
+            "--num-samples",
+            "2",
+            "--device",
+            "cpu",
+        ],
+        capsys,
+    )
     assert code == 0, stderr
     assert loose_json(stdout)["method"] == "tree"
 
@@ -223,8 +299,24 @@ def test_unknown_bench_section_fails_with_one_line(capsys):
 
 def test_deterministic_kernel_runs_plain(capsys):
     """DDIM with eta 0 has no stochastic step: nothing to speculate on, a speedup of exactly 1."""
-    code, out, err = in_process(["sample", "--model", "gm2d", "--kernel", "ddim", "--eta", "0", "--method", "target",
-                                 "--steps", "5", "--num-samples", "2"], capsys)
+    code, out, err = in_process(
+        [
+            "sample",
+            "--model",
+            "gm2d",
+            "--kernel",
+            "ddim",
+            "--eta",
+            "0",
+            "--method",
+            "target",
+            "--steps",
+            "5",
+            "--num-samples",
+            "2",
+        ],
+        capsys,
+    )
     assert code == 0, err
     summary = loose_json(out)
     assert summary["stochastic_steps"] == 0 and summary["speedup"] == 1.0 and summary["target_calls"] == 5
@@ -241,9 +333,25 @@ def test_the_cli_runs_on_one_cpu_thread_by_default_and_reports_it(capsys, tmp_pa
         runs = {}
         for name, extra in (("default", []), ("again", []), ("two", ["--threads", "2"])):
             out = tmp_path / f"{name}.npz"
-            code, stdout, stderr = in_process(["sample", "--model", "gm2d", "--tree", "1x4", "--steps", "10",
-                                               "--num-samples", "8", "--device", "cpu", "--out", str(out), *extra],
-                                              capsys)
+            code, stdout, stderr = in_process(
+                [
+                    "sample",
+                    "--model",
+                    "gm2d",
+                    "--tree",
+                    "1x4",
+                    "--steps",
+                    "10",
+                    "--num-samples",
+                    "8",
+                    "--device",
+                    "cpu",
+                    "--out",
+                    str(out),
+                    *extra,
+                ],
+                capsys,
+            )
             assert code == 0, stderr
             runs[name] = (json.loads(stdout.strip().splitlines()[-1])["threads"], np.load(out)["samples"])
         assert runs["default"][0] == runs["again"][0] == 1 and runs["two"][0] == 2

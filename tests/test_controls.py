@@ -43,8 +43,13 @@ def inside(block) -> list:
 def small_click(demo: gr.Blocks, **change) -> dict:
     """The page's settings for gm2d (every control of `demo`'s /run), a small fixed topology."""
     values = settings.page_values("gm2d")
-    return {**{name: values[name] for name in run_endpoint(demo).input_keyword_names},
-            "tree": "2,1", "steps": 8, "num_samples": 4, **change}
+    return {
+        **{name: values[name] for name in run_endpoint(demo).input_keyword_names},
+        "tree": "2,1",
+        "steps": 8,
+        "num_samples": 4,
+        **change,
+    }
 
 
 def test_a_new_config_field_is_an_option_and_a_control(extended):
@@ -82,8 +87,9 @@ def test_every_setting_is_a_control_or_left_out_for_a_reason():
     assert all(p["parameter_has_default"] for p in parameters)
     # the controls' defaults and help are the fields' where the page has no words of its own
     assert component(app.demo, "seed").value == config.SamplerConfig().seed
-    assert component(app.demo, "eta").info == next(f.metadata["help"] for f in dataclasses.fields(config.SamplerConfig)
-                                                  if f.name == "eta")
+    assert component(app.demo, "eta").info == next(
+        f.metadata["help"] for f in dataclasses.fields(config.SamplerConfig) if f.name == "eta"
+    )
     assert component(app.demo, "device").choices == [(c, c) for c in config.DEVICES]
 
 

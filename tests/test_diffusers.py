@@ -23,7 +23,8 @@ from .helpers import tiny_unet
 def pipeline_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-pipeline")
     DDPMPipeline(unet=tiny_unet(classes=3), scheduler=DDPMScheduler(clip_sample=True)).save_pretrained(
-        folder, safe_serialization=True)
+        folder, safe_serialization=True
+    )
     return str(folder)
 
 
@@ -31,8 +32,11 @@ def test_pipeline_folder_loads_like_a_hub_model(pipeline_folder):
     target = resolve_target(pipeline_folder)
     assert target.shape == (1, 8, 8) and target.num_classes == 3
     assert set(os.listdir(pipeline_folder)) >= {"model_index.json", "unet", "scheduler"}
-    result = build(SamplerConfig(model=pipeline_folder, steps=20, method="tree", tree="2,2", num_samples=3,
-                                 class_label=2, device="cpu")).run()
+    result = build(
+        SamplerConfig(
+            model=pipeline_folder, steps=20, method="tree", tree="2,2", num_samples=3, class_label=2, device="cpu"
+        )
+    ).run()
     assert result.samples.shape == (3, 1, 8, 8) and torch.isfinite(result.samples).all()
 
 
@@ -46,8 +50,9 @@ def test_bare_model_folder_loads(tmp_path):
 @pytest.mark.parametrize("kernel", ["ddpm", "ddim"])
 def test_adapter_mean_and_scale_equal_the_scheduler_step(tmp_path, prediction, kernel):
     """The adapter's m_n and s_n against scheduler.step at the same timestep, noise removed."""
-    DDPMPipeline(unet=tiny_unet(), scheduler=DDPMScheduler(prediction_type=prediction, clip_sample=True)).save_pretrained(
-        tmp_path, safe_serialization=True)
+    DDPMPipeline(
+        unet=tiny_unet(), scheduler=DDPMScheduler(prediction_type=prediction, clip_sample=True)
+    ).save_pretrained(tmp_path, safe_serialization=True)
     problem = build(SamplerConfig(model=str(tmp_path), kernel=kernel, steps=25, eta=0.7, device="cpu"))
     k, net = problem.kernel, problem.network
     sched = (DDPMScheduler if kernel == "ddpm" else DDIMScheduler).from_pretrained(tmp_path, subfolder="scheduler")
@@ -88,14 +93,27 @@ def test_speculative_samples_of_a_tiny_unet_match_plain(tmp_path):
 
 def test_independent_draft_network(pipeline_folder, tmp_path):
     DDPMPipeline(unet=tiny_unet(classes=3, seed=9), scheduler=DDPMScheduler(clip_sample=True)).save_pretrained(
-        tmp_path, safe_serialization=True)
-    result = build(SamplerConfig(model=pipeline_folder, draft=str(tmp_path), steps=20, method="chain", tree="1x3",
-                                 num_samples=2, class_label=1, device="cpu")).run()
+        tmp_path, safe_serialization=True
+    )
+    result = build(
+        SamplerConfig(
+            model=pipeline_folder,
+            draft=str(tmp_path),
+            steps=20,
+            method="chain",
+            tree="1x3",
+            num_samples=2,
+            class_label=1,
+            device="cpu",
+        )
+    ).run()
     assert result.cost.draft_calls > 0 and torch.isfinite(result.samples).all()
 
 
 def test_a_draft_of_another_shape_is_refused(pipeline_folder, tmp_path):
-    DDPMPipeline(unet=tiny_unet(channels=3), scheduler=DDPMScheduler()).save_pretrained(tmp_path, safe_serialization=True)
+    DDPMPipeline(unet=tiny_unet(channels=3), scheduler=DDPMScheduler()).save_pretrained(
+        tmp_path, safe_serialization=True
+    )
     with pytest.raises(SpecdemoError, match="cannot draft"):
         build(SamplerConfig(model=pipeline_folder, draft=str(tmp_path), method="chain", class_label=0, device="cpu"))
 
@@ -116,8 +134,13 @@ def test_missing_weights_name_the_model(tmp_path):
 @pytest.mark.slow
 def test_offline_hub_id_is_refused_fast_with_a_way_out():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "specdemo", "sample", "--model", "google/ddpm-cifar10-32"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "specdemo", "sample", "--model", "google/ddpm-cifar10-32"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "google/ddpm-cifar10-32" in done.stderr and "hf download" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -182,14 +205,18 @@ def test_a_hub_model_over_the_download_cap_is_refused_before_any_download(monkey
 
     def answers(self, repo_id, timeout=None, files_metadata=False, **kwargs):
         asked.append(files_metadata)
-        weights = [("unet/diffusion_pytorch_model-00001-of-00002.safetensors", 6e9),
-                   ("unet/diffusion_pytorch_model-00002-of-00002.safetensors", 5e9), ("unet/config.json", 1e3),
-                   ("unet/diffusion_pytorch_model.fp16.safetensors", 5.5e9),  # a variant not loaded: not counted
-                   ("unet/diffusion_pytorch_model.bin", 9e9)]  # pickle weights are never loaded: not counted
+        weights = [
+            ("unet/diffusion_pytorch_model-00001-of-00002.safetensors", 6e9),
+            ("unet/diffusion_pytorch_model-00002-of-00002.safetensors", 5e9),
+            ("unet/config.json", 1e3),
+            ("unet/diffusion_pytorch_model.fp16.safetensors", 5.5e9),  # a variant not loaded: not counted
+            ("unet/diffusion_pytorch_model.bin", 9e9),
+        ]  # pickle weights are never loaded: not counted
         return types.SimpleNamespace(siblings=[types.SimpleNamespace(rfilename=n, size=int(s)) for n, s in weights])
 
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", answers)
     monkeypatch.setattr(diffusers_unet, "_hub_model_index", lambda repo_id, cache_only: dict(DDPM_INDEX))
+
     def from_pretrained(*args, **kwargs):
         loaded.append(args)
         raise OSError("no download in the tests")
@@ -203,8 +230,12 @@ def test_a_hub_model_over_the_download_cap_is_refused_before_any_download(monkey
     assert asked == [True, True] and loaded
 
 
-DDPM_INDEX = {"_class_name": "DDPMPipeline", "_diffusers_version": "0.0.4", "scheduler": ["diffusers", "DDPMScheduler"],
-              "unet": ["diffusers", "UNet2DModel"]}
+DDPM_INDEX = {
+    "_class_name": "DDPMPipeline",
+    "_diffusers_version": "0.0.4",
+    "scheduler": ["diffusers", "DDPMScheduler"],
+    "unet": ["diffusers", "UNet2DModel"],
+}
 
 
 def root_layout_folder(folder):
@@ -241,15 +272,21 @@ def test_a_hub_pipeline_with_its_unet_at_the_root_loads(tmp_path, monkeypatch, l
         folder = root_layout_folder(tmp_path / "repo")
     else:
         DDPMPipeline(unet=tiny_unet(seed=4), scheduler=DDPMScheduler(num_train_timesteps=500)).save_pretrained(
-            tmp_path / "repo", safe_serialization=True)
+            tmp_path / "repo", safe_serialization=True
+        )
         folder = tmp_path / "repo"
     names = hub_cache_of(tmp_path / "cache", "google/ddpm-cifar10-32", folder)
     assert ("config.json" in names) == (layout == "root") and "model_index.json" in names
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     if hub == "answers":  # the Hub lists the repo's files; the downloads come from the cache
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo_id, **kwargs: types.SimpleNamespace(
-            sha="0" * 40, siblings=[types.SimpleNamespace(rfilename=n, size=1) for n in names]))
+        monkeypatch.setattr(
+            huggingface_hub.HfApi,
+            "model_info",
+            lambda self, repo_id, **kwargs: types.SimpleNamespace(
+                sha="0" * 40, siblings=[types.SimpleNamespace(rfilename=n, size=1) for n in names]
+            ),
+        )
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     else:
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -264,27 +301,40 @@ def test_a_root_layout_folder_loads(tmp_path):
 
 
 # stable-diffusion-v1-5/stable-diffusion-v1-5's safetensors (sizes rounded): 4.27 GB of fp32 components
-SD15_INDEX = {"_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.6.0",
-              "feature_extractor": ["transformers", "CLIPImageProcessor"],
-              "safety_checker": ["stable_diffusion", "StableDiffusionSafetyChecker"],
-              "scheduler": ["diffusers", "PNDMScheduler"], "text_encoder": ["transformers", "CLIPTextModel"],
-              "tokenizer": ["transformers", "CLIPTokenizer"], "unet": ["diffusers", "UNet2DConditionModel"],
-              "vae": ["diffusers", "AutoencoderKL"]}
-SD15_LOADED = {"unet/diffusion_pytorch_model.safetensors": 3_438_167_536,
-               "text_encoder/model.safetensors": 492_265_168,
-               "vae/diffusion_pytorch_model.safetensors": 334_643_268}
-SD15_FILES = {**SD15_LOADED,
-              "unet/diffusion_pytorch_model.fp16.safetensors": 1_719_125_304,
-              "unet/diffusion_pytorch_model.non_ema.safetensors": 3_438_167_536,
-              "unet/diffusion_pytorch_model.bin": 3_438_354_725,
-              "text_encoder/model.fp16.safetensors": 246_144_152,
-              "vae/diffusion_pytorch_model.fp16.safetensors": 167_335_342,
-              "safety_checker/model.safetensors": 1_215_981_830,
-              "safety_checker/model.fp16.safetensors": 608_016_280,
-              "v1-5-pruned.safetensors": 7_703_324_286, "v1-5-pruned-emaonly.safetensors": 4_265_096_720,
-              "v1-5-pruned-emaonly.fp16.safetensors": 2_132_696_762,
-              "model_index.json": 541, "unet/config.json": 743, "scheduler/scheduler_config.json": 308,
-              "tokenizer/vocab.json": 1_059_962, "feature_extractor/preprocessor_config.json": 342}
+SD15_INDEX = {
+    "_class_name": "StableDiffusionPipeline",
+    "_diffusers_version": "0.6.0",
+    "feature_extractor": ["transformers", "CLIPImageProcessor"],
+    "safety_checker": ["stable_diffusion", "StableDiffusionSafetyChecker"],
+    "scheduler": ["diffusers", "PNDMScheduler"],
+    "text_encoder": ["transformers", "CLIPTextModel"],
+    "tokenizer": ["transformers", "CLIPTokenizer"],
+    "unet": ["diffusers", "UNet2DConditionModel"],
+    "vae": ["diffusers", "AutoencoderKL"],
+}
+SD15_LOADED = {
+    "unet/diffusion_pytorch_model.safetensors": 3_438_167_536,
+    "text_encoder/model.safetensors": 492_265_168,
+    "vae/diffusion_pytorch_model.safetensors": 334_643_268,
+}
+SD15_FILES = {
+    **SD15_LOADED,
+    "unet/diffusion_pytorch_model.fp16.safetensors": 1_719_125_304,
+    "unet/diffusion_pytorch_model.non_ema.safetensors": 3_438_167_536,
+    "unet/diffusion_pytorch_model.bin": 3_438_354_725,
+    "text_encoder/model.fp16.safetensors": 246_144_152,
+    "vae/diffusion_pytorch_model.fp16.safetensors": 167_335_342,
+    "safety_checker/model.safetensors": 1_215_981_830,
+    "safety_checker/model.fp16.safetensors": 608_016_280,
+    "v1-5-pruned.safetensors": 7_703_324_286,
+    "v1-5-pruned-emaonly.safetensors": 4_265_096_720,
+    "v1-5-pruned-emaonly.fp16.safetensors": 2_132_696_762,
+    "model_index.json": 541,
+    "unet/config.json": 743,
+    "scheduler/scheduler_config.json": 308,
+    "tokenizer/vocab.json": 1_059_962,
+    "feature_extractor/preprocessor_config.json": 342,
+}
 
 
 def test_the_download_cap_counts_only_the_weights_the_loader_downloads():
@@ -294,8 +344,12 @@ def test_the_download_cap_counts_only_the_weights_the_loader_downloads():
     assert sorted(components) == ["scheduler", "text_encoder", "tokenizer", "unet", "vae"]
     assert diffusers_unet.download_bytes(SD15_FILES, components) == sum(SD15_LOADED.values())  # 4.27 GB
     shards = {f"text_encoder_3/model-0000{i}-of-00002.safetensors": 4 * 10**9 for i in (1, 2)}
-    assert diffusers_unet.download_bytes({**shards, "text_encoder_3/model.fp16-00001-of-00002.safetensors": 1},
-                                         ["text_encoder_3"]) == 8 * 10**9  # sharded T5, no variant shard
+    assert (
+        diffusers_unet.download_bytes(
+            {**shards, "text_encoder_3/model.fp16-00001-of-00002.safetensors": 1}, ["text_encoder_3"]
+        )
+        == 8 * 10**9
+    )  # sharded T5, no variant shard
 
 
 def test_a_hub_pipeline_is_capped_by_its_loaded_components(monkeypatch):
@@ -309,7 +363,9 @@ def test_a_hub_pipeline_is_capped_by_its_loaded_components(monkeypatch):
     loaded = []
 
     def answers(self, repo_id, timeout=None, files_metadata=False, **kwargs):
-        return types.SimpleNamespace(siblings=[types.SimpleNamespace(rfilename=n, size=s) for n, s in SD15_FILES.items()])
+        return types.SimpleNamespace(
+            siblings=[types.SimpleNamespace(rfilename=n, size=s) for n, s in SD15_FILES.items()]
+        )
 
     def from_pretrained(*args, **kwargs):
         loaded.append(kwargs)

@@ -12,8 +12,11 @@ PER_CLASS = 50
 
 
 def test_embedded_models_load_offline_and_describe_themselves():
-    problem = build(SamplerConfig(model="digits", draft="digits-draft", method="chain", steps=10, num_samples=2,
-                                  class_label=7, device="cpu"))
+    problem = build(
+        SamplerConfig(
+            model="digits", draft="digits-draft", method="chain", steps=10, num_samples=2, class_label=7, device="cpu"
+        )
+    )
     assert problem.target.shape == (1, 16, 16) and problem.target.num_classes == NUM_CLASSES
     result = problem.run()
     assert result.samples.shape == (2, 1, 16, 16) and result.cost.draft_calls > 0
@@ -24,8 +27,11 @@ def test_samples_show_the_requested_digit():
     """500 class-conditional samples (50 per digit, 100 DDPM steps): a classifier trained on
     scikit-learn's digits labels at least 90% as the requested class, and every digit is told apart
     (its own label is the most frequent for its samples, at 70% or more)."""
-    problem = build(SamplerConfig(model="digits", steps=100, method="target", num_samples=PER_CLASS * NUM_CLASSES,
-                                  seed=0, device="cpu"))
+    problem = build(
+        SamplerConfig(
+            model="digits", steps=100, method="target", num_samples=PER_CLASS * NUM_CLASSES, seed=0, device="cpu"
+        )
+    )
     labels = torch.arange(NUM_CLASSES).repeat_interleave(PER_CLASS)
     samples = replace(problem, cond={"class_labels": labels}).run().samples
     classifier = DigitClassifier()

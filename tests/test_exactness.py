@@ -89,15 +89,28 @@ VARIANTS = {
     # deterministic first step (flow); a chain, a fan, and an auto table of all four forms
     "chain-block-cold": (Topology.chain(6), BlockVerification, FrozenOutput(start="cold"), 0.0),
     "fan-block-x0-cold": (Topology((3, 1, 1, 1)), BlockVerification, FrozenX0(start="cold"), 0.0),
-    "tree-dgrs-auto4-cold": (Topology((3, 2, 2)), GreedyRejectionSampling,
-                             FrozenPerStep([n % 4 for n in range(40)], start="cold"), 0.0),
+    "tree-dgrs-auto4-cold": (
+        Topology((3, 2, 2)),
+        GreedyRejectionSampling,
+        FrozenPerStep([n % 4 for n in range(40)], start="cold"),
+        0.0,
+    ),
     # per step the frozen draft's four forms or the corrected draft network: rounds that cross between them
     "chain-block-stepwise-leaves": (Topology.chain(6), BlockVerification, "shifted mixture stepwise", 0.0),
     "tree-dgrs-stepwise": (Topology((3, 2, 2)), GreedyRejectionSampling, "shifted mixture stepwise", 0.0),
 }
-SECOND_ORDER = ("chain-rmc-x0-linear", "chain-block-x0-linear-leaves", "tree-dgrs-x0-linear", "tree-rank-x0-auto3",
-                "chain-block-gaussian-leaves", "tree-dgrs-gaussian", "fan-block-auto4", "chain-block-stepwise-leaves",
-                "tree-dgrs-stepwise", "tree-dgrs-auto4-cold")
+SECOND_ORDER = (
+    "chain-rmc-x0-linear",
+    "chain-block-x0-linear-leaves",
+    "tree-dgrs-x0-linear",
+    "tree-rank-x0-auto3",
+    "chain-block-gaussian-leaves",
+    "tree-dgrs-gaussian",
+    "fan-block-auto4",
+    "chain-block-stepwise-leaves",
+    "tree-dgrs-stepwise",
+    "tree-dgrs-auto4-cold",
+)
 _plain_cache = {}
 
 
@@ -128,11 +141,23 @@ def run(problem, tree=Topology(()), verifier=None, draft=None, seed=0, prefetch=
     elif draft == "shifted mixture residual":
         draft = shifted_mixture_draft(target, kernel, CorrectedNetworkDraft)
     elif draft == "shifted mixture stepwise":
-        draft = StepwiseDraft(shifted_mixture_draft(target, kernel, CorrectedNetworkDraft),
-                              [n % (RESIDUAL + 1) for n in range(kernel.num_steps)])
+        draft = StepwiseDraft(
+            shifted_mixture_draft(target, kernel, CorrectedNetworkDraft),
+            [n % (RESIDUAL + 1) for n in range(kernel.num_steps)],
+        )
     mid = kernel.num_steps // 2
-    result = sample(target.network(kernel), kernel, target.shape, SAMPLES, tree=tree, draft=draft,
-                    verifier=verifier, prefetch=prefetch, seed=seed, keep_steps=[mid])
+    result = sample(
+        target.network(kernel),
+        kernel,
+        target.shape,
+        SAMPLES,
+        tree=tree,
+        draft=draft,
+        verifier=verifier,
+        prefetch=prefetch,
+        seed=seed,
+        keep_steps=[mid],
+    )
     return result.states[mid], result.samples, result
 
 
@@ -155,17 +180,24 @@ def _case(problem: str, variant: str) -> bool:
 CASES = [(p, v) for p in PROBLEMS for v in VARIANTS if _case(p, v)]
 # the fast run (pytest -m "not slow") keeps one 2-D DDPM case per verifier (among them the cases of CI's short
 # list of planted bugs, scripts/mutations.py); every other case is slow (2-12 s each on a 2-core machine)
-FAST_CASES = {("gm2d-ddpm", "chain-rmc-bias3"), ("gm2d-ddpm", "wide-dgrs-bias2"), ("gm2d-ddpm", "tree-rank-bias3"),
-              ("gm2d-ddpm", "chain-block-bias1.5")}
+FAST_CASES = {
+    ("gm2d-ddpm", "chain-rmc-bias3"),
+    ("gm2d-ddpm", "wide-dgrs-bias2"),
+    ("gm2d-ddpm", "tree-rank-bias3"),
+    ("gm2d-ddpm", "chain-block-bias1.5"),
+}
 
 
-@pytest.mark.parametrize("problem,variant", [pytest.param(*case, marks=() if case in FAST_CASES else pytest.mark.slow)
-                                             for case in CASES])
+@pytest.mark.parametrize(
+    "problem,variant", [pytest.param(*case, marks=() if case in FAST_CASES else pytest.mark.slow) for case in CASES]
+)
 def test_speculative_matches_plain(problem, variant):
     tree, verifier, draft, bias = VARIANTS[variant]
     draft = BiasedDraft(draft, bias) if bias else draft
     mid_ref, end_ref, _ = plain(problem)
-    mid, end, result = run(problem, tree, verifier(), draft, seed=2, prefetch="leaves" if "leaves" in variant else "nearest")
+    mid, end, result = run(
+        problem, tree, verifier(), draft, seed=2, prefetch="leaves" if "leaves" in variant else "nearest"
+    )
     assert not torch.isnan(mid).any()
     assert min_pvalue_bonferroni(end, end_ref) > ALPHA
     assert min_pvalue_bonferroni(mid, mid_ref) > ALPHA
@@ -186,8 +218,17 @@ def test_a_known_root_uses_the_committed_leafs_output(bias):
     net = target.network(kernel)
     plain_samples = sample(net, kernel, target.shape, 10_000, seed=1).samples
     draft = BiasedDraft(FrozenOutput(), bias) if bias else FrozenOutput()
-    result = sample(net, kernel, target.shape, 10_000, tree=Topology.chain(1), draft=draft,
-                    verifier=ReflectionMaximalCoupling(), prefetch="leaves", seed=2)
+    result = sample(
+        net,
+        kernel,
+        target.shape,
+        10_000,
+        tree=Topology.chain(1),
+        draft=draft,
+        verifier=ReflectionMaximalCoupling(),
+        prefetch="leaves",
+        seed=2,
+    )
     # roots were known: one row a round (the leaf), where an unknown root would add its own row
     assert result.cost.rows_per_trajectory.mean() < (1.5 if not bias else 1.9) * kernel.num_steps
     assert min_pvalue_bonferroni(result.samples, plain_samples) > ALPHA
@@ -209,15 +250,27 @@ def far_mixture_cold_start(monkeypatch=None):
         def known_guess(run, slots):
             start_cold(run, slots)
             rows = run.slot_tensor(slots)
-            run.root_out[rows] = run.kernel.output_from_denoised(torch.zeros_like(run.y[rows]), run.y[rows],
-                                                                 run.slot_tensor(run.n[slots])).flatten(1)
+            run.root_out[rows] = run.kernel.output_from_denoised(
+                torch.zeros_like(run.y[rows]), run.y[rows], run.slot_tensor(run.n[slots])
+            ).flatten(1)
             run.root_known[slots] = True
+
         monkeypatch.setattr(sampling_driver._Batch, "start_cold", known_guess)
-    cold = sample(net, kernel, target.shape, SAMPLES, tree=Topology.chain(4), draft=FrozenX0(start="cold"),
-                  verifier=BlockVerification(), seed=2, keep_steps=[1, 5])
+    cold = sample(
+        net,
+        kernel,
+        target.shape,
+        SAMPLES,
+        tree=Topology.chain(4),
+        draft=FrozenX0(start="cold"),
+        verifier=BlockVerification(),
+        seed=2,
+        keep_steps=[1, 5],
+    )
     assert cold.cost.warm_ups == 0
-    return [min_pvalue_bonferroni(cold.states[n], reference.states[n]) for n in (1, 5)] + \
-        [min_pvalue_bonferroni(cold.samples, reference.samples)]
+    return [min_pvalue_bonferroni(cold.states[n], reference.states[n]) for n in (1, 5)] + [
+        min_pvalue_bonferroni(cold.samples, reference.samples)
+    ]
 
 
 @pytest.mark.slow
@@ -249,8 +302,14 @@ def test_a_tree_walk_that_weighs_siblings_against_the_target_is_caught(monkeypat
     assert min(min_pvalue_bonferroni(end, end_ref), min_pvalue_bonferroni(mid, mid_ref)) < 1e-6
 
 
-@pytest.mark.parametrize("problem,broken,bias", [("gm2d-ddpm", AlwaysAccept, 3.0), ("gm16-langevin", AlwaysAccept, 3.0),
-                                                 ("gm2d-ddpm", BlockUnweightedResidual, 1.5)])
+@pytest.mark.parametrize(
+    "problem,broken,bias",
+    [
+        ("gm2d-ddpm", AlwaysAccept, 3.0),
+        ("gm16-langevin", AlwaysAccept, 3.0),
+        ("gm2d-ddpm", BlockUnweightedResidual, 1.5),
+    ],
+)
 @pytest.mark.slow
 def test_broken_verifier_is_caught(problem, broken, bias):
     """The configurations of test_speculative_matches_plain, with a broken verifier."""

@@ -60,8 +60,9 @@ def test_a_chain_is_compared_with_plain_sampling_only():
 
 def test_progress_is_reported_per_round():
     seen = []
-    run_comparison(SamplerConfig(model="gm2d", tree="2,1", steps=10, num_samples=3),
-                     progress=lambda f, d: seen.append((f, d)))
+    run_comparison(
+        SamplerConfig(model="gm2d", tree="2,1", steps=10, num_samples=3), progress=lambda f, d: seen.append((f, d))
+    )
     fractions = [f for f, _ in seen]
     assert len(seen) > 10 and fractions == sorted(fractions) and fractions[-1] == 1.0
     assert any(d.startswith("tree 2,1 · D-GRS: round") for _, d in seen)
@@ -108,7 +109,9 @@ def _points(fig: go.Figure) -> dict[str, int]:
     out = {}
     for tr in fig.data:
         if tr.mode == "markers" and tr.legendgroup:
-            out[tr.legendgroup] = out.get(tr.legendgroup, 0) + sum(v is not None for v in (() if tr.x is None else tr.x))
+            out[tr.legendgroup] = out.get(tr.legendgroup, 0) + sum(
+                v is not None for v in (() if tr.x is None else tr.x)
+            )
     return out
 
 
@@ -155,8 +158,11 @@ def test_plane_figure_draws_the_drafted_nodes(gm2d):
     nodes = F.round_nodes(gm2d.trace, r, row)
     drawn = np.isfinite(nodes.states).all(1).sum()
     assert drawn >= len(nodes.node) - 1  # every node of the tree, and the corrected draw where there is one
-    right = [tr for tr in fig.data if isinstance(tr, go.Scatter) and tr.mode == "markers" and tr.legendgroup
-             and tr.xaxis == "x2"]
+    right = [
+        tr
+        for tr in fig.data
+        if isinstance(tr, go.Scatter) and tr.mode == "markers" and tr.legendgroup and tr.xaxis == "x2"
+    ]
     assert sum(len(tr.x) for tr in right) == drawn
     assert sum(isinstance(tr, go.Heatmap) for tr in fig.data) == 2  # the density, in both panels
     vec = run_comparison(SamplerConfig(model="gm16", tree="2,1", steps=6, num_samples=3))
@@ -189,8 +195,14 @@ def test_image_views(image_run):
     assert np.asarray(fig.data[0].z).shape == (8, 8, 3)
     samples = F.samples_figure(image_run.runs)
     assert sum(isinstance(tr, go.Image) for tr in samples.data) == 3
-    assert "image models" in F.path_images_figure(run_comparison(
-        SamplerConfig(model="gm2d", tree="2,1", steps=5, num_samples=2)).trace, 0, 1).layout.annotations[0].text
+    assert (
+        "image models"
+        in F.path_images_figure(
+            run_comparison(SamplerConfig(model="gm2d", tree="2,1", steps=5, num_samples=2)).trace, 0, 1
+        )
+        .layout.annotations[0]
+        .text
+    )
 
 
 def test_run_json(gm2d):
@@ -214,8 +226,9 @@ def test_energy_test_separates_and_accepts():
 
 
 def test_exactness_check_with_a_biased_draft():
-    report = exactness_check(SamplerConfig(model="gm2d", tree="2,1", steps=20, draft_bias=2.0, seed=3), 200,
-                               permutations=200)
+    report = exactness_check(
+        SamplerConfig(model="gm2d", tree="2,1", steps=20, draft_bias=2.0, seed=3), 200, permutations=200
+    )
     assert report.plain.shape == report.speculative.shape == (200, 2)
     assert report.p_value > 0.01  # deterministic given the seeds
     assert report.mixture is not None
@@ -250,9 +263,22 @@ def test_figures_do_not_import_gradio():
 def planned():
     """A topology planned per step (tree "auto") on gm2d, with a small pilot; planned for calls, which
     depend on the seed alone (a plan for time reads the machine's measured costs, which vary with load)."""
-    return run_comparison(SamplerConfig(model="gm2d", tree="auto", budget=8, freeze="x0", verifier="dgrs",
-                                          prefetch="nearest", pilot_samples=8, steps=24, objective="calls",
-                                          num_samples=16, seed=2, pilot=True))
+    return run_comparison(
+        SamplerConfig(
+            model="gm2d",
+            tree="auto",
+            budget=8,
+            freeze="x0",
+            verifier="dgrs",
+            prefetch="nearest",
+            pilot_samples=8,
+            steps=24,
+            objective="calls",
+            num_samples=16,
+            seed=2,
+            pilot=True,
+        )
+    )
 
 
 def test_auto_topology_is_compared_with_the_chain_at_its_mean_rows(planned):
@@ -279,7 +305,9 @@ def test_plan_segments_cover_the_speculative_steps(planned):
     assert covered == [n for n, t in enumerate(planned.plan.trees) if t.widths]
     for a, b, tree in segments:
         assert all(planned.plan.at(n).text(planned.plan.leaves_at(n)) == tree for n in range(a, b + 1))
-    assert all(s1[2] != s2[2] or s1[1] + 1 < s2[0] for s1, s2 in zip(segments, segments[1:], strict=False))  # maximal runs
+    assert all(
+        s1[2] != s2[2] or s1[1] + 1 < s2[0] for s1, s2 in zip(segments, segments[1:], strict=False)
+    )  # maximal runs
 
 
 def test_figures_of_a_planned_run(planned):
@@ -303,8 +331,12 @@ def test_pick_round_prefers_all_statuses_then_branching(planned):
     for tt in sorted(set(np.concatenate([rt.trajectories for rt in planned.trace]).tolist())):
         for rr, rrow in F.trajectory_rounds(planned.trace, tt):
             assert len(F.round_nodes(planned.trace, rr, rrow).statuses()) <= len(best)
-    if any(len(F.round_nodes(planned.trace, rr, rrow).statuses()) == len(best) and max(F.round_widths(planned.trace[rr])) > 1
-           for tt in range(16) for rr, rrow in F.trajectory_rounds(planned.trace, tt)):
+    if any(
+        len(F.round_nodes(planned.trace, rr, rrow).statuses()) == len(best)
+        and max(F.round_widths(planned.trace[rr])) > 1
+        for tt in range(16)
+        for rr, rrow in F.trajectory_rounds(planned.trace, tt)
+    ):
         assert max(F.round_widths(planned.trace[r])) > 1
 
 

@@ -3,7 +3,6 @@ code path, the guided transformer and the churn kernel against diffusers' own pi
 guidance rows in one transformer call, exactness of chains and trees (with a planted bug the same
 test catches), draft refusals."""
 
-
 import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
@@ -44,15 +43,34 @@ def test_churn_free_steps_follow_the_diffusers_pipeline_step_by_step(target, fol
     """At churn 0 the kernel is the scheduler's Euler step: m_n(x) equals the latents
     StableDiffusion3Pipeline produces from the same start, with guidance and a negative prompt, on the
     shifted t grid of its scheduler."""
-    problem = build(SamplerConfig(model=folder, churn=0.0, steps=6, method="target", num_samples=3, prompt=PROMPT,
-                                  negative_prompt=NEGATIVE, guidance_scale=5.0, device="cpu"), target)
+    problem = build(
+        SamplerConfig(
+            model=folder,
+            churn=0.0,
+            steps=6,
+            method="target",
+            num_samples=3,
+            prompt=PROMPT,
+            negative_prompt=NEGATIVE,
+            guidance_scale=5.0,
+            device="cpu",
+        ),
+        target,
+    )
     pipe = StableDiffusion3Pipeline.from_pretrained(folder, text_encoder_3=None, tokenizer_3=None)
     pipe.set_progress_bar_config(disable=True)
     x = torch.randn(3, 4, 8, 8, generator=torch.Generator().manual_seed(1))
     seen = []
-    pipe([PROMPT] * 3, negative_prompt=[NEGATIVE] * 3, guidance_scale=5.0, num_inference_steps=6, latents=x,
-         output_type="latent", max_sequence_length=SEQUENCE,
-         callback_on_step_end=lambda p, i, t, kw: seen.append(kw["latents"]) or kw)
+    pipe(
+        [PROMPT] * 3,
+        negative_prompt=[NEGATIVE] * 3,
+        guidance_scale=5.0,
+        num_inference_steps=6,
+        latents=x,
+        output_type="latent",
+        max_sequence_length=SEQUENCE,
+        callback_on_step_end=lambda p, i, t, kw: seen.append(kw["latents"]) or kw,
+    )
     k, net, state = problem.kernel, problem.network, x
     assert torch.equal(k.timesteps, pipe.scheduler.timesteps) and pipe.scheduler.config.shift == 3.0
     assert len(seen) == 6 and float(k.scales.max()) == 0.0
@@ -64,8 +82,12 @@ def test_churn_free_steps_follow_the_diffusers_pipeline_step_by_step(target, fol
 
 def test_the_churn_kernel_takes_the_shifted_grid(target):
     """With churn c the kernel's t grid is the scheduler's shifted sigmas, and s_n = c g(t) sqrt(-dt)."""
-    kernel = build(SamplerConfig(model=target.name, churn=0.3, steps=12, method="target", num_samples=1, prompt=PROMPT,
-                                 device="cpu"), target).kernel
+    kernel = build(
+        SamplerConfig(
+            model=target.name, churn=0.3, steps=12, method="target", num_samples=1, prompt=PROMPT, device="cpu"
+        ),
+        target,
+    ).kernel
     scheduler = FlowMatchEulerDiscreteScheduler.from_config(target.scheduler_config)
     scheduler.set_timesteps(12)
     t = scheduler.sigmas.double()
@@ -87,15 +109,27 @@ def test_guidance_rows_of_every_node_share_one_transformer_call(target):
 def test_chains_and_trees_are_exact_and_a_misaligned_guidance_fold_is_caught(target):
     """Latents of 2,000 trajectories each under the churn kernel: plain sampling against a chain and a
     tree (frozen draft), by the same two-sample test that rejects the tree run with the planted bug."""
-    assert_exact_and_a_misaligned_guidance_fold_caught(target, steps=10, churn=0.5, num_samples=2000, prompt=PROMPT,
-                                                       guidance_scale=7.0)
+    assert_exact_and_a_misaligned_guidance_fold_caught(
+        target, steps=10, churn=0.5, num_samples=2000, prompt=PROMPT, guidance_scale=7.0
+    )
 
 
 def test_a_draft_network_of_the_same_latent_space_drafts(target, tmp_path):
     draft = tiny_sd3_folder(tmp_path / "draft", seed=5)
     assert target.draft_mismatch(resolve_target(draft)) is None
-    result = build(SamplerConfig(model=target.name, draft=draft, steps=10, method="chain", tree="1x3", num_samples=2,
-                                 prompt=PROMPT, device="cpu"), target).run()
+    result = build(
+        SamplerConfig(
+            model=target.name,
+            draft=draft,
+            steps=10,
+            method="chain",
+            tree="1x3",
+            num_samples=2,
+            prompt=PROMPT,
+            device="cpu",
+        ),
+        target,
+    ).run()
     assert result.cost.draft_calls > 0 and torch.isfinite(result.samples).all()
 
 
@@ -109,8 +143,12 @@ def test_a_latent_unet_pipeline_cannot_draft_for_it(target, tmp_path):
     from .helpers import tiny_sd_folder
 
     with pytest.raises(SpecdemoError, match="cannot draft for .*not a Stable Diffusion 3-class"):
-        build(SamplerConfig(model=target.name, draft=tiny_sd_folder(tmp_path / "sd"), method="chain", prompt=PROMPT,
-                            device="cpu"), target)
+        build(
+            SamplerConfig(
+                model=target.name, draft=tiny_sd_folder(tmp_path / "sd"), method="chain", prompt=PROMPT, device="cpu"
+            ),
+            target,
+        )
 
 
 def test_other_kernels_are_refused(target):

@@ -17,8 +17,9 @@ def needs_cuda():
 
 
 def test_same_seed_same_samples_on_cuda():
-    cfg = SamplerConfig(model="gm16", steps=40, method="tree", tree="3,2,2", verifier="rank", num_samples=64,
-                        device="cuda")
+    cfg = SamplerConfig(
+        model="gm16", steps=40, method="tree", tree="3,2,2", verifier="rank", num_samples=64, device="cuda"
+    )
     a, b = build(cfg).run(), build(cfg).run()
     assert a.samples.device.type == "cuda" and torch.equal(a.samples, b.samples)
 
@@ -28,8 +29,16 @@ def test_same_seed_same_samples_on_cuda():
 def test_exact_on_cuda(tree, verifier):
     base = dict(model="gm16", steps=40, num_samples=10_000, device="cuda")
     plain = build(SamplerConfig(**base, method="target", seed=1)).run(keep_steps=[20])
-    spec = build(SamplerConfig(**base, method="chain" if tree.startswith("1x") else "tree", tree=tree,
-                               verifier=verifier, draft_bias=1.0, seed=2)).run(keep_steps=[20])
+    spec = build(
+        SamplerConfig(
+            **base,
+            method="chain" if tree.startswith("1x") else "tree",
+            tree=tree,
+            verifier=verifier,
+            draft_bias=1.0,
+            seed=2,
+        )
+    ).run(keep_steps=[20])
     assert min_pvalue_bonferroni(spec.samples.cpu(), plain.samples.cpu()) > 1e-3
     assert min_pvalue_bonferroni(spec.states[20].cpu(), plain.states[20].cpu()) > 1e-3
 
@@ -45,8 +54,20 @@ def test_cpu_and_cuda_draw_the_same_law():
 @pytest.mark.parametrize("draft,freeze", [("frozen", None), ("digits-draft", None), ("digits-draft", "auto")])
 def test_digits_fp16_on_cuda(draft, freeze):
     """The frozen draft, the draft network, and per step the corrected network or a frozen form."""
-    result = build(SamplerConfig(model="digits", steps=100, method="tree", tree="2,2,1", verifier="rank", draft=draft,
-                                 freeze=freeze, num_samples=16, class_label=3, device="cuda")).run()
+    result = build(
+        SamplerConfig(
+            model="digits",
+            steps=100,
+            method="tree",
+            tree="2,2,1",
+            verifier="rank",
+            draft=draft,
+            freeze=freeze,
+            num_samples=16,
+            class_label=3,
+            device="cuda",
+        )
+    ).run()
     assert result.samples.shape == (16, 1, 16, 16) and torch.isfinite(result.samples).all()
     assert result.cost.speedup > 1.2
 
@@ -55,10 +76,16 @@ def test_a_graphed_network_gives_the_eager_networks_outputs_call_after_call():
     """The digits UNet replayed from CUDA graphs (launch graphs, the CUDA default): every call's outputs are
     the eager network's for that call's inputs (a replay that kept the first call's inputs would return its
     outputs again), at two call sizes; and a graphed run draws the eager run's samples."""
-    eager = build(SamplerConfig(model="digits", method="target", steps=20, num_samples=4, device="cuda",
-                                launch="eager", class_label=3))
-    graphed = build(SamplerConfig(model="digits", method="target", steps=20, num_samples=4, device="cuda",
-                                  launch="graphs", class_label=3))
+    eager = build(
+        SamplerConfig(
+            model="digits", method="target", steps=20, num_samples=4, device="cuda", launch="eager", class_label=3
+        )
+    )
+    graphed = build(
+        SamplerConfig(
+            model="digits", method="target", steps=20, num_samples=4, device="cuda", launch="graphs", class_label=3
+        )
+    )
     g = torch.Generator(device="cuda").manual_seed(0)
     with torch.inference_mode():
         for rows in (4, 8, 4):

@@ -38,8 +38,13 @@ EULER_RTOL = 1e-6
 
 
 def scheduler_config(prediction, clip, variance_type="fixed_small"):
-    return dict(num_train_timesteps=1000, beta_schedule="linear", prediction_type=prediction,
-                clip_sample=clip, variance_type=variance_type)
+    return dict(
+        num_train_timesteps=1000,
+        beta_schedule="linear",
+        prediction_type=prediction,
+        clip_sample=clip,
+        variance_type=variance_type,
+    )
 
 
 def rows_for(num_steps):
@@ -78,7 +83,7 @@ def ddpm_reference(config, num_steps, steps, x, out):
     means, stds = [], []
     for i, n in enumerate(steps.tolist()):
         t = int(sched.timesteps[n])
-        xi, oi = x[i:i + 1], out[i:i + 1]
+        xi, oi = x[i : i + 1], out[i : i + 1]
         seeds = (1000 + 2 * i, 1001 + 2 * i)
         prev = [sched.step(oi, t, xi, generator=torch.Generator().manual_seed(s)).prev_sample for s in seeds]
         if t == 0:  # the scheduler adds no noise at t = 0
@@ -102,7 +107,7 @@ def ddim_reference(config, num_steps, eta, steps, x, out):
     means, stds = [], []
     for i, n in enumerate(steps.tolist()):
         t = int(sched.timesteps[n])
-        xi, oi = x[i:i + 1], out[i:i + 1]
+        xi, oi = x[i : i + 1], out[i : i + 1]
         m = sched.step(oi, t, xi, eta=eta, variance_noise=torch.zeros_like(xi)).prev_sample
         m1 = sched.step(oi, t, xi, eta=eta, variance_noise=torch.ones_like(xi)).prev_sample
         means.append(m[0])
@@ -127,8 +132,9 @@ def test_ddpm_kernel_matches_scheduler_step(prediction, clip, variance_type, num
     torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(kernel.scales[steps], ref_std, rtol=SCALE_RTOL, atol=1e-12)
     # scale() broadcasts s_n against the state
-    torch.testing.assert_close(kernel.scale(steps, x).expand_as(x), ref_std[:, None].expand_as(x),
-                               rtol=SCALE_RTOL, atol=1e-12)
+    torch.testing.assert_close(
+        kernel.scale(steps, x).expand_as(x), ref_std[:, None].expand_as(x), rtol=SCALE_RTOL, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("variance_type", ["fixed_small", "fixed_large"])
@@ -159,7 +165,7 @@ def test_ddpm_kernel_matches_algorithms_md_formula(variance_type):
 
 
 def test_ddpm_fixed_large_log_scale_is_a_standard_deviation():
-    """"fixed_large_log" (GLIDE's max_log) stores the log variance log(beta_t): the std it stands for is
+    """ "fixed_large_log" (GLIDE's max_log) stores the log variance log(beta_t): the std it stands for is
     sqrt(beta_t). A kernel must either refuse this variance type or use a non-negative scale, never the
     log itself (a negative s_n makes every step silently deterministic)."""
     config = scheduler_config("epsilon", False, "fixed_large_log")
@@ -251,11 +257,13 @@ def euler_reference(config, num_steps, x_sigma, out):
         w.set_timesteps(num_steps)
     means, stds, x0s, inputs_ = [], [], [], []
     for n, t in enumerate(walkers[0].timesteps):
-        xi, oi = x_sigma[n:n + 1].float(), out[n:n + 1].float()
+        xi, oi = x_sigma[n : n + 1].float(), out[n : n + 1].float()
         seeds = (2000 + 2 * n, 2001 + 2 * n)
         inputs_.append(walkers[0].scale_model_input(xi, t)[0].double())
         walkers[1].scale_model_input(xi, t)
-        steps = [w.step(oi, t, xi, generator=torch.Generator().manual_seed(s)) for w, s in zip(walkers, seeds, strict=True)]
+        steps = [
+            w.step(oi, t, xi, generator=torch.Generator().manual_seed(s)) for w, s in zip(walkers, seeds, strict=True)
+        ]
         noises = [torch.randn((1, DIM), generator=torch.Generator().manual_seed(s)).double() for s in seeds]
         prev = [step.prev_sample.double() for step in steps]
         d_noise = noises[0] - noises[1]
@@ -264,8 +272,13 @@ def euler_reference(config, num_steps, x_sigma, out):
         means.append((prev[0] - std * noises[0])[0])
         stds.append(std)
         x0s.append(steps[0].pred_original_sample[0].double())
-    return (torch.stack(means), torch.tensor(stds, dtype=torch.float64), torch.stack(x0s), torch.stack(inputs_),
-            walkers[0].sigmas.double())
+    return (
+        torch.stack(means),
+        torch.tensor(stds, dtype=torch.float64),
+        torch.stack(x0s),
+        torch.stack(inputs_),
+        walkers[0].sigmas.double(),
+    )
 
 
 @pytest.mark.parametrize("num_steps", [7, 50, 1000])
@@ -355,6 +368,7 @@ def test_euler_ancestral_config_names_the_kernel_and_its_scheduler():
 
 # ---------------------------------------------------------------- flow matching with churn
 
+
 def flow_grid(num_steps):
     """algorithms.md section 1: t_n = linspace(1000, 1, T)[n] / 1000, then 0."""
     return np.append(np.linspace(1000.0, 1.0, num_steps) / 1000.0, 0.0)
@@ -402,9 +416,10 @@ def test_flow_without_churn_is_the_schedulers_euler_step():
     for i in range(num_steps):
         sched = FlowMatchEulerDiscreteScheduler()
         sched.set_timesteps(num_steps)
-        expected.append(sched.step(v[i:i + 1], sched.timesteps[i], x[i:i + 1]).prev_sample[0])
-    torch.testing.assert_close(kernel.mean(v, x, torch.arange(num_steps)), torch.stack(expected).double(),
-                               rtol=1e-5, atol=1e-5)
+        expected.append(sched.step(v[i : i + 1], sched.timesteps[i], x[i : i + 1]).prev_sample[0])
+    torch.testing.assert_close(
+        kernel.mean(v, x, torch.arange(num_steps)), torch.stack(expected).double(), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_flow_negative_churn_refused():
@@ -413,6 +428,7 @@ def test_flow_negative_churn_refused():
 
 
 # ---------------------------------------------------------------- Langevin
+
 
 def test_langevin_kernel():
     gamma = 0.03
@@ -432,12 +448,18 @@ def test_langevin_kernel():
 
 # ---------------------------------------------------------------- shared interface
 
+
 def vp_and_flow_kernels():
     kernels = {f"ddpm-{p}": DDPMKernel(DDPMScheduler(**scheduler_config(p, False)), 50) for p in PREDICTIONS}
-    kernels.update({f"ddim-{p}": DDIMKernel(DDIMScheduler(clip_sample=False, prediction_type=p), 50, 1.0)
-                    for p in PREDICTIONS})
-    kernels.update({f"euler-ancestral-{p}": EulerAncestralKernel(EulerAncestralDiscreteScheduler(prediction_type=p), 50)
-                    for p in ("epsilon", "v_prediction")})
+    kernels.update(
+        {f"ddim-{p}": DDIMKernel(DDIMScheduler(clip_sample=False, prediction_type=p), 50, 1.0) for p in PREDICTIONS}
+    )
+    kernels.update(
+        {
+            f"euler-ancestral-{p}": EulerAncestralKernel(EulerAncestralDiscreteScheduler(prediction_type=p), 50)
+            for p in ("epsilon", "v_prediction")
+        }
+    )
     kernels["flow-churn"] = FlowChurnKernel(30, 0.06)
     return kernels
 
@@ -449,8 +471,9 @@ def test_denoised_and_output_from_denoised_are_inverses(name):
     x, out = inputs(kernel.num_steps, seed=13, prediction="any")
     x0 = kernel.denoised(out, x, steps)
     torch.testing.assert_close(kernel.output_from_denoised(x0, x, steps), out, rtol=1e-9, atol=1e-9)
-    torch.testing.assert_close(kernel.denoised(kernel.output_from_denoised(out, x, steps), x, steps), out,
-                               rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(
+        kernel.denoised(kernel.output_from_denoised(out, x, steps), x, steps), out, rtol=1e-9, atol=1e-9
+    )
     assert kernel.has_denoised
 
 
@@ -463,9 +486,14 @@ def test_vp_denoised_is_the_schedulers_x0_estimate(prediction):
     sched.set_timesteps(num_steps)
     steps = torch.arange(num_steps)
     x, out = inputs(num_steps, seed=17, prediction=prediction)
-    expected = torch.stack([
-        sched.step(out[i:i + 1], int(sched.timesteps[i]), x[i:i + 1], generator=torch.Generator().manual_seed(0)
-                   ).pred_original_sample[0] for i in range(num_steps)])
+    expected = torch.stack(
+        [
+            sched.step(
+                out[i : i + 1], int(sched.timesteps[i]), x[i : i + 1], generator=torch.Generator().manual_seed(0)
+            ).pred_original_sample[0]
+            for i in range(num_steps)
+        ]
+    )
     torch.testing.assert_close(kernel.denoised(out, x, steps), expected, rtol=1e-9, atol=1e-9)
 
 

@@ -26,8 +26,11 @@ def test_a_round_takes_few_operations(name, auto_plan, one_thread):
     settings = launches.settings(name)
     if settings["tree"] == "auto":  # the shipped plan; 16 samples run with it too (planning them would pilot)
         samples = settings["num_samples"]
-        problem = dataclasses.replace(auto_plan, config=dataclasses.replace(auto_plan.config, num_samples=samples),
-                                      cond={k: v[:1].expand(samples, *v.shape[1:]) for k, v in auto_plan.cond.items()})
+        problem = dataclasses.replace(
+            auto_plan,
+            config=dataclasses.replace(auto_plan.config, num_samples=samples),
+            cond={k: v[:1].expand(samples, *v.shape[1:]) for k, v in auto_plan.cond.items()},
+        )
     else:
         problem = build(SamplerConfig(**settings))
     counted = count(problem)
@@ -46,6 +49,7 @@ def test_the_counter_counts_what_runs_outside_the_network(one_thread, monkeypatc
 
     def busier(x, n, **cond):
         return problem.network(x, n, **cond) + torch.zeros_like(x)
+
     assert count(dataclasses.replace(problem, network=busier))["ops_per_round"] == pytest.approx(plain)
     reduce = fused.reduce
     monkeypatch.setattr(fused, "reduce", lambda ws: (reduce(ws), torch.zeros(1)))

@@ -25,8 +25,18 @@ from specdemo.trees import TopologyPlan
 from .test_exactness import ALPHA, min_pvalue_bonferroni
 from .test_verifiers import AlwaysAccept
 
-LEARN = dict(model="gm2d", kernel="ddpm", steps=30, method="tree", tree="auto", budget=6, pilot_samples=8,
-             num_samples=4, device="cpu", seed=3)
+LEARN = dict(
+    model="gm2d",
+    kernel="ddpm",
+    steps=30,
+    method="tree",
+    tree="auto",
+    budget=6,
+    pilot_samples=8,
+    num_samples=4,
+    device="cpu",
+    seed=3,
+)
 
 
 def test_a_first_run_pays_no_pilot_and_the_runs_deltas_plan_a_later_run(tmp_path):
@@ -72,11 +82,29 @@ def test_a_planned_run_draws_from_streams_other_than_the_learning_runs(tmp_path)
     generate(config)
     planned_result, planned = generate(config)
     assert planned.plan_source == "runs" and planned.stream_seed != config.seed
-    again = sample(planned.network, planned.kernel, planned.target.shape, 8, tree=planned.tree, draft=planned.draft,
-                   verifier=planned.verifier, prefetch=planned.config.prefetch, seed=config.seed)
+    again = sample(
+        planned.network,
+        planned.kernel,
+        planned.target.shape,
+        8,
+        tree=planned.tree,
+        draft=planned.draft,
+        verifier=planned.verifier,
+        prefetch=planned.config.prefetch,
+        seed=config.seed,
+    )
     assert not torch.equal(again.samples, planned_result.samples)
-    streams = sample(planned.network, planned.kernel, planned.target.shape, 8, tree=planned.tree, draft=planned.draft,
-                     verifier=planned.verifier, prefetch=planned.config.prefetch, seed=planned.stream_seed)
+    streams = sample(
+        planned.network,
+        planned.kernel,
+        planned.target.shape,
+        8,
+        tree=planned.tree,
+        draft=planned.draft,
+        verifier=planned.verifier,
+        prefetch=planned.config.prefetch,
+        seed=planned.stream_seed,
+    )
     assert torch.equal(streams.samples, planned_result.samples)
 
 
@@ -96,7 +124,9 @@ def test_a_repeated_seed_adds_no_trajectory_twice(tmp_path):
     at_once = tmp_path / "at_once"
     generate(replace(config, num_samples=8, cache_dir=str(at_once)))
     expected, _ = load_stats(plan_key(first), at_once)
-    assert {cell: sorted(v) for cell, v in stats.deltas.items()} == {cell: sorted(v) for cell, v in expected.deltas.items()}
+    assert {cell: sorted(v) for cell, v in stats.deltas.items()} == {
+        cell: sorted(v) for cell, v in expected.deltas.items()
+    }
     generate(replace(config, seed=4))
     assert load_stats(plan_key(first), tmp_path)[1] == 12
 
@@ -119,18 +149,39 @@ def test_replan_where_a_plan_ships_learns_anew_and_the_later_runs_plan_from_what
 
 @pytest.mark.slow
 def test_the_cli_reports_a_first_run_without_a_pilot_and_a_planned_second(tmp_path):
-    args = [sys.executable, "-m", "specdemo", "sample", "--model", "gm2d", "--steps", "30", "--tree", "auto",
-            "--budget", "6", "--num-samples", "8", "--pilot-samples", "8", "--cache-dir", str(tmp_path)]
-    first, second = [json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
-                     for _ in range(2)]
+    args = [
+        sys.executable,
+        "-m",
+        "specdemo",
+        "sample",
+        "--model",
+        "gm2d",
+        "--steps",
+        "30",
+        "--tree",
+        "auto",
+        "--budget",
+        "6",
+        "--num-samples",
+        "8",
+        "--pilot-samples",
+        "8",
+        "--cache-dir",
+        str(tmp_path),
+    ]
+    first, second = [
+        json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+        for _ in range(2)
+    ]
     assert first["plan_source"] == "online" and first["pilot_calls"] == 0 and first["planned_calls"] is None
     assert first["tree"] == "online(6 rows)" and first["verifier"] == "block"
     assert second["plan_source"] == "runs" and second["pilot_calls"] == 0 and second["planned_calls"] > 0
 
 
 def test_a_fixed_tree_with_freeze_auto_pays_no_pilot(tmp_path):
-    problem = build(SamplerConfig(**{**LEARN, "tree": "3,2,1", "verifier": "dgrs", "freeze": "auto"},
-                                  cache_dir=str(tmp_path)))
+    problem = build(
+        SamplerConfig(**{**LEARN, "tree": "3,2,1", "verifier": "dgrs", "freeze": "auto"}, cache_dir=str(tmp_path))
+    )
     assert problem.plan_source == "default" and problem.pilot is None
     assert set(problem.draft.forms.tolist()) == {FORMS["gaussian"]} and list(tmp_path.iterdir()) == []
 
@@ -143,8 +194,18 @@ def test_a_run_of_an_unwritable_cache_still_samples(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- the law
-EXACT = dict(model="gm2d", kernel="ddpm", steps=40, method="tree", tree="auto", budget=6, objective="calls", num_samples=10_000,
-             pilot_samples=10_000, device="cpu")
+EXACT = dict(
+    model="gm2d",
+    kernel="ddpm",
+    steps=40,
+    method="tree",
+    tree="auto",
+    budget=6,
+    objective="calls",
+    num_samples=10_000,
+    pilot_samples=10_000,
+    device="cpu",
+)
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +237,9 @@ def test_the_online_run_and_the_run_planned_from_it_are_exact(learnt, plain_samp
 @pytest.mark.statistical
 def test_the_law_test_catches_an_online_run_that_accepts_every_draft(monkeypatch, tmp_path, plain_samples):
     online_problem = planning.online_problem
-    monkeypatch.setattr(planning, "online_problem",
-                        lambda *args: replace(online_problem(*args), verifier=AlwaysAccept()))
+    monkeypatch.setattr(
+        planning, "online_problem", lambda *args: replace(online_problem(*args), verifier=AlwaysAccept())
+    )
     result, problem = generate(SamplerConfig(**EXACT, seed=2, cache_dir="off"))
     assert problem.plan_source == "online" and isinstance(problem.verifier, AlwaysAccept)
     assert min_pvalue_bonferroni(result.samples, plain_samples) < ALPHA

@@ -29,8 +29,11 @@ def test_limits_name_the_bound_and_what_to_lower():
         limits.check(steps=101, num_samples=1, rows_per_round=1)
     with pytest.raises(SpecdemoError, match=r"samples must be in 1\.\.10, got 11"):
         limits.check(steps=1, num_samples=11, rows_per_round=1)
-    with pytest.raises(SpecdemoError, match=r"up to 1,001 target rows \(1 samples x 1 steps x 1 rows a round, plus "
-                                            r"1,000 for the pilot\).*fewer samples, fewer steps"):
+    with pytest.raises(
+        SpecdemoError,
+        match=r"up to 1,001 target rows \(1 samples x 1 steps x 1 rows a round, plus "
+        r"1,000 for the pilot\).*fewer samples, fewer steps",
+    ):
         limits.check(steps=1, num_samples=1, rows_per_round=1, pilot_runs=1, pilot_samples=1000, pilot_rows_per_round=1)
 
 
@@ -49,12 +52,22 @@ def test_limits_from_the_environment(monkeypatch):
 
 def test_build_refuses_before_any_work(monkeypatch):
     """Over the row bound, build refuses before a pilot or the network runs."""
+
     def no_pilot(*args, **kwargs):
         raise AssertionError("a pilot ran before the limits were checked")
 
     monkeypatch.setattr(stats, "_pilot", no_pilot)
-    config = SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", budget=16, steps=100, num_samples=100,
-                           device="cpu", replan=True)
+    config = SamplerConfig(
+        pilot=True,
+        model="gm2d",
+        method="tree",
+        tree="auto",
+        budget=16,
+        steps=100,
+        num_samples=100,
+        device="cpu",
+        replan=True,
+    )
     # the run's own rows are 100 x 100 x 16 = 160,000; the pilot's 32 x 100 x 13 per pilot run on top
     with pytest.raises(SpecdemoError, match="plus .* for the pilot"):
         build(config, limits=Limits(max_rows=200_000))
@@ -77,6 +90,7 @@ def test_absurd_topologies_are_refused_without_building_them():
 
 def _ddpm(steps=50):
     from diffusers import DDPMScheduler
+
     return DDPMKernel(DDPMScheduler(num_train_timesteps=1000), steps)
 
 
@@ -111,8 +125,17 @@ def test_a_run_past_its_time_limit_stops():
 def test_build_passes_the_flag_to_the_pilots():
     cancel = Cancel()
     cancel.cancel()
-    config = SamplerConfig(pilot=True, model="gm2d", method="tree", tree="auto", budget=8, steps=20, num_samples=2, device="cpu",
-                           replan=True)
+    config = SamplerConfig(
+        pilot=True,
+        model="gm2d",
+        method="tree",
+        tree="auto",
+        budget=8,
+        steps=20,
+        num_samples=2,
+        device="cpu",
+        replan=True,
+    )
     with pytest.raises(Cancelled):
         build(config, cancel=cancel)
 

@@ -29,8 +29,9 @@ OPTIONAL = ("gradio", "plotly", "sklearn", "accelerate")
 
 def python(code: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, *args, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, *args, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow
@@ -60,8 +61,11 @@ print(json.dumps({{"bare": bare, "shape": list(result.samples.shape), "figures":
 
 def imported_modules(importtime_stderr: str) -> set[str]:
     """The modules a `python -X importtime` run imported, from its stderr."""
-    return {line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines()
-            if line.startswith("import time:") and "|" in line}
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in importtime_stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
 
 
 def test_help_imports_no_torch():
@@ -70,9 +74,13 @@ def test_help_imports_no_torch():
     module, _, function = PYPROJECT["project"]["scripts"]["specdemo"].partition(":")
     script = f"import sys; from {module} import {function}; sys.exit({function}())"  # what the installed command runs
     for argv in (["--help"], ["sample", "--help"], ["bench", "--help"]):
-        for code, prog in ((f"import sys; sys.argv[1:] = {argv!r}; {script}", "specdemo"),
-                           (f"import runpy, sys; sys.argv[1:] = {argv!r}; runpy.run_module('specdemo', run_name='__main__')",
-                            "python -m specdemo")):
+        for code, prog in (
+            (f"import sys; sys.argv[1:] = {argv!r}; {script}", "specdemo"),
+            (
+                f"import runpy, sys; sys.argv[1:] = {argv!r}; runpy.run_module('specdemo', run_name='__main__')",
+                "python -m specdemo",
+            ),
+        ):
             out = python(code, "-X", "importtime")
             assert out.returncode == 0, out.stderr
             assert out.stdout.startswith(f"usage: {prog}"), out.stdout[:200]
@@ -109,7 +117,9 @@ def test_sample_options_are_the_config_fields_and_the_names_are_the_registries()
 
     # every field is an option, and no option sets anything else; the defaults are SamplerConfig's
     assert sample_settings(build_parser().parse_args(["sample"])) == SamplerConfig().to_dict()
-    given = sample_settings(build_parser().parse_args(["sample", "--draft-bias", "2", "--replan", "--class-label", "3"]))
+    given = sample_settings(
+        build_parser().parse_args(["sample", "--draft-bias", "2", "--replan", "--class-label", "3"])
+    )
     assert (given["draft_bias"], given["replan"], given["class_label"]) == (2.0, True, 3)
     # the accepted names config.py lists are the ones the library implements
     assert tuple(VERIFIERS) == config.VERIFIER_NAMES and tuple(PREFETCH) == config.PREFETCH_NAMES
@@ -141,8 +151,14 @@ def test_a_saved_config_replays_and_options_change_it(tmp_path):
 
     def replay(*extra):
         trace = tmp_path / "trace.json"
-        subprocess.run([sys.executable, "-m", "specdemo", "sample", "--config", str(path), "--trace", str(trace), *extra],
-                       cwd=REPO, capture_output=True, text=True, check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-m", "specdemo", "sample", "--config", str(path), "--trace", str(trace), *extra],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
         return json.loads(trace.read_text())["config"]
 
     fields = ("model", "method", "tree", "steps", "num_samples", "seed")
@@ -152,8 +168,13 @@ def test_a_saved_config_replays_and_options_change_it(tmp_path):
     assert SamplerConfig.from_json(tmp_path / "trace.json").num_samples == 5  # a run's trace replays too
     bad = tmp_path / "bad.json"
     bad.write_text('{"modell": "gm2d"}')
-    out = subprocess.run([sys.executable, "-m", "specdemo", "sample", "--config", str(bad)], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "specdemo", "sample", "--config", str(bad)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2 and "unknown settings ['modell']" in out.stderr and "Traceback" not in out.stderr
 
 
@@ -206,8 +227,11 @@ def test_requirement_files_pin_versions_that_pyproject_accepts():
 def test_every_file_the_library_reads_is_package_data():
     patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["specdemo"]
     root = REPO / "specdemo"
-    data = [p.relative_to(root) for p in root.rglob("*")
-            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    data = [
+        p.relative_to(root)
+        for p in root.rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    ]
     assert data, "specdemo/ holds no data files: the plans and the rank weights are missing"
     for path in data:
         assert any(path.match(pattern) for pattern in patterns), f"specdemo/{path} is not in package-data"

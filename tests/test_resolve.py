@@ -14,7 +14,9 @@ def test_settings_come_back_typed_with_every_default_filled():
     s = resolve(SamplerConfig(model="gm2d", method="chain", steps=20, num_samples=4, device="cpu"))
     assert s.method is Method.CHAIN and s.topology == Topology.chain(5) and s.verifier == "rmc"
     assert (s.freeze, s.start, s.prefetch) == (Freeze.OUT, Start.COLD, Prefetch.NEAREST) and s.plan is None
-    assert s.config.tree == "1x5" and s.round_nodes == 6 and s.rows_per_round == 7 and s.pilot_rows == 0  # the root counted
+    assert (
+        s.config.tree == "1x5" and s.round_nodes == 6 and s.rows_per_round == 7 and s.pilot_rows == 0
+    )  # the root counted
     auto = resolve(SamplerConfig(model="digits", steps=30, num_samples=2, device="cpu"))
     assert auto.method is Method.TREE and auto.topology is None and auto.verifier is None  # the planner's
     assert auto.plan.tree and auto.plan.freeze and auto.plan.verifier and auto.plan.budget == 16
@@ -24,8 +26,9 @@ def test_settings_come_back_typed_with_every_default_filled():
 
 
 def test_pilots_are_counted_where_asked_for():
-    c = SamplerConfig(model="digits", draft="digits-draft", freeze="auto", steps=20, num_samples=2, pilot_samples=8,
-                      device="cpu")
+    c = SamplerConfig(
+        model="digits", draft="digits-draft", freeze="auto", steps=20, num_samples=2, pilot_samples=8, device="cpu"
+    )
     assert resolve(c).pilot_rows == 0  # learnt from runs: no pilot
     piloted = resolve(SamplerConfig(**{**c.to_dict(), "pilot": True}))
     assert piloted.pilot_runs == len(AUTO_FORMS) + 1  # a pilot per frozen form, and the corrected network's
@@ -37,13 +40,19 @@ REFUSALS = {  # a rule between settings: (config, the setting refused, words of 
     "a chain with branches": (dict(model="gm2d", method="chain", tree="3,2,1"), "tree", "1xL"),
     "prefetch auto on a fixed tree": (dict(model="gm2d", tree="1x4", prefetch="auto"), "prefetch", "leaves"),
     "residual with the frozen draft": (dict(model="gm2d", tree="1x4", freeze="residual"), "freeze", "frozen draft"),
-    "a frozen form with a network": (dict(model="digits", tree="1x4", draft="digits-draft", freeze="x0"), "freeze",
-                                     "residual"),
+    "a frozen form with a network": (
+        dict(model="digits", tree="1x4", draft="digits-draft", freeze="x0"),
+        "freeze",
+        "residual",
+    ),
     "x0 under Langevin": (dict(model="banana", tree="1x4", freeze="x0"), "freeze", "out"),
     "freeze auto under Langevin": (dict(model="banana", tree="auto", freeze="auto"), "freeze", "out"),
     "cold start under Langevin": (dict(model="banana", tree="1x4", start="cold"), "start", "warm"),
-    "warm start with a network": (dict(model="digits", tree="1x4", draft="digits-draft", start="warm"), "start",
-                                  "cold"),
+    "warm start with a network": (
+        dict(model="digits", tree="1x4", draft="digits-draft", start="warm"),
+        "start",
+        "cold",
+    ),
     "a draft network for a mixture": (dict(model="gm2d", tree="1x4", draft="digits-draft"), "draft", "frozen"),
     "a class for a mixture": (dict(model="gm2d", tree="1x4", class_label=2), "class_label", "none"),
     "a class out of range": (dict(model="digits", tree="1x4", class_label=12), "class_label", "0..9"),
@@ -64,8 +73,9 @@ def test_a_typed_topology_names_its_method():
     assert method_of("1x5") is Method.CHAIN and method_of("3,2,1") is Method.TREE
 
 
-@pytest.mark.parametrize("name, form", [("out", FrozenOutput), ("x0", FrozenX0), ("x0-linear", FrozenX0Linear),
-                                        ("gaussian", FrozenGaussian)])
+@pytest.mark.parametrize(
+    "name, form", [("out", FrozenOutput), ("x0", FrozenX0), ("x0-linear", FrozenX0Linear), ("gaussian", FrozenGaussian)]
+)
 def test_each_frozen_form_is_a_class(name, form):
     draft = frozen_draft(name, start="cold")
     assert type(draft) is form and draft.freeze == name and draft.config()["freeze"] == name and draft.cold_start

@@ -30,8 +30,10 @@ TRAJECTORIES = 24
 
 def row_by_row(network):
     """The network one row at a time: a row's output cannot depend on the other rows of a call."""
+
     def net(x, n, **cond):
-        return torch.cat([network(x[i:i + 1], n[i:i + 1]) for i in range(x.shape[0])])
+        return torch.cat([network(x[i : i + 1], n[i : i + 1]) for i in range(x.shape[0])])
+
     return net
 
 
@@ -50,27 +52,62 @@ def mixed_plan(steps: int = 30) -> TopologyPlan:
     trees = tuple(Topology.chain(3) if n % 2 == 0 else Topology((2, 1, 1)) for n in range(steps))
     leaves = tuple(n % 3 == 0 for n in range(steps))
     return TopologyPlan(trees, leaves, trees, leaves, expected_calls=0.0)
+
+
 CASES = {
     "chain-rmc-out": (ddpm, Topology.chain(4), ReflectionMaximalCoupling, lambda k: FrozenOutput(), "nearest"),
     "chain-block-x0-leaves": (ddpm, Topology.chain(5), BlockVerification, lambda k: FrozenX0(), "leaves"),
-    "tree-dgrs-x0-linear-flow": (lambda: FlowChurnKernel(30, 0.5), Topology((3, 2, 2)), GreedyRejectionSampling,
-                                 lambda k: FrozenX0Linear(), "nearest"),
-    "tree-rank-biased-parent": (ddpm, Topology((2, 2, 1)), RankAwareSelection, lambda k: BiasedDraft(FrozenOutput(), 1.5),
-                                "parent"),
-    "fan-block-cold-leaves": (ddpm, Topology((3, 1, 1)), BlockVerification,
-                              lambda k: FrozenX0(start="cold"), "leaves"),
-    "chain-block-langevin-none": (lambda: LangevinKernel(30, 0.005), Topology.chain(3), BlockVerification,
-                                  lambda k: FrozenOutput(), "none"),
-    "chain-rmc-network": (ddpm, Topology.chain(3), ReflectionMaximalCoupling, lambda k: NetworkDraft(shifted(k)),
-                          "nearest"),
-    "tree-dgrs-corrected-network": (ddpm, Topology((2, 1, 1)), GreedyRejectionSampling,
-                                    lambda k: CorrectedNetworkDraft(shifted(k), "shifted"), "nearest"),
+    "tree-dgrs-x0-linear-flow": (
+        lambda: FlowChurnKernel(30, 0.5),
+        Topology((3, 2, 2)),
+        GreedyRejectionSampling,
+        lambda k: FrozenX0Linear(),
+        "nearest",
+    ),
+    "tree-rank-biased-parent": (
+        ddpm,
+        Topology((2, 2, 1)),
+        RankAwareSelection,
+        lambda k: BiasedDraft(FrozenOutput(), 1.5),
+        "parent",
+    ),
+    "fan-block-cold-leaves": (ddpm, Topology((3, 1, 1)), BlockVerification, lambda k: FrozenX0(start="cold"), "leaves"),
+    "chain-block-langevin-none": (
+        lambda: LangevinKernel(30, 0.005),
+        Topology.chain(3),
+        BlockVerification,
+        lambda k: FrozenOutput(),
+        "none",
+    ),
+    "chain-rmc-network": (
+        ddpm,
+        Topology.chain(3),
+        ReflectionMaximalCoupling,
+        lambda k: NetworkDraft(shifted(k)),
+        "nearest",
+    ),
+    "tree-dgrs-corrected-network": (
+        ddpm,
+        Topology((2, 1, 1)),
+        GreedyRejectionSampling,
+        lambda k: CorrectedNetworkDraft(shifted(k), "shifted"),
+        "nearest",
+    ),
     # every frozen form by step, a plan of two parts, refills of three slots at a time
-    "plan-block-auto-refills": (ddpm, mixed_plan(), BlockVerification,
-                                lambda k: FrozenPerStep([n % 4 for n in range(30)], start="cold"), "auto"),
-    "plan-rank-stepwise": (ddpm, mixed_plan(), RankAwareSelection,
-                           lambda k: StepwiseDraft(CorrectedNetworkDraft(shifted(k), "shifted"),
-                                                   [n % 5 for n in range(30)]), "auto"),
+    "plan-block-auto-refills": (
+        ddpm,
+        mixed_plan(),
+        BlockVerification,
+        lambda k: FrozenPerStep([n % 4 for n in range(30)], start="cold"),
+        "auto",
+    ),
+    "plan-rank-stepwise": (
+        ddpm,
+        mixed_plan(),
+        RankAwareSelection,
+        lambda k: StepwiseDraft(CorrectedNetworkDraft(shifted(k), "shifted"), [n % 5 for n in range(30)]),
+        "auto",
+    ),
 }
 MAX_BATCH = {"plan-block-auto-refills": 3}
 
@@ -82,10 +119,34 @@ def both(case: str, trajectories: int, seed: int):
     target = gm16()
     net = row_by_row(target.network(kernel))
     draft = make_draft(kernel)
-    fast = sample(net, kernel, target.shape, trajectories, tree=tree, verifier=verifier(), draft=draft,
-                  prefetch=prefetch, seed=seed, max_batch=MAX_BATCH.get(case)).samples
-    slow = torch.stack([sample_one(net, kernel, target.shape, tree=tree, verifier=verifier(), draft=draft,
-                                   prefetch=prefetch, seed=seed, index=i) for i in range(trajectories)])
+    fast = sample(
+        net,
+        kernel,
+        target.shape,
+        trajectories,
+        tree=tree,
+        verifier=verifier(),
+        draft=draft,
+        prefetch=prefetch,
+        seed=seed,
+        max_batch=MAX_BATCH.get(case),
+    ).samples
+    slow = torch.stack(
+        [
+            sample_one(
+                net,
+                kernel,
+                target.shape,
+                tree=tree,
+                verifier=verifier(),
+                draft=draft,
+                prefetch=prefetch,
+                seed=seed,
+                index=i,
+            )
+            for i in range(trajectories)
+        ]
+    )
     return fast, slow
 
 
@@ -110,8 +171,12 @@ def test_where_rounding_moves_paths_the_law_is_the_same():
     net = row_by_row(target.network(kernel))
     settings = dict(tree=Topology((3, 1, 1)), draft=FrozenGaussian(start="cold"), prefetch="nearest")
     fast = sample(net, kernel, target.shape, 400, verifier=BlockVerification(), seed=1, **settings).samples
-    slow = torch.stack([sample_one(net, kernel, target.shape, verifier=BlockVerification(), seed=2, index=i, **settings)
-                        for i in range(400)])
+    slow = torch.stack(
+        [
+            sample_one(net, kernel, target.shape, verifier=BlockVerification(), seed=2, index=i, **settings)
+            for i in range(400)
+        ]
+    )
     directions = torch.randn(8, target.shape[0], generator=torch.Generator().manual_seed(0))
     pvalues = [stats.ks_2samp((fast @ d).numpy(), (slow @ d).numpy()).pvalue for d in directions]
     assert min(pvalues) * len(pvalues) > 1e-3

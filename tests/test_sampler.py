@@ -48,8 +48,7 @@ def methods():
         "tree-rank-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenX0(), "leaves"),
         "chain-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenX0Linear(), "nearest"),
         "tree-rank-x0-linear-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenX0Linear(), "leaves"),
-        "chain-block-gaussian-cold": (Topology.chain(4), BlockVerification(), FrozenGaussian(start="cold"),
-                                      "nearest"),
+        "chain-block-gaussian-cold": (Topology.chain(4), BlockVerification(), FrozenGaussian(start="cold"), "nearest"),
     }
 
 
@@ -65,19 +64,23 @@ def gm512_flow():
 
 def run(network, kernel, shape, num_samples, method, **kwargs):
     tree, verifier, draft, prefetch = methods()[method]
-    return sample(network, kernel, shape, num_samples, tree=tree, verifier=verifier, draft=draft, prefetch=prefetch,
-                  **kwargs)
+    return sample(
+        network, kernel, shape, num_samples, tree=tree, verifier=verifier, draft=draft, prefetch=prefetch, **kwargs
+    )
 
 
 def row_by_row(network):
     """The same network evaluated one row at a time: its output for a row cannot depend on the
     other rows of the call (a batched matmul may round differently for different batch sizes)."""
+
     def net(x, n, **cond):
-        return torch.cat([network(x[i:i + 1], n[i:i + 1]) for i in range(x.shape[0])])
+        return torch.cat([network(x[i : i + 1], n[i : i + 1]) for i in range(x.shape[0])])
+
     return net
 
 
 # ---------------------------------------------------------------- reproducibility
+
 
 @pytest.mark.parametrize("method", list(methods()))
 def test_same_seed_same_samples(method):
@@ -154,7 +157,7 @@ def test_each_trajectory_gets_its_own_conditioning_through_continuous_batching(m
     labels = torch.arange(9)
     batched = run(net, kernel, target.shape, 9, method, seed=4, cond={"class_labels": labels}, max_batch=3)
     for i in (0, 4, 8):
-        alone = run(net, kernel, target.shape, 1, method, seed=4, indices=[i], cond={"class_labels": labels[i:i + 1]})
+        alone = run(net, kernel, target.shape, 1, method, seed=4, indices=[i], cond={"class_labels": labels[i : i + 1]})
         assert torch.equal(alone.samples[0], batched.samples[i]), i
 
 
@@ -170,10 +173,13 @@ def test_block_verified_trajectory_does_not_depend_on_the_depths_of_its_batch():
         assert torch.equal(alone.samples[0], batch.samples[i])
 
 
-@pytest.mark.parametrize("verifier,trees", [
-    (BlockVerification, [Topology.chain(3 + n % 4) for n in range(20)]),
-    (GreedyRejectionSampling, [Topology((2, 2) if n % 2 else (2, 2, 2)) for n in range(20)]),
-])
+@pytest.mark.parametrize(
+    "verifier,trees",
+    [
+        (BlockVerification, [Topology.chain(3 + n % 4) for n in range(20)]),
+        (GreedyRejectionSampling, [Topology((2, 2) if n % 2 else (2, 2, 2)) for n in range(20)]),
+    ],
+)
 def test_a_planned_trajectory_does_not_depend_on_its_batch(verifier, trees):
     """A plan's trees differ by step, and near the horizon different trees are cut short to the same
     one: trajectories of one round at such steps share a topology, and must still each keep their own
@@ -195,8 +201,7 @@ def test_known_roots_do_not_shift_a_trajectorys_stream():
     cannot shift a trajectory's stream (the audit's batch-dependent divergence)."""
     target, kernel, net = gm16_ddpm(20)
     net = row_by_row(net)
-    kwargs = dict(tree=Topology((2, 2)), verifier=RankAwareSelection(), draft=FrozenX0(), prefetch="leaves",
-                  seed=5)
+    kwargs = dict(tree=Topology((2, 2)), verifier=RankAwareSelection(), draft=FrozenX0(), prefetch="leaves", seed=5)
     batch = sample(net, kernel, target.shape, 8, **kwargs)
     for i in (0, 3, 7):
         alone = sample(net, kernel, target.shape, 1, indices=[i], **kwargs)
@@ -215,15 +220,18 @@ def test_trajectory_does_not_depend_on_its_batch_mixture_network(method):
 
 # ---------------------------------------------------------------- second-order freezing
 
+
 def linear_x0_outputs(kernel, shape, seed=0):
     """A network output whose x0-hat at any state is x0(tau_n) = c + tau_n g, linear in the draft's clock."""
     from specdemo.drafts.frozen import clock
+
     g = torch.Generator().manual_seed(seed)
     c, grad = torch.randn(shape, generator=g, dtype=torch.float64), torch.randn(shape, generator=g, dtype=torch.float64)
     tau = clock(kernel)
 
     def out(x, n):
         return kernel.output_from_denoised(c + tau[n].view(*n.shape, *[1] * len(shape)) * grad, x, n)
+
     return out
 
 
@@ -239,8 +247,9 @@ def test_x0_linear_extrapolates_x0_hat_through_the_last_two_outputs(kernel):
     steps1, steps0 = torch.full((a,), n), torch.full((a,), n - 1)
     draft = FrozenX0Linear()
     assert draft.frozen_history and draft.frozen_shape(shape) == (2, *shape)
-    frozen = draft.frozen_value(kernel, out(x1, steps1), x1, steps1, previous=None,
-                                earlier=(out(x0s, steps0), x0s, steps0))
+    frozen = draft.frozen_value(
+        kernel, out(x1, steps1), x1, steps1, previous=None, earlier=(out(x0s, steps0), x0s, steps0)
+    )
     steps = steps1[None] + torch.arange(depth)[:, None]
     means = draft.for_round(kernel, steps, frozen, {})
     alpha, beta = means.a, means.b
@@ -255,7 +264,9 @@ def test_x0_linear_extrapolates_x0_hat_through_the_last_two_outputs(kernel):
     # no earlier output and nothing held: slope 0, freeze x0; an earlier output at the same step keeps the slope held
     flat = draft.frozen_value(kernel, out(x1, steps1), x1, steps1)
     assert not flat[:, 1].any()
-    kept = draft.frozen_value(kernel, out(x1, steps1), x1, steps1, previous=frozen, earlier=(out(x1, steps1), x1, steps1))
+    kept = draft.frozen_value(
+        kernel, out(x1, steps1), x1, steps1, previous=frozen, earlier=(out(x1, steps1), x1, steps1)
+    )
     torch.testing.assert_close(kept, frozen)
 
 
@@ -266,6 +277,7 @@ def gaussian_outputs(kernel, shape, lam, seed=0):
     def out(x, n):
         a, b = (t[n].view(*n.shape, *[1] * len(shape)) for t in (kernel.signal, kernel.noise))
         return kernel.output_from_denoised((b * b * mu + lam * a * x) / (a * a * lam + b * b), x, n)
+
     return out
 
 
@@ -318,7 +330,10 @@ def test_a_draft_network_corrected_by_the_residual_is_exact_where_the_residual_i
     frozen = draft.frozen_value(kernel, target(x1, s1), x1, s1, cond={})
     torch.testing.assert_close(frozen, offset.expand(a, *shape))
     steps = s1[None] + torch.arange(depth)[:, None]
-    means, plain_means = draft.for_round(kernel, steps, frozen, {}), NetworkDraft(network).for_round(kernel, steps, None, {})
+    means, plain_means = (
+        draft.for_round(kernel, steps, frozen, {}),
+        NetworkDraft(network).for_round(kernel, steps, None, {}),
+    )
     for d in range(depth):
         x = torch.randn((2, a, *shape), generator=g, dtype=torch.float64)
         rows, nd = x.flatten(0, 1), steps[d].repeat(2)
@@ -347,8 +362,10 @@ def test_freeze_auto_drafts_each_step_with_its_form():
     x1, x0s, o1, o0 = (torch.randn((a, *shape), generator=g, dtype=torch.float64) for _ in range(4))
     s1, s0 = torch.full((a,), 7), torch.full((a,), 6)
     frozen = auto.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0))
-    singles = {form: (frozen_draft(form), frozen_draft(form).frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
-               for form in ("out", "x0")}
+    singles = {
+        form: (frozen_draft(form), frozen_draft(form).frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
+        for form in ("out", "x0")
+    }
     for form in ("x0-linear", "gaussian"):
         single = frozen_draft(form)
         singles[form] = (single, single.frozen_value(kernel, o1, x1, s1, earlier=(o0, x0s, s0)))
@@ -358,7 +375,6 @@ def test_freeze_auto_drafts_each_step_with_its_form():
         x = torch.randn((2, a, *shape), generator=g, dtype=torch.float64)
         draft, value = singles[("out", "x0", "x0-linear", "gaussian")[table[7 + d]]]
         torch.testing.assert_close(means(d, x), draft.for_round(kernel, steps, value, {})(d, x))
-
 
 
 def test_the_stepwise_draft_drafts_each_step_with_its_table():
@@ -402,7 +418,10 @@ def test_the_stepwise_draft_drafts_each_step_with_its_table():
             called = sorted(torch.cat(seen).tolist()) if seen else []
             for i in range(a):
                 single, value = singles[table[int(steps[d, i])]]
-                torch.testing.assert_close(got[:, i], single.for_round(kernel, steps[:, i:i + 1], value[i:i + 1], {})(d, x[:, i:i + 1])[:, 0])
+                torch.testing.assert_close(
+                    got[:, i],
+                    single.for_round(kernel, steps[:, i : i + 1], value[i : i + 1], {})(d, x[:, i : i + 1])[:, 0],
+                )
             on = [int(n) for n in steps[d] if table[int(n)] == RESIDUAL]
             assert called == sorted(on * 2)  # two nodes a trajectory
     with pytest.raises(SpecdemoError, match="per-step draft table"):
@@ -422,9 +441,16 @@ def test_a_runs_draft_calls_are_the_draft_networks_calls():
 
     for forms in ([n % 5 for n in range(40)], [RESIDUAL] * 40):
         calls.clear()
-        result = sample(target.network(kernel), kernel, target.shape, 64, tree=Topology.chain(4),
-                        verifier=BlockVerification(), draft=StepwiseDraft(CorrectedNetworkDraft(network, "shifted"), forms),
-                        seed=0)
+        result = sample(
+            target.network(kernel),
+            kernel,
+            target.shape,
+            64,
+            tree=Topology.chain(4),
+            verifier=BlockVerification(),
+            draft=StepwiseDraft(CorrectedNetworkDraft(network, "shifted"), forms),
+            seed=0,
+        )
         assert result.cost.draft_calls == len(calls) > 0
 
 
@@ -441,12 +467,24 @@ def test_the_frozen_draft_started_cold_drafts_its_first_round_from_x0_hat_zero(m
         value, calls = cold_value(draft, kernel, x, n, cond)
         guesses.append((x.clone(), n.clone(), value))
         return value, calls
+
     monkeypatch.setattr(FrozenDraft, "cold_value", recorded)
-    runs = {start: sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4),
-                          verifier=BlockVerification(), draft=FrozenX0(start=start), seed=3, trace=True)
-            for start in ("warm", "cold")}
+    runs = {
+        start: sample(
+            target.network(kernel),
+            kernel,
+            target.shape,
+            16,
+            tree=Topology.chain(4),
+            verifier=BlockVerification(),
+            draft=FrozenX0(start=start),
+            seed=3,
+            trace=True,
+        )
+        for start in ("warm", "cold")
+    }
     assert runs["warm"].cost.warm_ups == 16 and runs["cold"].cost.warm_ups == 0
-    (x, n, value), = guesses  # one call, for the 16 trajectories' first rounds, none started warm
+    ((x, n, value),) = guesses  # one call, for the 16 trajectories' first rounds, none started warm
     assert x.shape[0] == 16 and (n == 0).all()
     assert torch.allclose(value, torch.zeros_like(value), atol=1e-5)  # freeze x0 keeps x0-hat itself: 0
     cost = runs["cold"].cost
@@ -474,11 +512,23 @@ def test_the_frozen_draft_started_cold_keeps_a_deterministic_steps_output(monkey
         if draft.cold_start and bool((n == 0).all()):
             kept.append((out.clone(), x.clone(), n.clone()))
         return frozen_value(draft, kernel, out, x, n, **history)
+
     monkeypatch.setattr(FrozenGaussian, "frozen_value", recorded)
-    runs = {start: sample(net, kernel, target.shape, 8, tree=Topology.chain(4), verifier=BlockVerification(),
-                          draft=FrozenGaussian(start=start), prefetch=prefetch, seed=1)
-            for start in ("warm", "cold")}
-    (out, x, n), = kept  # the first step's output of the 8 trajectories, kept from the plain step's call
+    runs = {
+        start: sample(
+            net,
+            kernel,
+            target.shape,
+            8,
+            tree=Topology.chain(4),
+            verifier=BlockVerification(),
+            draft=FrozenGaussian(start=start),
+            prefetch=prefetch,
+            seed=1,
+        )
+        for start in ("warm", "cold")
+    }
+    ((out, x, n),) = kept  # the first step's output of the 8 trajectories, kept from the plain step's call
     assert x.shape[0] == 8 and torch.allclose(out, net(x, n))
     if prefetch == "nearest":
         assert runs["warm"].cost.warm_ups == 8 and runs["cold"].cost.warm_ups == 0
@@ -493,8 +543,7 @@ def test_a_cold_trajectory_does_not_depend_on_its_slot_bitwise():
     sampled as each is alone, with the fitted Gaussian, which reads that history."""
     target, kernel = gm16(), FlowChurnKernel(12, 0.5)
     net = row_by_row(target.network(kernel))
-    kwargs = dict(tree=Topology.chain(4), verifier=BlockVerification(), draft=FrozenGaussian(start="cold"),
-                  seed=4)
+    kwargs = dict(tree=Topology.chain(4), verifier=BlockVerification(), draft=FrozenGaussian(start="cold"), seed=4)
     batched = sample(net, kernel, target.shape, 9, max_batch=3, **kwargs)
     for i in (0, 4, 8):
         alone = sample(net, kernel, target.shape, 1, indices=[i], **kwargs)
@@ -524,9 +573,20 @@ def test_a_corrected_draft_network_starts_without_a_warm_up_call():
     target, kernel = gm2d(), DDPMKernel(default_ddpm_scheduler(), 40)
     shifted = GaussianMixture.from_arrays(target.weights, np.asarray(target.means) + 0.3, target.stds).network(kernel)
     network = lambda x, n, **cond: shifted(x, n)
-    runs = {name: sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4),
-                         verifier=BlockVerification(), draft=draft, seed=3, trace=True)
-            for name, draft in (("plain", NetworkDraft(network)), ("corrected", CorrectedNetworkDraft(network, "shifted")))}
+    runs = {
+        name: sample(
+            target.network(kernel),
+            kernel,
+            target.shape,
+            16,
+            tree=Topology.chain(4),
+            verifier=BlockVerification(),
+            draft=draft,
+            seed=3,
+            trace=True,
+        )
+        for name, draft in (("plain", NetworkDraft(network)), ("corrected", CorrectedNetworkDraft(network, "shifted")))
+    }
     plain0, corrected0 = ([rt for rt in runs[name].trace if rt.round == 0] for name in ("plain", "corrected"))
     assert len(plain0) == len(corrected0) == 1 and not corrected0[0].root_known.any()
     for field in ("trajectories", "step", "status", "committed_steps", "states"):
@@ -534,8 +594,16 @@ def test_a_corrected_draft_network_starts_without_a_warm_up_call():
     assert not np.array_equal(runs["plain"].samples.numpy(), runs["corrected"].samples.numpy())
     cost = runs["corrected"].cost
     assert cost.warm_ups == 0
-    frozen = sample(target.network(kernel), kernel, target.shape, 16, tree=Topology.chain(4), verifier=BlockVerification(),
-                    draft=FrozenOutput(), seed=3)
+    frozen = sample(
+        target.network(kernel),
+        kernel,
+        target.shape,
+        16,
+        tree=Topology.chain(4),
+        verifier=BlockVerification(),
+        draft=FrozenOutput(),
+        seed=3,
+    )
     assert frozen.cost.warm_ups == 16  # the frozen draft started warm (its default): a warm-up call each
     for i in range(16):
         speculative = sum(1 for rt in runs["corrected"].trace if i in rt.trajectories)
@@ -573,8 +641,11 @@ class _ColdByLabel(CorrectedNetworkDraft):
         return self.offsets[cond["class_labels"]], 0
 
 
-@pytest.mark.parametrize("kernel", [DDPMKernel(default_ddpm_scheduler(), 24), FlowChurnKernel(24, 0.3)],
-                         ids=["ddpm", "flow, first step deterministic"])
+@pytest.mark.parametrize(
+    "kernel",
+    [DDPMKernel(default_ddpm_scheduler(), 24), FlowChurnKernel(24, 0.3)],
+    ids=["ddpm", "flow, first step deterministic"],
+)
 @pytest.mark.parametrize("prefetch", ["nearest", "none"])
 def test_the_cold_value_drafts_each_trajectorys_first_speculative_round(kernel, prefetch):
     """A network off the target by a constant per class label, and a cold value that is that constant:
@@ -587,9 +658,20 @@ def test_the_cold_value_drafts_each_trajectorys_first_speculative_round(kernel, 
     offsets = torch.randn((9, *target.shape), generator=torch.Generator().manual_seed(6))
     net = lambda x, n, class_labels: base(x, n)
     network = lambda x, n, class_labels: base(x, n) - offsets[class_labels]
-    result = sample(net, kernel, target.shape, 9, tree=Topology.chain(4), verifier=BlockVerification(),
-                    draft=_ColdByLabel(network, offsets), prefetch=prefetch, seed=2, max_batch=3,
-                    cond={"class_labels": torch.arange(9)}, trace=True)
+    result = sample(
+        net,
+        kernel,
+        target.shape,
+        9,
+        tree=Topology.chain(4),
+        verifier=BlockVerification(),
+        draft=_ColdByLabel(network, offsets),
+        prefetch=prefetch,
+        seed=2,
+        max_batch=3,
+        cond={"class_labels": torch.arange(9)},
+        trace=True,
+    )
     speculative = 0
     for rt in result.trace:
         assert (rt.committed_steps == rt.depth).all()
@@ -601,6 +683,7 @@ def test_the_cold_value_drafts_each_trajectorys_first_speculative_round(kernel, 
 
 
 # ---------------------------------------------------------------- cost accounting
+
 
 def test_plain_sampling_costs_one_call_per_step():
     target, kernel, net = gm16_ddpm(20)
@@ -632,8 +715,16 @@ def rounds_of(trace, trajectory):
         hit = np.nonzero(rt.trajectories == trajectory)[0]
         if hit.size:
             a = int(hit[0])
-            out.append((int(rt.step[a]), int(rt.depth[a]), int(rt.committed_steps[a]), rt.evaluated[a], rt.status[a],
-                        rt.node_depth))
+            out.append(
+                (
+                    int(rt.step[a]),
+                    int(rt.depth[a]),
+                    int(rt.committed_steps[a]),
+                    rt.evaluated[a],
+                    rt.status[a],
+                    rt.node_depth,
+                )
+            )
     return out
 
 
@@ -645,8 +736,18 @@ def test_chain_accounting_on_gm512(length):
     target, kernel, net = gm512_flow()
     tree = Topology.chain(length)
     b = 6
-    result = sample(net, kernel, target.shape, b, tree=tree, draft=FrozenOutput(), verifier=ReflectionMaximalCoupling(),
-                    seed=5, trace=True, trace_states=False)
+    result = sample(
+        net,
+        kernel,
+        target.shape,
+        b,
+        tree=tree,
+        draft=FrozenOutput(),
+        verifier=ReflectionMaximalCoupling(),
+        seed=5,
+        trace=True,
+        trace_states=False,
+    )
     cost = result.cost
     assert cost.method == "chain" and cost.steps == 30 and cost.stochastic_steps == 28
     internal = tree.rows_per_round()
@@ -662,7 +763,7 @@ def test_chain_accounting_on_gm512(length):
         rows = 0
         for k, (step, depth, committed, evaluated, _status, node_depth) in enumerate(rounds):
             assert depth == min(length, 29 - step) and 1 <= committed <= depth
-            internal_nodes = np.nonzero(node_depth[:len(evaluated) - 1] < depth)[0]
+            internal_nodes = np.nonzero(node_depth[: len(evaluated) - 1] < depth)[0]
             # every internal node of the (truncated) chain is evaluated, the root possibly by the
             # warm-up call just before the first round; no leaf is evaluated
             assert set(np.nonzero(evaluated)[0]) | ({0} if k == 0 else set()) == set(internal_nodes)
@@ -682,8 +783,16 @@ def test_chain_accounting_on_gm512(length):
 
 def test_single_trajectory_batch_calls_equal_its_calls():
     target, kernel, net = gm512_flow()
-    cost = sample(net, kernel, target.shape, 1, tree=Topology((2, 2, 2)), draft=FrozenOutput(),
-                  verifier=GreedyRejectionSampling(), seed=1).cost
+    cost = sample(
+        net,
+        kernel,
+        target.shape,
+        1,
+        tree=Topology((2, 2, 2)),
+        draft=FrozenOutput(),
+        verifier=GreedyRejectionSampling(),
+        seed=1,
+    ).cost
     assert cost.target_calls == cost.calls_per_trajectory[0] == cost.counted_calls[0] + 2
 
 
@@ -691,8 +800,16 @@ def test_a_batch_reports_its_sequential_speedup_next_to_the_per_trajectory_one()
     """A batch moves at its slowest trajectory's pace: its sequential calls are at least any one
     trajectory's, so speedup_batch (steps over them) is at most the per-trajectory figures."""
     target, kernel, net = gm512_flow()
-    cost = sample(net, kernel, target.shape, 30, tree=Topology.chain(5), draft=FrozenOutput(),
-                  verifier=ReflectionMaximalCoupling(), seed=1).cost
+    cost = sample(
+        net,
+        kernel,
+        target.shape,
+        30,
+        tree=Topology.chain(5),
+        draft=FrozenOutput(),
+        verifier=ReflectionMaximalCoupling(),
+        seed=1,
+    ).cost
     assert cost.target_calls >= cost.calls_per_trajectory.max()
     assert cost.speedup_batch == kernel.num_steps / cost.target_calls
     assert cost.speedup_batch < cost.speedup_total <= cost.speedup
@@ -706,20 +823,43 @@ def test_processes_merge_into_one_run():
     from specdemo.parallel import merge_costs
 
     target, kernel, net = gm512_flow()
-    runs = [sample(net, kernel, target.shape, 2, tree=Topology.chain(3), draft=FrozenOutput(),
-                   verifier=ReflectionMaximalCoupling(), seed=1, indices=indices).cost for indices in ([0, 2], [1, 3])]
+    runs = [
+        sample(
+            net,
+            kernel,
+            target.shape,
+            2,
+            tree=Topology.chain(3),
+            draft=FrozenOutput(),
+            verifier=ReflectionMaximalCoupling(),
+            seed=1,
+            indices=indices,
+        ).cost
+        for indices in ([0, 2], [1, 3])
+    ]
     merged = merge_costs(runs, np.argsort([0, 2, 1, 3]))
-    alone = sample(net, kernel, target.shape, 4, tree=Topology.chain(3), draft=FrozenOutput(),
-                   verifier=ReflectionMaximalCoupling(), seed=1).cost
+    alone = sample(
+        net,
+        kernel,
+        target.shape,
+        4,
+        tree=Topology.chain(3),
+        draft=FrozenOutput(),
+        verifier=ReflectionMaximalCoupling(),
+        seed=1,
+    ).cost
     assert np.array_equal(merged.calls_per_trajectory, alone.calls_per_trajectory)
     assert merged.target_calls == max(r.target_calls for r in runs)
     assert merged.total_target_calls == sum(r.target_calls for r in runs) > merged.target_calls
 
 
-@pytest.mark.parametrize("tree,verifier,expected", [
-    (Topology.chain(5), ReflectionMaximalCoupling, 1.93),
-    (Topology((2, 2, 2)), GreedyRejectionSampling, 1.84),
-])
+@pytest.mark.parametrize(
+    "tree,verifier,expected",
+    [
+        (Topology.chain(5), ReflectionMaximalCoupling, 1.93),
+        (Topology((2, 2, 2)), GreedyRejectionSampling, 1.84),
+    ],
+)
 @pytest.mark.statistical
 def test_gm512_speedup_matches_the_authors_table(tree, verifier, expected):
     """algorithms.md section 5 (500 trajectories, standard error about 0.006x); 200 here (about 0.01x)."""
@@ -729,6 +869,7 @@ def test_gm512_speedup_matches_the_authors_table(tree, verifier, expected):
 
 
 # ---------------------------------------------------------------- the round trace
+
 
 def check_round(rt, a, tree, verifier_name, leaves):
     """Invariants of one trajectory's row in one RoundTrace."""
@@ -784,9 +925,15 @@ def check_round(rt, a, tree, verifier_name, leaves):
     return accepted, corrected, verified
 
 
-@pytest.mark.parametrize("method,verifier_name,leaves", [
-    ("tree-dgrs", "dgrs", False), ("chain-rmc", "rmc", False), ("chain-block", "block", False),
-    ("tree-rank-leaves", "rank", True)])
+@pytest.mark.parametrize(
+    "method,verifier_name,leaves",
+    [
+        ("tree-dgrs", "dgrs", False),
+        ("chain-rmc", "rmc", False),
+        ("chain-block", "block", False),
+        ("tree-rank-leaves", "rank", True),
+    ],
+)
 def test_trace_sanity(method, verifier_name, leaves):
     target, kernel, net = gm16_ddpm(20)
     b = 8
@@ -846,6 +993,7 @@ def test_a_tree_cut_short_near_the_end_is_recorded_as_the_shorter_tree():
 
 # ---------------------------------------------------------------- intermediate states
 
+
 def test_keep_steps_of_plain_langevin_is_the_shorter_run():
     """Langevin is time-homogeneous: the state at step 10 of a 20-step run is the 10-step run's sample
     (same seed, same streams)."""
@@ -871,8 +1019,17 @@ def test_evaluated_leaves_stay_within_the_steps(kernel):
         steps.append(int(n.max()))
         return net(x, n, **cond)
 
-    sample(checked, kernel, target.shape, 64, tree=Topology.parse("2,2"), draft=FrozenOutput(),
-           verifier=GreedyRejectionSampling(), prefetch="leaves", seed=0)
+    sample(
+        checked,
+        kernel,
+        target.shape,
+        64,
+        tree=Topology.parse("2,2"),
+        draft=FrozenOutput(),
+        verifier=GreedyRejectionSampling(),
+        prefetch="leaves",
+        seed=0,
+    )
     assert max(steps) == kernel.num_steps - 1
 
 
@@ -890,27 +1047,49 @@ def test_keep_steps_in_a_tree_run():
 
 # ---------------------------------------------------------------- refusals
 
+
 def test_rmc_with_a_tree_is_refused():
     target, kernel, net = gm16_ddpm()
     with pytest.raises(SpecdemoError, match="rmc") as err:
-        sample(net, kernel, target.shape, 2, tree=Topology((2, 2)), draft=FrozenOutput(),
-               verifier=ReflectionMaximalCoupling())
+        sample(
+            net,
+            kernel,
+            target.shape,
+            2,
+            tree=Topology((2, 2)),
+            draft=FrozenOutput(),
+            verifier=ReflectionMaximalCoupling(),
+        )
     assert "chain" in str(err.value)
 
 
 def test_freeze_x0_with_langevin_is_refused():
     target, kernel = gm2d(), LangevinKernel(10, 0.01)
     with pytest.raises(SpecdemoError, match="x0") as err:
-        sample(target.network(kernel), kernel, target.shape, 2, tree=Topology.chain(3), draft=FrozenX0(),
-               verifier=ReflectionMaximalCoupling())
+        sample(
+            target.network(kernel),
+            kernel,
+            target.shape,
+            2,
+            tree=Topology.chain(3),
+            draft=FrozenX0(),
+            verifier=ReflectionMaximalCoupling(),
+        )
     assert "langevin" in str(err.value)
 
 
 def test_too_many_samples_times_nodes_is_refused_before_allocating():
     target, kernel, net = gm512_flow()
     with pytest.raises(SpecdemoError, match="GiB") as err:
-        sample(net, kernel, target.shape, 2000, tree=Topology.uniform(4, 5), draft=FrozenOutput(),
-               verifier=GreedyRejectionSampling())
+        sample(
+            net,
+            kernel,
+            target.shape,
+            2000,
+            tree=Topology.uniform(4, 5),
+            draft=FrozenOutput(),
+            verifier=GreedyRejectionSampling(),
+        )
     assert "samples" in str(err.value)
 
 
@@ -924,24 +1103,27 @@ def test_speculation_needs_a_draft_and_a_verifier():
         sample(net, kernel, target.shape, 2, indices=[0, 1, 2])
 
 
-@pytest.mark.parametrize("settings,words", [
-    (dict(model="gm2d", steps=0), ["--steps", "0"]),
-    (dict(model="gm2d", steps=1001), ["--steps", "1001"]),
-    (dict(model="gm512", steps=1), ["--steps", "1"]),
-    (dict(model="banana", steps=0), ["--steps", "0"]),
-    (dict(model="gm2d", kernel="euler"), ["kernel", "euler"]),
-    (dict(model="banana", kernel="ddpm"), ["langevin", "ddpm"]),
-    (dict(model="gm2d", method="tree", verifier="magic"), ["verifier", "magic"]),
-    (dict(model="no-such-model"), ["model", "no-such-model"]),
-    (dict(model="gm2d", class_label=3), ["class"]),
-    (dict(model="gm2d", method="tree", tree="2x2", verifier="rmc"), ["rmc"]),
-    (dict(model="gm2d", method="chain", tree="2x2"), ["chain"]),
-    (dict(model="gm2d", method="beam"), ["method", "beam"]),
-    (dict(model="gm2d", num_samples=0), ["samples"]),
-    (dict(model="gm2d", eta=float("nan")), ["eta"]),
-    (dict(model="gm2d", kernel="ddim", eta=2.0), ["eta"]),
-    (dict(model="gm2d", prefetch="soon"), ["prefetch", "soon"]),
-])
+@pytest.mark.parametrize(
+    "settings,words",
+    [
+        (dict(model="gm2d", steps=0), ["--steps", "0"]),
+        (dict(model="gm2d", steps=1001), ["--steps", "1001"]),
+        (dict(model="gm512", steps=1), ["--steps", "1"]),
+        (dict(model="banana", steps=0), ["--steps", "0"]),
+        (dict(model="gm2d", kernel="euler"), ["kernel", "euler"]),
+        (dict(model="banana", kernel="ddpm"), ["langevin", "ddpm"]),
+        (dict(model="gm2d", method="tree", verifier="magic"), ["verifier", "magic"]),
+        (dict(model="no-such-model"), ["model", "no-such-model"]),
+        (dict(model="gm2d", class_label=3), ["class"]),
+        (dict(model="gm2d", method="tree", tree="2x2", verifier="rmc"), ["rmc"]),
+        (dict(model="gm2d", method="chain", tree="2x2"), ["chain"]),
+        (dict(model="gm2d", method="beam"), ["method", "beam"]),
+        (dict(model="gm2d", num_samples=0), ["samples"]),
+        (dict(model="gm2d", eta=float("nan")), ["eta"]),
+        (dict(model="gm2d", kernel="ddim", eta=2.0), ["eta"]),
+        (dict(model="gm2d", prefetch="soon"), ["prefetch", "soon"]),
+    ],
+)
 def test_configuration_refusals(settings, words):
     """Refusals name the problem (and, for choices, what is accepted)."""
     config = SamplerConfig(num_samples=settings.pop("num_samples", 2), **settings)
@@ -958,8 +1140,15 @@ def test_network_returning_the_wrong_shape_is_refused():
     with pytest.raises(SpecdemoError, match="shape"):
         sample(lambda x, n: net(x, n)[:, :3], kernel, target.shape, 2)
     with pytest.raises(SpecdemoError, match="shape"):
-        sample(lambda x, n: net(x, n)[:1], kernel, target.shape, 2, tree=Topology((2, 2)), draft=FrozenOutput(),
-               verifier=GreedyRejectionSampling())
+        sample(
+            lambda x, n: net(x, n)[:1],
+            kernel,
+            target.shape,
+            2,
+            tree=Topology((2, 2)),
+            draft=FrozenOutput(),
+            verifier=GreedyRejectionSampling(),
+        )
 
 
 @pytest.mark.parametrize("method", ["plain", "tree-dgrs", "tree-rank-leaves", "chain-block"])
@@ -995,12 +1184,27 @@ def test_calls_counted_are_the_calls_with_a_stochastic_row(tree):
             steps_of_calls.append(set(n.tolist()))  # noqa: B023  (sampled with in this iteration)
             return net(x, n, **cond)
 
-        result = sample(recording, kernel, target.shape, 1, tree=Topology.parse(tree), draft=FrozenX0(),
-                        verifier=GreedyRejectionSampling(), prefetch="leaves", seed=seed, trace=True, trace_states=False)
+        result = sample(
+            recording,
+            kernel,
+            target.shape,
+            1,
+            tree=Topology.parse(tree),
+            draft=FrozenX0(),
+            verifier=GreedyRejectionSampling(),
+            prefetch="leaves",
+            seed=seed,
+            trace=True,
+            trace_states=False,
+        )
         cost = result.cost
         assert cost.calls_per_trajectory[0] == len(steps_of_calls)
         assert cost.counted_calls[0] == sum(any(stochastic[n] for n in steps) for steps in steps_of_calls)
         # rounds whose one row was a leaf at the last step: a known root one step before it
-        leaf_only += sum(int(rt.step[0]) + int(rt.depth[0]) == kernel.num_steps - 1 and bool(rt.root_known[0])
-                         and int(rt.depth[0]) == 1 for rt in result.trace)
+        leaf_only += sum(
+            int(rt.step[0]) + int(rt.depth[0]) == kernel.num_steps - 1
+            and bool(rt.root_known[0])
+            and int(rt.depth[0]) == 1
+            for rt in result.trace
+        )
     assert leaf_only  # the case the rule is for happened

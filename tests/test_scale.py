@@ -44,8 +44,20 @@ def cli(*args, launcher=()):
 
 @pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
-    args = ["--model", "gm2d", "--steps", "30", "--method", "tree", "--tree", "3,2", "--num-samples", "24",
-            "--seed", "5"]
+    args = [
+        "--model",
+        "gm2d",
+        "--steps",
+        "30",
+        "--method",
+        "tree",
+        "--tree",
+        "3,2",
+        "--num-samples",
+        "24",
+        "--seed",
+        "5",
+    ]
     one = cli(*args, "--out", str(tmp_path / "one.npz"), launcher=[sys.executable])
     two = cli(*args, "--out", str(tmp_path / "two.npz"), launcher=accelerate_launcher())
     assert two["processes"] == 2 and one["processes"] == 1
@@ -61,8 +73,26 @@ def test_two_processes_sample_with_the_main_processes_plan(tmp_path):
     rounds with its own measurements), so the gathered samples are those one process draws with that
     plan (here from the plan cache the main process wrote). The plan is learnt from a first, online run's
     deltas: every process draws from the learnt plan's streams (Problem.stream_seed)."""
-    args = ["--model", "gm2d", "--steps", "30", "--method", "tree", "--tree", "auto", "--budget", "6",
-            "--num-samples", "24", "--pilot-samples", "8", "--seed", "5", "--cache-dir", str(tmp_path / "plans")]
+    args = [
+        "--model",
+        "gm2d",
+        "--steps",
+        "30",
+        "--method",
+        "tree",
+        "--tree",
+        "auto",
+        "--budget",
+        "6",
+        "--num-samples",
+        "24",
+        "--pilot-samples",
+        "8",
+        "--seed",
+        "5",
+        "--cache-dir",
+        str(tmp_path / "plans"),
+    ]
     first = cli(*args, "--out", str(tmp_path / "first.npz"), launcher=[sys.executable])
     two = cli(*args, "--out", str(tmp_path / "two.npz"), launcher=accelerate_launcher())
     one = cli(*args, "--out", str(tmp_path / "one.npz"), launcher=[sys.executable])
@@ -75,20 +105,64 @@ def test_two_processes_sample_with_the_main_processes_plan(tmp_path):
 
 
 def accelerate_launcher() -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-            str(free_port())]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+    ]
 
 
 @pytest.mark.slow
 def test_accelerate_cpu_launching_one_process_says_so():
     """`accelerate launch --cpu --num_processes 2` starts one process and tells nobody (accelerate
     1.x); the run goes on as one process and says so, naming the launch that runs P CPU processes."""
-    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
-                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    done = subprocess.run([*accelerate, "-m", "specdemo", "sample", "--model", "gm2d", "--steps", "10",
-                           "--method", "chain", "--tree", "1x2", "--num-samples", "4"], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    accelerate = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+    ]
+    done = subprocess.run(
+        [
+            *accelerate,
+            "-m",
+            "specdemo",
+            "sample",
+            "--model",
+            "gm2d",
+            "--steps",
+            "10",
+            "--method",
+            "chain",
+            "--tree",
+            "1x2",
+            "--num-samples",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["processes"] == 1
     assert "accelerate started one process" in done.stderr and "--multi_gpu --num_processes P" in done.stderr

@@ -22,9 +22,25 @@ pytestmark = [pytest.mark.app, pytest.mark.slow]
 
 SESSIONS = 5
 GROWTH_BOUND = 150e6  # bytes: four more sessions than the first may add, all told
-SMALL = dict(model="gm2d", custom_model="", draft="frozen", freeze="out", draft_bias=0, tree="2,1", budget=16,
-             verifier="dgrs", kernel="default", steps=12, eta=1, churn=0.06, num_samples=8, class_label=0, seed=0,
-             device="cpu", objective="time")
+SMALL = dict(
+    model="gm2d",
+    custom_model="",
+    draft="frozen",
+    freeze="out",
+    draft_bias=0,
+    tree="2,1",
+    budget=16,
+    verifier="dgrs",
+    kernel="default",
+    steps=12,
+    eta=1,
+    churn=0.06,
+    num_samples=8,
+    class_label=0,
+    seed=0,
+    device="cpu",
+    objective="time",
+)
 LARGE = {**SMALL, "tree": "1x3", "verifier": "rmc", "steps": 150, "num_samples": 4096}  # the gm2d samples' maximum
 
 
@@ -57,6 +73,8 @@ def test_sessions_leave_the_servers_memory_bounded(server):
         session(url, seed)
         rss.append(proc.memory_info().rss)
     growth = rss[-1] - after_first
-    print(f"soak: {SESSIONS} sessions in {time.monotonic() - t0:.0f} s; resident memory after the first "
-          f"{after_first / 1e6:.0f} MB, then " + ", ".join(f"{r / 1e6:.0f}" for r in rss) + " MB")
+    print(
+        f"soak: {SESSIONS} sessions in {time.monotonic() - t0:.0f} s; resident memory after the first "
+        f"{after_first / 1e6:.0f} MB, then " + ", ".join(f"{r / 1e6:.0f}" for r in rss) + " MB"
+    )
     assert growth < GROWTH_BOUND, f"the server grew by {growth / 1e6:.0f} MB over {SESSIONS - 1} sessions"

@@ -73,16 +73,20 @@ def vp_eps_from_output(out, x, abar, prediction):
 
 def vp_kernel(kind, prediction, num_steps):
     if kind == "ddpm":
-        sched = DDPMScheduler(num_train_timesteps=1000, beta_schedule="linear", clip_sample=False,
-                              prediction_type=prediction)
+        sched = DDPMScheduler(
+            num_train_timesteps=1000, beta_schedule="linear", clip_sample=False, prediction_type=prediction
+        )
         return DDPMKernel(sched, num_steps), sched
-    sched = DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", clip_sample=False,
-                          prediction_type=prediction)
+    sched = DDIMScheduler(
+        num_train_timesteps=1000, beta_schedule="linear", clip_sample=False, prediction_type=prediction
+    )
     return DDIMKernel(sched, num_steps, 1.0), sched
 
 
-@pytest.mark.parametrize("kind,prediction", [("ddpm", "epsilon"), ("ddpm", "v_prediction"), ("ddpm", "sample"),
-                                             ("ddim", "epsilon"), ("ddim", "sample")])
+@pytest.mark.parametrize(
+    "kind,prediction",
+    [("ddpm", "epsilon"), ("ddpm", "v_prediction"), ("ddpm", "sample"), ("ddim", "epsilon"), ("ddim", "sample")],
+)
 def test_vp_mixture_network_is_exact(kind, prediction):
     """eps-hat(x, t) = -sqrt(1 - abar_t) grad log p_t(x) for x_t = sqrt(abar_t) x0 + sqrt(1 - abar_t) xi."""
     num_steps = 40
@@ -137,6 +141,7 @@ def test_mixture_network_works_in_float32_and_far_from_the_data():
 
 # ---------------------------------------------------------------- mixture files
 
+
 def write(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
@@ -153,18 +158,31 @@ def test_mixture_json_good_file(tmp_path):
     assert GaussianMixture.from_json(write(tmp_path, "again.json", json.dumps(m.to_json()))) == m
 
 
-@pytest.mark.parametrize("spec,words", [
-    ({"weights": [1.0], "means": [[0.0, 0.0]]}, ["stds"]),
-    ({"means": [[0.0, 0.0]], "stds": [1.0]}, ["weights"]),
-    ({"weights": [1.0, 1.0], "means": [[0.0, 0.0], [1.0]], "stds": [1.0, 1.0]}, ["mean"]),
-    ({"weights": [1.0, 1.0], "means": [[0.0, 0.0], [1.0, 1.0]], "stds": [1.0, -0.5]}, ["std"]),
-    ({"weights": [1.0, 1.0], "means": [[0.0, 0.0], [1.0, 1.0]], "stds": [1.0, 0.0]}, ["std"]),
-    ({"weights": [1.0, 1.0], "means": [[0.0, float("nan")], [1.0, 1.0]], "stds": [1.0, 1.0]}, ["nan"]),
-    ({"weights": [1.0, -1.0], "means": [[0.0, 0.0], [1.0, 1.0]], "stds": [1.0, 1.0]}, ["weight"]),
-    ({"weights": [1.0], "means": [[0.0, 0.0], [1.0, 1.0]], "stds": [1.0, 1.0]}, ["weights", "means"]),
-    ({"weights": [], "means": [], "stds": []}, ["mean"]),
-], ids=["missing-stds", "missing-weights", "ragged-means", "negative-std", "zero-std", "nan-mean",
-        "negative-weight", "count-mismatch", "empty"])
+@pytest.mark.parametrize(
+    "spec,words",
+    [
+        ({"weights": [1.0], "means": [[0.0, 0.0]]}, ["stds"]),
+        ({"means": [[0.0, 0.0]], "stds": [1.0]}, ["weights"]),
+        ({"weights": [1.0, 1.0], "means": [[0.0, 0.0], [1.0]], "stds": [1.0, 1.0]}, ["mean"]),
+        ({"weights": [1.0, 1.0], "means": [[0.0, 0.0], [1.0, 1.0]], "stds": [1.0, -0.5]}, ["std"]),
+        ({"weights": [1.0, 1.0], "means": [[0.0, 0.0], [1.0, 1.0]], "stds": [1.0, 0.0]}, ["std"]),
+        ({"weights": [1.0, 1.0], "means": [[0.0, float("nan")], [1.0, 1.0]], "stds": [1.0, 1.0]}, ["nan"]),
+        ({"weights": [1.0, -1.0], "means": [[0.0, 0.0], [1.0, 1.0]], "stds": [1.0, 1.0]}, ["weight"]),
+        ({"weights": [1.0], "means": [[0.0, 0.0], [1.0, 1.0]], "stds": [1.0, 1.0]}, ["weights", "means"]),
+        ({"weights": [], "means": [], "stds": []}, ["mean"]),
+    ],
+    ids=[
+        "missing-stds",
+        "missing-weights",
+        "ragged-means",
+        "negative-std",
+        "zero-std",
+        "nan-mean",
+        "negative-weight",
+        "count-mismatch",
+        "empty",
+    ],
+)
 def test_mixture_json_malformed(tmp_path, spec, words):
     path = write(tmp_path, "bad.json", json.dumps(spec))  # json.dumps writes NaN as the NaN literal
     with pytest.raises(SpecdemoError) as err:
@@ -184,6 +202,7 @@ def test_mixture_json_not_json_or_missing(tmp_path):
 
 
 # ---------------------------------------------------------------- presets and densities
+
 
 def test_gm512_follows_the_recipe():
     """algorithms.md section 5: d = 512, 5 equal weights, means uniform [-2, 2] then stds uniform
@@ -205,8 +224,11 @@ def autograd_score(density, x):
     return grad
 
 
-@pytest.mark.parametrize("density", [Banana(), Banana(a=0.8, b=1.3), Ring(), Ring(radius=1.0, width=0.1)],
-                         ids=["banana", "banana-2", "ring", "ring-2"])
+@pytest.mark.parametrize(
+    "density",
+    [Banana(), Banana(a=0.8, b=1.3), Ring(), Ring(radius=1.0, width=0.1)],
+    ids=["banana", "banana-2", "ring", "ring-2"],
+)
 def test_density_score_is_the_gradient_of_its_log_density(density):
     x = 2.0 * torch.randn(200, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     x = x[x.norm(dim=1) > 1e-3]  # the ring's log density has a kink at the origin

@@ -7,15 +7,18 @@ from specdemo.errors import SpecdemoError
 from specdemo.trees import MAX_DEPTH, MAX_NODES, Topology
 
 
-@pytest.mark.parametrize("text,widths", [
-    ("3,2,1", (3, 2, 1)),
-    ("4x4", (4, 4, 4, 4)),
-    ("1x5", (1, 1, 1, 1, 1)),
-    ("chain:5", (1, 1, 1, 1, 1)),
-    (" 2, 3 ", (2, 3)),
-    ("2X3", (2, 2, 2)),
-    ("7", (7,)),
-])
+@pytest.mark.parametrize(
+    "text,widths",
+    [
+        ("3,2,1", (3, 2, 1)),
+        ("4x4", (4, 4, 4, 4)),
+        ("1x5", (1, 1, 1, 1, 1)),
+        ("chain:5", (1, 1, 1, 1, 1)),
+        (" 2, 3 ", (2, 3)),
+        ("2X3", (2, 2, 2)),
+        ("7", (7,)),
+    ],
+)
 def test_parse(text, widths):
     t = Topology.parse(text)
     assert t.widths == widths
@@ -29,22 +32,25 @@ def test_chain_and_uniform_constructors():
     assert Topology.parse("4x4") == Topology.uniform(4, 4)
 
 
-@pytest.mark.parametrize("text,words", [
-    ("", ["cannot read", "accepted"]),
-    ("   ", ["cannot read"]),
-    ("3,0,1", ["positive"]),
-    ("0x4", ["positive"]),
-    ("abc", ["abc"]),
-    ("2x", ["2x"]),
-    ("3,,1", ["3,,1"]),
-    ("3;2", ["3;2"]),
-    ("-1,2", ["-1,2"]),
-    ("1.5,2", ["1.5,2"]),
-    ("chain:five", ["chain:five"]),
-    ("4x7", ["4x7", str(MAX_NODES)]),  # 4 + 16 + ... + 16384 drafted nodes
-    ("64,64,64", [str(MAX_NODES)]),
-    (f"chain:{MAX_DEPTH + 1}", ["depth", str(MAX_DEPTH)]),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("", ["cannot read", "accepted"]),
+        ("   ", ["cannot read"]),
+        ("3,0,1", ["positive"]),
+        ("0x4", ["positive"]),
+        ("abc", ["abc"]),
+        ("2x", ["2x"]),
+        ("3,,1", ["3,,1"]),
+        ("3;2", ["3;2"]),
+        ("-1,2", ["-1,2"]),
+        ("1.5,2", ["1.5,2"]),
+        ("chain:five", ["chain:five"]),
+        ("4x7", ["4x7", str(MAX_NODES)]),  # 4 + 16 + ... + 16384 drafted nodes
+        ("64,64,64", [str(MAX_NODES)]),
+        (f"chain:{MAX_DEPTH + 1}", ["depth", str(MAX_DEPTH)]),
+    ],
+)
 def test_refusals_name_the_problem(text, words):
     with pytest.raises(SpecdemoError) as err:
         Topology.parse(text)
@@ -110,18 +116,21 @@ def test_truncation_is_a_prefix(text):
         assert bool((t.node_depth[:m] <= depth).all()) and (m == t.num_nodes or int(t.node_depth[m]) == depth + 1)
 
 
-@pytest.mark.parametrize("widths,leaves,rows", [
-    ((1, 1, 1), False, 3),
-    ((1,) * 5, False, 5),
-    ((1,) * 7, False, 7),
-    ((2, 2, 2), False, 7),
-    ((2,) * 5, False, 31),
-    ((4, 4, 4), False, 21),
-    ((4,) * 4, False, 85),
-    ((4, 4, 4), True, 85),
-    ((4,) * 4, True, 341),
-    ((4,) * 5, True, 1365),
-])
+@pytest.mark.parametrize(
+    "widths,leaves,rows",
+    [
+        ((1, 1, 1), False, 3),
+        ((1,) * 5, False, 5),
+        ((1,) * 7, False, 7),
+        ((2, 2, 2), False, 7),
+        ((2,) * 5, False, 31),
+        ((4, 4, 4), False, 21),
+        ((4,) * 4, False, 85),
+        ((4, 4, 4), True, 85),
+        ((4,) * 4, True, 341),
+        ((4,) * 5, True, 1365),
+    ],
+)
 def test_rows_per_round_matches_algorithms_md_table(widths, leaves, rows):
     """Internal nodes (the root included), plus the leaves when they are evaluated."""
     assert Topology(widths).rows_per_round(leaves) == rows

@@ -18,7 +18,10 @@ BATCH = 8
 def restores_torch_settings():
     """train() pins the thread count, deterministic algorithms and the global seed for the whole process: put them back."""
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
-    deterministic, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    deterministic, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     yield
     torch.set_num_threads(threads)
     torch.set_rng_state(rng)
@@ -37,8 +40,12 @@ def first_step_loss(teacher) -> float:
     torch.manual_seed(0)
     student = make_unet("draft")
     with torch.no_grad():
-        return float(F.mse_loss(student(noisy, t, class_labels=labels[index]).sample,
-                                teacher(noisy, t, class_labels=labels[index]).sample))
+        return float(
+            F.mse_loss(
+                student(noisy, t, class_labels=labels[index]).sample,
+                teacher(noisy, t, class_labels=labels[index]).sample,
+            )
+        )
 
 
 def test_with_a_teacher_the_network_regresses_on_the_teachers_output(tmp_path, caplog, restores_torch_settings):
@@ -49,8 +56,19 @@ def test_with_a_teacher_the_network_regresses_on_the_teachers_output(tmp_path, c
     DDPMPipeline(unet=teacher, scheduler=make_scheduler()).save_pretrained(tmp_path / "teacher")
     caplog.set_level(logging.INFO, logger="specdemo.train")
     for folder in (None, tmp_path / "teacher"):
-        train("draft", tmp_path / "out", folder, seed=0, steps=1, batch_size=BATCH, lr=1e-3, warmup_steps=1,
-              ema_max_decay=0.9999, log_every=1, num_threads=1)
+        train(
+            "draft",
+            tmp_path / "out",
+            folder,
+            seed=0,
+            steps=1,
+            batch_size=BATCH,
+            lr=1e-3,
+            warmup_steps=1,
+            ema_max_decay=0.9999,
+            log_every=1,
+            num_threads=1,
+        )
     on_noise, on_teacher = (float(v) for v in re.findall(r"step 1/1  loss (\S+)", caplog.text))
     expected = first_step_loss(teacher)
     assert on_noise > 0.5 and abs(expected - on_noise) > 0.1

@@ -57,8 +57,12 @@ def run(verifier, delta, k, seed, fast_uniforms) -> tuple[Verdict, tuple]:
 
 
 CASES = [("rmc", 1), ("block", 1)] + [(name, k) for name in ("dgrs", "rank") for k in KS]
-VERIFIERS = {"rmc": ReflectionMaximalCoupling, "dgrs": GreedyRejectionSampling, "rank": RankAwareSelection,
-             "block": BlockVerification}
+VERIFIERS = {
+    "rmc": ReflectionMaximalCoupling,
+    "dgrs": GreedyRejectionSampling,
+    "rank": RankAwareSelection,
+    "block": BlockVerification,
+}
 
 
 @pytest.mark.parametrize("delta", DELTAS)
@@ -82,13 +86,16 @@ def test_exact_draw_and_acceptance(name, k, delta, fast_uniforms):
     assert torch.equal(verdict.sample[rows], children[rows, verdict.kept[rows]])
 
 
-@pytest.mark.parametrize("delta,k,rmc,dgrs,rank,bound", [
-    (0.5, 2, 0.803, 0.868, 0.941, 0.970),
-    (0.5, 4, 0.803, 0.918, 0.977, 0.999),
-    (1.0, 2, 0.617, 0.714, 0.790, 0.792),
-    (1.0, 4, 0.617, 0.798, 0.896, 0.924),
-    (2.0, 4, 0.317, 0.497, 0.546, 0.546),
-])
+@pytest.mark.parametrize(
+    "delta,k,rmc,dgrs,rank,bound",
+    [
+        (0.5, 2, 0.803, 0.868, 0.941, 0.970),
+        (0.5, 4, 0.803, 0.918, 0.977, 0.999),
+        (1.0, 2, 0.617, 0.714, 0.790, 0.792),
+        (1.0, 4, 0.617, 0.798, 0.896, 0.924),
+        (2.0, 4, 0.317, 0.497, 0.546, 0.546),
+    ],
+)
 def test_acceptance_table_of_algorithms_md(delta, k, rmc, dgrs, rank, bound):
     d = np.array([delta])
     assert ReflectionMaximalCoupling().acceptance(d)[0] == pytest.approx(rmc, abs=6e-4)
@@ -152,8 +159,9 @@ class RankFreshResidual(RankAwareSelection):
         return chosen, delta + special.ndtri(uniforms[:, 2] + 2.0**-54)
 
 
-@pytest.mark.parametrize("broken,k,delta", [(AlwaysAccept, 1, 1.0), (GreedyBestFirst, 4, 1.0),
-                                            (RankFreshResidual, 4, 1.0)])
+@pytest.mark.parametrize(
+    "broken,k,delta", [(AlwaysAccept, 1, 1.0), (GreedyBestFirst, 4, 1.0), (RankFreshResidual, 4, 1.0)]
+)
 @pytest.mark.statistical
 def test_broken_verifiers_are_caught(broken, k, delta, fast_uniforms):
     verdict, (direction, mp, mq, s, children) = run(broken(), delta, k, 7, fast_uniforms)

@@ -7,5 +7,20 @@ from .frozen import FrozenDraft, FrozenGaussian, FrozenOutput, FrozenPerStep, Fr
 from .network import NetworkDraft
 from .stepwise import StepwiseDraft
 
-__all__ = ["Draft", "AffineLevels", "LevelFunction", "LevelMeans", "FrozenDraft", "FrozenOutput", "FrozenX0", "FrozenX0Linear", "FrozenGaussian",
-           "FrozenPerStep", "frozen_draft", "NetworkDraft", "BiasedDraft", "CorrectedNetworkDraft", "StepwiseDraft"]
+__all__ = [
+    "Draft",
+    "AffineLevels",
+    "LevelFunction",
+    "LevelMeans",
+    "FrozenDraft",
+    "FrozenOutput",
+    "FrozenX0",
+    "FrozenX0Linear",
+    "FrozenGaussian",
+    "FrozenPerStep",
+    "frozen_draft",
+    "NetworkDraft",
+    "BiasedDraft",
+    "CorrectedNetworkDraft",
+    "StepwiseDraft",
+]

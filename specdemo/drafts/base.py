@@ -58,8 +58,14 @@ class AffineLevels:
         lift = lambda c: c.view(*steps.shape, *[1] * (output.dim() - 1))
         out = output[None]
         clipped = self.clip is not None
-        return AffineLevels(k.A, lift(k.B) * out, k.C if clipped else None, k.D if clipped else None,
-                            lift(k.E) * out if clipped else None, self.clip)
+        return AffineLevels(
+            k.A,
+            lift(k.B) * out,
+            k.C if clipped else None,
+            k.D if clipped else None,
+            lift(k.E) * out if clipped else None,
+            self.clip,
+        )
 
     def __call__(self, d: int, x: torch.Tensor) -> torch.Tensor:
         if self.output is not None:
@@ -106,8 +112,9 @@ class Draft:
     exact_at_known_root = False  # where the round's root output is known, m^p at depth 0 is the target's mean
     frozen_is_output = False  # frozen_value returns the output itself
 
-    def for_round(self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None,
-                  cond: dict[str, torch.Tensor]) -> LevelMeans:
+    def for_round(
+        self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None, cond: dict[str, torch.Tensor]
+    ) -> LevelMeans:
         """m^p for a round of A trajectories over L levels, steps (L, A) the step n + d of each
         depth d below each root: AffineLevels where the mean is piecewise affine in the state, else a
         LevelFunction, both taking the nodes of a depth as (P, A, *shape). frozen (A, *frozen_shape) is
@@ -122,10 +129,16 @@ class Draft:
         """The shape of one trajectory's frozen value."""
         return tuple(shape)
 
-    def frozen_value(self, kernel: Kernel, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor,
-                     previous: torch.Tensor | None = None,
-                     earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                     cond: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def frozen_value(
+        self,
+        kernel: Kernel,
+        out: torch.Tensor,
+        x: torch.Tensor,
+        n: torch.Tensor,
+        previous: torch.Tensor | None = None,
+        earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        cond: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """What a draft that uses_frozen keeps from a target evaluation (out at states x (A, *shape), steps
         n (A,)). Only a draft with frozen_history is passed, where the sampler has them, `previous`
         (A, *frozen_shape), the value the trajectory held before (zeros for a trajectory that held
@@ -134,8 +147,9 @@ class Draft:
         cond: the trajectories' conditioning (a draft that calls its network there)."""
         raise NotImplementedError
 
-    def cold_value(self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor,
-                   cond: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    def cold_value(
+        self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor, cond: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, int]:
         """A cold_start draft's frozen value (A, *frozen_shape) for trajectories' first round, before any
         target output of them exists (states x (A, *shape) at steps n (A,)), and the draft-network calls
         it took."""

@@ -41,7 +41,8 @@ class BiasedDraft(Draft):
             return replace(base, b=base.b + shift.to(base.b.dtype))
 
         def level(d, x):
-            return base(d, x).add_(kernel.scale(steps[d:d + 1], x) * (self.bias / x[0, 0].numel() ** 0.5))
+            return base(d, x).add_(kernel.scale(steps[d : d + 1], x) * (self.bias / x[0, 0].numel() ** 0.5))
+
         return LevelFunction(level, network_levels=base.network_levels)
 
     def config(self):

@@ -77,11 +77,15 @@ class FrozenDraft(Draft):
     def check(self, kernel) -> None:
         """Invariants against the kernel (specdemo.resolve refuses the same settings with their names first)."""
         if self.cold_start and not kernel.has_denoised:
-            raise SpecdemoError(f"--start cold drafts a first round from x0-hat = 0, which the {kernel.name} kernel "
-                                "has not; use --start warm")
+            raise SpecdemoError(
+                f"--start cold drafts a first round from x0-hat = 0, which the {kernel.name} kernel "
+                "has not; use --start warm"
+            )
         if not self.frozen_is_output and not kernel.has_denoised:
-            raise SpecdemoError(f"--freeze {self.freeze} needs a denoised estimate, which the {kernel.name} kernel "
-                                "has not; use --freeze out")
+            raise SpecdemoError(
+                f"--freeze {self.freeze} needs a denoised estimate, which the {kernel.name} kernel "
+                "has not; use --freeze out"
+            )
 
     def frozen_shape(self, shape):
         """One state (out, x0); two for a form with a history (the line's intercept and slope, the
@@ -127,8 +131,13 @@ class FrozenX0Linear(FrozenDraft):
     frozen_history = True
 
     def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
-        return line(kernel, kernel.denoised(out, x, n), n, None if previous is None else previous[:, 1],
-                    _earlier_x0(kernel, earlier))
+        return line(
+            kernel,
+            kernel.denoised(out, x, n),
+            n,
+            None if previous is None else previous[:, 1],
+            _earlier_x0(kernel, earlier),
+        )
 
     def for_round(self, kernel, steps, frozen, cond):
         ones = [1] * (frozen.dim() - 2)
@@ -146,8 +155,14 @@ class FrozenGaussian(FrozenDraft):
     frozen_history = True
 
     def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
-        return gaussian(kernel, kernel.denoised(out, x, n), x, n, None if previous is None else previous[:, 1],
-                        _earlier_x0(kernel, earlier))
+        return gaussian(
+            kernel,
+            kernel.denoised(out, x, n),
+            x,
+            n,
+            None if previous is None else previous[:, 1],
+            _earlier_x0(kernel, earlier),
+        )
 
     def for_round(self, kernel, steps, frozen, cond):
         n, ones = steps, [1] * (frozen.dim() - 2)
@@ -176,7 +191,9 @@ class FrozenPerStep(FrozenDraft):
         super().__init__(start)
         self.forms = torch.tensor([int(v) for v in forms], dtype=torch.long)
         if self.forms.numel() and not bool(((self.forms >= OUT) & (self.forms <= GAUSSIAN)).all()):
-            raise SpecdemoError(f"a freeze auto table holds forms {OUT}..{GAUSSIAN} (out, x0, x0-linear, gaussian) per step")
+            raise SpecdemoError(
+                f"a freeze auto table holds forms {OUT}..{GAUSSIAN} (out, x0, x0-linear, gaussian) per step"
+            )
         self.linear = bool((self.forms == X0_LINEAR).any())
         self.x0 = bool((self.forms == X0).any())
         self.out = bool((self.forms == OUT).any())
@@ -280,7 +297,9 @@ def _earlier_x0(kernel, earlier):
 
 
 # the columns of _auto_table
-A0, A_W, G, H0, H_W, B_OUT, B_X0, B_CLIP, B_MU, B_LINE, B_CLIP_LINE, O_OUT, O_MU, TAU, SIGNAL2, NOISE2, SIGNAL = range(17)
+A0, A_W, G, H0, H_W, B_OUT, B_X0, B_CLIP, B_MU, B_LINE, B_CLIP_LINE, O_OUT, O_MU, TAU, SIGNAL2, NOISE2, SIGNAL = range(
+    17
+)
 
 
 def _auto_table(draft: FrozenPerStep, kernel, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -298,9 +317,25 @@ def _auto_table(draft: FrozenPerStep, kernel, device: torch.device, dtype: torch
         signal, noise = kernel.signal.to(torch.float64), kernel.noise.to(torch.float64)
         one = torch.ones_like(beta)
         tau = clock(kernel) if draft.linear else torch.zeros_like(beta)
-        columns = (torch.where(out, big_a, big_a - beta * big_d), on(gauss, beta), on(out | gauss, big_c), on(out, big_d),
-                   on(gauss, one), on(out, big_b), on(x0, beta), on(x0, big_c), on(gauss, beta), on(linear, beta),
-                   on(linear, big_c), on(out, big_e), on(gauss, one), tau, signal * signal, noise * noise, signal)
+        columns = (
+            torch.where(out, big_a, big_a - beta * big_d),
+            on(gauss, beta),
+            on(out | gauss, big_c),
+            on(out, big_d),
+            on(gauss, one),
+            on(out, big_b),
+            on(x0, beta),
+            on(x0, big_c),
+            on(gauss, beta),
+            on(linear, beta),
+            on(linear, big_c),
+            on(out, big_e),
+            on(gauss, one),
+            tau,
+            signal * signal,
+            noise * noise,
+            signal,
+        )
         cache[key] = torch.stack(columns, 1).to(device=device, dtype=dtype)
     return cache[key]
 
@@ -317,8 +352,13 @@ def clock(kernel) -> torch.Tensor:
     return 2 * (noise.clamp_min(1e-12).log() - signal.clamp_min(1e-12).log())
 
 
-def line(kernel, x0: torch.Tensor, n: torch.Tensor, slope: torch.Tensor | None,
-         earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+def line(
+    kernel,
+    x0: torch.Tensor,
+    n: torch.Tensor,
+    slope: torch.Tensor | None,
+    earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+) -> torch.Tensor:
     """(A, 2, *shape): intercept a and slope b of x0-hat(tau) = a + b tau through x0 (A, *shape) at
     tau(n). The slope is the secant to x0-hat at `earlier` (its x0-hat, state, step) where that is another
     step, else the one held before (`slope`; none: 0, x0-hat constant)."""
@@ -333,8 +373,14 @@ def line(kernel, x0: torch.Tensor, n: torch.Tensor, slope: torch.Tensor | None,
     return torch.stack((torch.addcmul(x0, tau, slope, value=-1), slope), 1)
 
 
-def gaussian(kernel, x0: torch.Tensor, x: torch.Tensor, n: torch.Tensor, held: torch.Tensor | None,
-             earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+def gaussian(
+    kernel,
+    x0: torch.Tensor,
+    x: torch.Tensor,
+    n: torch.Tensor,
+    held: torch.Tensor | None,
+    earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+) -> torch.Tensor:
     """(A, 2, *shape): mu and lambda (repeated over the state) of the Gaussian N(mu, lambda I) whose
     x0-hat at x (step n) is x0 and which best predicts x0-hat at `earlier` (out, x, step), the node one
     step above; where that is the same step, the lambda held before (`held`; none: 0, freeze x0)."""
@@ -346,14 +392,18 @@ def gaussian(kernel, x0: torch.Tensor, x: torch.Tensor, n: torch.Tensor, held: t
     lam = lam.view(view)
     # x0 = (b^2 mu + lambda a x) / (a^2 lambda + b^2) solved for mu, mu = x0 + lambda (a^2 x0 - a x) / b^2, in
     # float64 (b^2 is small at the last steps: |mu| may exceed a half-precision state's range)
-    kappa, iota = kernel.table_on("gaussian mu", _mu_table(kernel), x0.device, torch.float64)[n] \
-        .view(-1, 2, *[1] * (x0.dim() - 1)).unbind(1)
+    kappa, iota = (
+        kernel.table_on("gaussian mu", _mu_table(kernel), x0.device, torch.float64)[n]
+        .view(-1, 2, *[1] * (x0.dim() - 1))
+        .unbind(1)
+    )
     mu = torch.addcmul(x0.double(), lam, torch.addcmul(kappa * x0, iota, x, value=-1))
     return torch.stack((mu, lam.expand_as(mu)), 1).to(x0.dtype)
 
 
-def fit_lambda(kernel, f1: torch.Tensor, x1: torch.Tensor, n1: torch.Tensor, f0: torch.Tensor,
-               x0: torch.Tensor) -> torch.Tensor:
+def fit_lambda(
+    kernel, f1: torch.Tensor, x1: torch.Tensor, n1: torch.Tensor, f0: torch.Tensor, x0: torch.Tensor
+) -> torch.Tensor:
     """(A,) float64: the lambda on LAMBDA_GRID whose Gaussian, made exact at (x1, n1) where x0-hat is f1,
     predicts x0-hat f0 at (x0, n1 - 1), the step above, best in squared error. mu = (d1 f1 - lambda a1 x1) / b1^2
     and the prediction c0 mu + w0 x0 are linear in (f1, x1, x0), so the error is a quadratic form in their
@@ -374,7 +424,9 @@ def fit_lambda(kernel, f1: torch.Tensor, x1: torch.Tensor, n1: torch.Tensor, f0:
     return grid[error.argmin(1)]
 
 
-LAMBDA_GRID = torch.cat([torch.zeros(1, dtype=torch.float64), torch.logspace(-4, 4, 2049, dtype=torch.float64)])  # 256 a decade
+LAMBDA_GRID = torch.cat(
+    [torch.zeros(1, dtype=torch.float64), torch.logspace(-4, 4, 2049, dtype=torch.float64)]
+)  # 256 a decade
 
 
 @lru_cache(maxsize=8)
@@ -383,7 +435,11 @@ def _grid_powers(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torc
     (p^2, 2 p q, q^2), on `device`."""
     lam = LAMBDA_GRID
     one = torch.ones_like(lam)
-    return lam.to(device), torch.stack((one, lam, lam, lam * lam)).to(device), torch.stack((lam * lam, lam, one)).to(device)
+    return (
+        lam.to(device),
+        torch.stack((one, lam, lam, lam * lam)).to(device),
+        torch.stack((lam * lam, lam, one)).to(device),
+    )
 
 
 @lru_cache(maxsize=16)

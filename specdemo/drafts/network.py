@@ -21,6 +21,7 @@ class NetworkDraft(Draft):
             cond_rows = {k: v.repeat(p, *[1] * (v.dim() - 1)) for k, v in cond.items()}
             output = self.level_output(self.network(rows, n_rows, **cond_rows).view_as(x), frozen)
             return kernel.mean(output.flatten(0, 1), rows, n_rows).view_as(x)
+
         return LevelFunction(level, network_levels=steps.shape[0])
 
     def level_output(self, output, frozen):

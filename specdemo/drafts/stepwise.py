@@ -37,8 +37,10 @@ class StepwiseDraft(Draft):
     def __init__(self, network: CorrectedNetworkDraft, forms: tuple[int, ...]):
         self.network, self.forms = network, torch.tensor([int(v) for v in forms], dtype=torch.long)
         if not bool(((self.forms >= OUT) & (self.forms <= RESIDUAL)).all()):
-            raise SpecdemoError(f"a per-step draft table holds forms {OUT}..{RESIDUAL} "
-                                "(out, x0, x0-linear, gaussian, residual) per step")
+            raise SpecdemoError(
+                f"a per-step draft table holds forms {OUT}..{RESIDUAL} "
+                "(out, x0, x0-linear, gaussian, residual) per step"
+            )
         # the frozen draft's table: any of its forms where the network drafts (never read there)
         self.frozen = FrozenPerStep(tuple(torch.where(self.forms == RESIDUAL, X0, self.forms).tolist()))
         self.frozen_history = self.frozen.frozen_history
@@ -76,10 +78,12 @@ class StepwiseDraft(Draft):
             m = frozen_means(d, x)
             if trajectories[d]:
                 rows = on_network[d].nonzero()[:, 0]
-                means = self.network.for_round(kernel, steps[d:d + 1, rows], frozen[rows, -1],
-                                               {k: v[rows] for k, v in cond.items()})
+                means = self.network.for_round(
+                    kernel, steps[d : d + 1, rows], frozen[rows, -1], {k: v[rows] for k, v in cond.items()}
+                )
                 m[:, rows] = means(0, x[:, rows])
             return m
+
         return LevelFunction(level, network_levels=sum(map(bool, trajectories)))
 
     def config(self):

@@ -60,11 +60,21 @@ def cost_figure(runs: list[MethodRun], *, height: int = 360) -> go.Figure:
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels], horizontal_spacing=0.07)
     for c, (_, value, fmt) in enumerate(panels, start=1):
         vals = [value(r) for r in runs]
-        fig.add_trace(go.Bar(
-            x=[short_label(r) for r in runs], y=vals, marker_color=[METHOD_COLORS[r.key] for r in runs],
-            text=[fmt.format(v) for v in vals], textposition="outside", cliponaxis=False, showlegend=False,
-            hovertext=[r.label for r in runs], hovertemplate="%{hovertext}<br>%{y:.3g}<extra></extra>",
-        ), row=1, col=c)
+        fig.add_trace(
+            go.Bar(
+                x=[short_label(r) for r in runs],
+                y=vals,
+                marker_color=[METHOD_COLORS[r.key] for r in runs],
+                text=[fmt.format(v) for v in vals],
+                textposition="outside",
+                cliponaxis=False,
+                showlegend=False,
+                hovertext=[r.label for r in runs],
+                hovertemplate="%{hovertext}<br>%{y:.3g}<extra></extra>",
+            ),
+            row=1,
+            col=c,
+        )
         fig.update_yaxes(range=[0, max(vals) * 1.22 if max(vals) > 0 else 1], row=1, col=c)
     base_layout(fig, height=height, legend=False)
     fig.update_layout(margin=dict(t=56, b=40), bargap=0.3)
@@ -85,22 +95,42 @@ def acceptance_figure(runs: list[MethodRun], *, height: int = 320) -> go.Figure:
         examined = np.asarray(r.cost.examined_per_depth, dtype=float)
         # marker size grows with the nodes examined: a rate from two nodes is drawn small
         size = np.clip(4 + 1.6 * np.sqrt(examined), 4, 14)
-        fig.add_trace(go.Scatter(
-            x=depth, y=acc, mode="lines+markers", name=r.label, line=dict(color=METHOD_COLORS[r.key], width=2.5),
-            marker=dict(size=size), customdata=np.stack([r.cost.examined_per_depth, r.cost.accepted_per_depth], -1),
-            hovertemplate="depth %{x}: %{y:.1%} accepted<br>(%{customdata[1]} of %{customdata[0]} examined)<extra>"
-                          + r.label + "</extra>",
-        ))
-    base_layout(fig, height=height, title="acceptance by depth <span style='font-size:12px;color:#64748b'>"
-                                          "(marker size: nodes examined)</span>")
+        fig.add_trace(
+            go.Scatter(
+                x=depth,
+                y=acc,
+                mode="lines+markers",
+                name=r.label,
+                line=dict(color=METHOD_COLORS[r.key], width=2.5),
+                marker=dict(size=size),
+                customdata=np.stack([r.cost.examined_per_depth, r.cost.accepted_per_depth], -1),
+                hovertemplate="depth %{x}: %{y:.1%} accepted<br>(%{customdata[1]} of %{customdata[0]} examined)<extra>"
+                + r.label
+                + "</extra>",
+            )
+        )
+    base_layout(
+        fig,
+        height=height,
+        title="acceptance by depth <span style='font-size:12px;color:#64748b'>(marker size: nodes examined)</span>",
+    )
     fig.update_layout(margin=dict(t=86))
     fig.update_xaxes(title_text="depth in the draft (levels below the committed state)", dtick=1)
     fig.update_yaxes(title_text="accepted / examined", range=[0, 1.04], tickformat=".0%")
     return fig
 
 
-TABLE_HEADERS = ["method", "rows / round", "target calls", "calls / sample", "rows / sample", "acceptance",
-                 "speedup (calls)", "latency (s)", "speedup (time)"]
+TABLE_HEADERS = [
+    "method",
+    "rows / round",
+    "target calls",
+    "calls / sample",
+    "rows / sample",
+    "acceptance",
+    "speedup (calls)",
+    "latency (s)",
+    "speedup (time)",
+]
 
 
 def comparison_table(runs: list[MethodRun]) -> list[list]:
@@ -110,22 +140,34 @@ def comparison_table(runs: list[MethodRun]) -> list[list]:
     rows = []
     for r in runs:
         c = r.cost
-        rows.append([
-            r.label, rows_cell(r), c.target_calls, round(float(np.mean(c.calls_per_trajectory)), 2),
-            round(float(np.mean(c.rows_per_trajectory)), 1),
-            "-" if c.acceptance is None else f"{c.acceptance:.1%}", f"{c.speedup_over(base.cost):.2f}×",
-            round(c.wall_s, 3), f"{c.time_speedup_over(base.cost):.2f}×",
-        ])
+        rows.append(
+            [
+                r.label,
+                rows_cell(r),
+                c.target_calls,
+                round(float(np.mean(c.calls_per_trajectory)), 2),
+                round(float(np.mean(c.rows_per_trajectory)), 1),
+                "-" if c.acceptance is None else f"{c.acceptance:.1%}",
+                f"{c.speedup_over(base.cost):.2f}×",
+                round(c.wall_s, 3),
+                f"{c.time_speedup_over(base.cost):.2f}×",
+            ]
+        )
     return rows
 
 
-def samples_figure(runs: list[MethodRun], *, log_density: LogDensity | None = None, height: int | None = None) -> go.Figure:
+def samples_figure(
+    runs: list[MethodRun], *, log_density: LogDensity | None = None, height: int | None = None
+) -> go.Figure:
     """The samples of each method side by side: scatter over the density (2-D), image grids, or the
     first two coordinates of higher-dimensional vectors. height: by default 380 px, or what an image
     grid's shape needs."""
     base = runs[0]
-    titles = [f"{short_label(r, ' ')} · {np.mean(r.cost.calls_per_trajectory):.1f} calls"
-              + ("" if r is base else f" ({r.cost.speedup_over(base.cost):.2f}×)") for r in runs]
+    titles = [
+        f"{short_label(r, ' ')} · {np.mean(r.cost.calls_per_trajectory):.1f} calls"
+        + ("" if r is base else f" ({r.cost.speedup_over(base.cost):.2f}×)")
+        for r in runs
+    ]
     first = runs[0].samples
     if first.dim() == 4:  # images
         cols = int(np.ceil(np.sqrt(min(len(first), 64))))
@@ -155,13 +197,29 @@ def samples_figure(runs: list[MethodRun], *, log_density: LogDensity | None = No
     for i, (r, p) in enumerate(zip(runs, pts, strict=True), start=1):
         if log_density is not None and two_d:
             fig.add_trace(density_trace(log_density, xlim, ylim, resolution=100), row=1, col=i)
-        fig.add_trace(go.Scatter(x=p[:, 0], y=p[:, 1], mode="markers", name=r.label, showlegend=False,
-                                 marker=dict(color=METHOD_COLORS[r.key], size=4.5, opacity=0.75,
-                                             line=dict(color="white", width=0.3)),
-                                 hovertemplate="(%{x:.2f}, %{y:.2f})<extra>" + r.label + "</extra>"), row=1, col=i)
+        fig.add_trace(
+            go.Scatter(
+                x=p[:, 0],
+                y=p[:, 1],
+                mode="markers",
+                name=r.label,
+                showlegend=False,
+                marker=dict(color=METHOD_COLORS[r.key], size=4.5, opacity=0.75, line=dict(color="white", width=0.3)),
+                hovertemplate="(%{x:.2f}, %{y:.2f})<extra>" + r.label + "</extra>",
+            ),
+            row=1,
+            col=i,
+        )
         fig.update_xaxes(range=list(xlim), row=1, col=i, showgrid=False)
-        fig.update_yaxes(range=list(ylim), row=1, col=i, showgrid=False, scaleanchor=f"x{i if i > 1 else ''}",
-                         scaleratio=1, showticklabels=i == 1)
+        fig.update_yaxes(
+            range=list(ylim),
+            row=1,
+            col=i,
+            showgrid=False,
+            scaleanchor=f"x{i if i > 1 else ''}",
+            scaleratio=1,
+            showticklabels=i == 1,
+        )
     base_layout(fig, height=height, legend=False)
     fig.update_layout(margin=dict(t=50))
     fig.update_annotations(font_size=12)

@@ -13,7 +13,9 @@ from .style import DENSITY_COLORSCALE
 LogDensity = Callable[[torch.Tensor], torch.Tensor]
 
 
-def plot_limits(*clouds: np.ndarray | None, pad: float = 0.12, quantile: float = 0.005) -> tuple[tuple[float, float], tuple[float, float]]:
+def plot_limits(
+    *clouds: np.ndarray | None, pad: float = 0.12, quantile: float = 0.005
+) -> tuple[tuple[float, float], tuple[float, float]]:
     """Square-ish limits that hold the bulk of the given (n, 2) point clouds (NaN rows ignored)."""
     pts = np.concatenate([c.reshape(-1, 2) for c in clouds if c is not None and c.size])
     pts = pts[np.isfinite(pts).all(1)]
@@ -25,7 +27,9 @@ def plot_limits(*clouds: np.ndarray | None, pad: float = 0.12, quantile: float =
     return (float(lo[0]), float(hi[0])), (float(lo[1]), float(hi[1]))
 
 
-def density_grid(log_density: LogDensity, xlim, ylim, resolution: int = 160) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def density_grid(
+    log_density: LogDensity, xlim, ylim, resolution: int = 160
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """exp(log density) on a grid, scaled to max 1 (unnormalised densities are fine)."""
     xs = np.linspace(xlim[0], xlim[1], resolution)
     ys = np.linspace(ylim[0], ylim[1], resolution)
@@ -39,5 +43,12 @@ def density_grid(log_density: LogDensity, xlim, ylim, resolution: int = 160) -> 
 
 def density_trace(log_density: LogDensity, xlim, ylim, *, showscale: bool = False, resolution: int = 160) -> go.Heatmap:
     xs, ys, z = density_grid(log_density, xlim, ylim, resolution)
-    return go.Heatmap(x=xs, y=ys, z=np.sqrt(z).astype(np.float32), colorscale=DENSITY_COLORSCALE, showscale=showscale, hoverinfo="skip",
-                      zsmooth="best")
+    return go.Heatmap(
+        x=xs,
+        y=ys,
+        z=np.sqrt(z).astype(np.float32),
+        colorscale=DENSITY_COLORSCALE,
+        showscale=showscale,
+        hoverinfo="skip",
+        zsmooth="best",
+    )

@@ -31,24 +31,52 @@ def _tree_traces(nodes, pts: np.ndarray, legend: bool) -> list[go.Scatter]:
         ys += [pts[p, 1], pts[i, 1], None]
     for (status, on_path), (xs, ys) in sorted(groups.items(), key=lambda kv: kv[0][1]):
         color = STATUS_COLORS[status] if status != "unvisited" else "#b8c0cb"
-        traces.append(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                                 line=dict(color=color, width=3.2 if on_path else 1.1,
-                                           dash="dot" if status == "corrected" else "solid")))
+        traces.append(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                hoverinfo="skip",
+                showlegend=False,
+                line=dict(color=color, width=3.2 if on_path else 1.1, dash="dot" if status == "corrected" else "solid"),
+            )
+        )
     texts = np.array(hover_texts(nodes))
     for status in ("root", *FOUR_STATUSES):
         sel = np.flatnonzero((nodes.status == status) & ok)
         size = 13 if status in ("root", "corrected") else 7 if status == "unvisited" else 9
-        traces.append(go.Scatter(
-            x=pts[sel, 0], y=pts[sel, 1], mode="markers", name=STATUS_LABELS[status], legendgroup=status,
-            showlegend=legend, hovertext=texts[sel], hovertemplate="%{hovertext}<extra></extra>",
-            marker=dict(color=STATUS_COLORS[status], symbol=STATUS_SYMBOLS[status], size=size,
-                        opacity=0.8 if status == "unvisited" else 1.0, line=dict(color="white", width=0.8)),
-        ))
+        traces.append(
+            go.Scatter(
+                x=pts[sel, 0],
+                y=pts[sel, 1],
+                mode="markers",
+                name=STATUS_LABELS[status],
+                legendgroup=status,
+                showlegend=legend,
+                hovertext=texts[sel],
+                hovertemplate="%{hovertext}<extra></extra>",
+                marker=dict(
+                    color=STATUS_COLORS[status],
+                    symbol=STATUS_SYMBOLS[status],
+                    size=size,
+                    opacity=0.8 if status == "unvisited" else 1.0,
+                    line=dict(color="white", width=0.8),
+                ),
+            )
+        )
     return traces
 
 
-def plane_figure(trace: list[RoundTrace], trajectory: int, k: int, log_density: LogDensity | None, *,
-                 path: np.ndarray | None = None, samples: np.ndarray | None = None, height: int = 440) -> go.Figure:
+def plane_figure(
+    trace: list[RoundTrace],
+    trajectory: int,
+    k: int,
+    log_density: LogDensity | None,
+    *,
+    path: np.ndarray | None = None,
+    samples: np.ndarray | None = None,
+    height: int = 440,
+) -> go.Figure:
     """Left: the target density, the final samples, the trajectory's whole committed path and this
     round's tree. Right: a zoom on the round's tree. path: (N + 1, 2) states of the trajectory."""
     rounds = trajectory_rounds(trace, trajectory)
@@ -61,20 +89,45 @@ def plane_figure(trace: list[RoundTrace], trajectory: int, k: int, log_density: 
     assert nodes.states is not None  # a trace holds every round's states or none
     pts = nodes.states.astype(float)
     xlim, ylim = plot_limits(samples, path)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.08,
-                        subplot_titles=("the run in the data plane", f"zoom on round {k}'s tree"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.5, 0.5],
+        horizontal_spacing=0.08,
+        subplot_titles=("the run in the data plane", f"zoom on round {k}'s tree"),
+    )
     # left panel
     if log_density is not None:
         fig.add_trace(density_trace(log_density, xlim, ylim), row=1, col=1)
     if samples is not None:
-        fig.add_trace(go.Scatter(x=samples[:, 0], y=samples[:, 1], mode="markers", name="final samples",
-                                 marker=dict(color="#334155", size=3.5, opacity=0.35), hoverinfo="skip"), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=samples[:, 0],
+                y=samples[:, 1],
+                mode="markers",
+                name="final samples",
+                marker=dict(color="#334155", size=3.5, opacity=0.35),
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=1,
+        )
     if path is not None:
         steps = np.arange(len(path))
-        fig.add_trace(go.Scatter(x=path[:, 0], y=path[:, 1], mode="lines+markers", name=f"trajectory {trajectory}'s path",
-                                 line=dict(color="#94a3b8", width=0.8),
-                                 marker=dict(size=3.5, color=steps, colorscale=[[0, "#e2e8f0"], [1, "#0f172a"]]),
-                                 hovertemplate="committed state at step %{text}<extra></extra>", text=steps), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=path[:, 0],
+                y=path[:, 1],
+                mode="lines+markers",
+                name=f"trajectory {trajectory}'s path",
+                line=dict(color="#94a3b8", width=0.8),
+                marker=dict(size=3.5, color=steps, colorscale=[[0, "#e2e8f0"], [1, "#0f172a"]]),
+                hovertemplate="committed state at step %{text}<extra></extra>",
+                text=steps,
+            ),
+            row=1,
+            col=1,
+        )
     for tr in _tree_traces(nodes, pts, legend=False):
         fig.add_trace(tr, row=1, col=1)
     # right panel: the round's bounding box
@@ -86,15 +139,34 @@ def plane_figure(trace: list[RoundTrace], trajectory: int, k: int, log_density: 
         fig.add_trace(density_trace(log_density, zx, zy, resolution=120), row=1, col=2)
     if path is not None:  # where the trajectory came from and where it went, a few steps either side
         lo_n, hi_n = max(nodes.root_step - 3, 0), min(nodes.root_step + nodes.committed + 3, len(path) - 1)
-        seg = path[lo_n:hi_n + 1]
-        fig.add_trace(go.Scatter(x=seg[:, 0], y=seg[:, 1], mode="lines+markers", showlegend=False,
-                                 line=dict(color="#475569", width=1.0, dash="dash"), marker=dict(size=3),
-                                 opacity=0.6, text=np.arange(lo_n, hi_n + 1),
-                                 hovertemplate="committed state at step %{text}<extra></extra>"), row=1, col=2)
+        seg = path[lo_n : hi_n + 1]
+        fig.add_trace(
+            go.Scatter(
+                x=seg[:, 0],
+                y=seg[:, 1],
+                mode="lines+markers",
+                showlegend=False,
+                line=dict(color="#475569", width=1.0, dash="dash"),
+                marker=dict(size=3),
+                opacity=0.6,
+                text=np.arange(lo_n, hi_n + 1),
+                hovertemplate="committed state at step %{text}<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
     for tr in _tree_traces(nodes, pts, legend=True):
         fig.add_trace(tr, row=1, col=2)
-    fig.add_shape(type="rect", x0=zx[0], x1=zx[1], y0=zy[0], y1=zy[1], line=dict(color="#0f172a", width=1, dash="dot"),
-                  row=1, col=1)
+    fig.add_shape(
+        type="rect",
+        x0=zx[0],
+        x1=zx[1],
+        y0=zy[0],
+        y1=zy[1],
+        line=dict(color="#0f172a", width=1, dash="dot"),
+        row=1,
+        col=1,
+    )
     base_layout(fig, height=height)
     legend_below(fig, y=-0.1)
     fig.update_layout(margin=dict(t=40, b=40))
@@ -105,21 +177,40 @@ def plane_figure(trace: list[RoundTrace], trajectory: int, k: int, log_density: 
     return fig
 
 
-def _image_panels(images: list[np.ndarray], titles: list[str], frame_colors: list[str] | None, *, height: int,
-                  columns: int | None = None) -> go.Figure:
+def _image_panels(
+    images: list[np.ndarray],
+    titles: list[str],
+    frame_colors: list[str] | None,
+    *,
+    height: int,
+    columns: int | None = None,
+) -> go.Figure:
     n = len(images)
     cols = columns or n
     rows = int(np.ceil(n / cols))
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.012,
-                        vertical_spacing=0.18 / rows if rows > 1 else 0.1)
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=titles,
+        horizontal_spacing=0.012,
+        vertical_spacing=0.18 / rows if rows > 1 else 0.1,
+    )
     for i, img in enumerate(images):
         r, c = divmod(i, cols)
         rgb = np.repeat(img, 3, axis=-1) if img.shape[-1] == 1 else img
         fig.add_trace(go.Image(z=rgb, hovertemplate="pixel (%{x}, %{y})<extra></extra>"), row=r + 1, col=c + 1)
         if frame_colors:
             h, w = rgb.shape[:2]
-            fig.add_shape(type="rect", x0=-0.5, y0=-0.5, x1=w - 0.5, y1=h - 0.5,
-                          line=dict(color=frame_colors[i], width=4), row=r + 1, col=c + 1)
+            fig.add_shape(
+                type="rect",
+                x0=-0.5,
+                y0=-0.5,
+                x1=w - 0.5,
+                y1=h - 0.5,
+                line=dict(color=frame_colors[i], width=4),
+                row=r + 1,
+                col=c + 1,
+            )
     base_layout(fig, height=height, legend=False)
     fig.update_layout(margin=dict(l=10, r=10, t=34, b=8))
     # each image as large as its cell allows, pinned under its title
@@ -149,7 +240,15 @@ def path_images_figure(trace: list[RoundTrace], trajectory: int, k: int, *, heig
     columns = PATH_COLUMNS  # the same thumbnail size, however long the path
     rows = int(np.ceil(len(idx) / columns))
     fig = _image_panels(list(imgs), titles, colors, height=height or 50 + 108 * rows, columns=columns)
-    fig.update_layout(title=dict(text=f"the committed path of round {k}: the round start, each accepted step, the "
-                                      "corrected sample", x=0, xanchor="left", y=0.995, yanchor="top",
-                                 font=dict(size=13)), margin=dict(t=52))
+    fig.update_layout(
+        title=dict(
+            text=f"the committed path of round {k}: the round start, each accepted step, the corrected sample",
+            x=0,
+            xanchor="left",
+            y=0.995,
+            yanchor="top",
+            font=dict(size=13),
+        ),
+        margin=dict(t=52),
+    )
     return fig

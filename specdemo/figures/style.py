@@ -22,7 +22,13 @@ STATUS_LABELS = {
     "corrected": "corrected sample",
     "root": "round start (committed state)",
 }
-STATUS_SYMBOLS = {"unvisited": "circle", "accepted": "circle", "rejected": "x", "corrected": "diamond", "root": "square"}
+STATUS_SYMBOLS = {
+    "unvisited": "circle",
+    "accepted": "circle",
+    "rejected": "x",
+    "corrected": "diamond",
+    "root": "square",
+}
 
 # methods compared side by side
 METHOD_COLORS = {"target": "#64748b", "chain": "#2563eb", "tree": "#7c3aed"}
@@ -33,7 +39,9 @@ DENSITY_COLORSCALE = [[0.0, "#ffffff"], [0.15, "#eef2f8"], [0.45, "#d5deec"], [0
 FONT = "Inter, ui-sans-serif, system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
 
 
-def base_layout(fig: go.Figure, *, height: int | None = 420, title: str | None = None, legend: bool = True) -> go.Figure:
+def base_layout(
+    fig: go.Figure, *, height: int | None = 420, title: str | None = None, legend: bool = True
+) -> go.Figure:
     """The shared look: white background, light grid, one font, compact margins, legend on top."""
     fig.update_layout(
         template="plotly_white",
@@ -42,16 +50,25 @@ def base_layout(fig: go.Figure, *, height: int | None = 420, title: str | None =
         margin=dict(l=60, r=24, t=64 if title else 36, b=52),
         hoverlabel=dict(font=dict(family=FONT, size=12), align="left"),
         showlegend=legend,
-        legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="left", x=0, bgcolor="rgba(255,255,255,0)",
-                    font=dict(size=12)),
+        legend=dict(
+            orientation="h",
+            yanchor="bottom",
+            y=1.01,
+            xanchor="left",
+            x=0,
+            bgcolor="rgba(255,255,255,0)",
+            font=dict(size=12),
+        ),
         title=dict(text=title, x=0, xanchor="left", y=0.98, yanchor="top", font=dict(size=15)) if title else None,
         paper_bgcolor="white",
         plot_bgcolor="white",
     )
-    fig.update_xaxes(showline=True, linecolor="#cbd5e1", gridcolor="#eef1f5", zeroline=False, ticks="outside",
-                     tickcolor="#cbd5e1")
-    fig.update_yaxes(showline=True, linecolor="#cbd5e1", gridcolor="#eef1f5", zeroline=False, ticks="outside",
-                     tickcolor="#cbd5e1")
+    fig.update_xaxes(
+        showline=True, linecolor="#cbd5e1", gridcolor="#eef1f5", zeroline=False, ticks="outside", tickcolor="#cbd5e1"
+    )
+    fig.update_yaxes(
+        showline=True, linecolor="#cbd5e1", gridcolor="#eef1f5", zeroline=False, ticks="outside", tickcolor="#cbd5e1"
+    )
     return fig
 
 
@@ -64,8 +81,9 @@ def legend_below(fig: go.Figure, y: float = -0.14) -> go.Figure:
 def message_figure(text: str, height: int | None = 320) -> go.Figure:
     """An empty figure that says why there is nothing to draw."""
     fig = go.Figure()
-    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font=dict(size=14, color="#64748b"))
+    fig.add_annotation(
+        text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font=dict(size=14, color="#64748b")
+    )
     base_layout(fig, height=height, legend=False)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)

@@ -106,11 +106,20 @@ def round_nodes(trace: list[RoundTrace], round_index: int, row: int) -> RoundNod
     if exists[last]:  # the corrected draw was not "accepted with" a probability: show its parent's
         child_acc[-1] = np.nan
     return RoundNodes(
-        round_index=round_index, trajectory=int(rt.trajectories[row]), root_step=int(rt.step[row]), depth=depth,
-        committed=int(rt.committed_steps[row]), node=node, parent=parent, node_depth=node_depth,
-        status=np.array([STATUS_NAMES[s] for s in rt.status[row, node]]), evaluated=rt.evaluated[row, node].copy(),
-        delta=delta[node].astype(float), node_accept_prob=rt.node_accept_prob[row, node].astype(float),
-        parent_delta=parent_delta.astype(float), child_accept_prob=child_acc,
+        round_index=round_index,
+        trajectory=int(rt.trajectories[row]),
+        root_step=int(rt.step[row]),
+        depth=depth,
+        committed=int(rt.committed_steps[row]),
+        node=node,
+        parent=parent,
+        node_depth=node_depth,
+        status=np.array([STATUS_NAMES[s] for s in rt.status[row, node]]),
+        evaluated=rt.evaluated[row, node].copy(),
+        delta=delta[node].astype(float),
+        node_accept_prob=rt.node_accept_prob[row, node].astype(float),
+        parent_delta=parent_delta.astype(float),
+        child_accept_prob=child_acc,
         states=None if rt.states is None else rt.states[row, node],
     )
 
@@ -223,30 +232,54 @@ def tree_figure(trace: list[RoundTrace], trajectory: int, k: int, *, height: int
         ys += [y[p], y[i], None]
     for (status, on_path), (xs, ys) in sorted(groups.items(), key=lambda kv: kv[0][1]):
         color = STATUS_COLORS[status] if status != "unvisited" else "#cfd5dd"
-        fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-            line=dict(color=color, width=4 if on_path else 1.4, dash="dot" if status == "corrected" else "solid"),
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                hoverinfo="skip",
+                showlegend=False,
+                line=dict(color=color, width=4 if on_path else 1.4, dash="dot" if status == "corrected" else "solid"),
+            )
+        )
 
     size = _marker_size(len(nodes.node))
     texts = np.array(hover_texts(nodes))
     for status in ("root", *FOUR_STATUSES):
         sel = np.flatnonzero(nodes.status == status)
         base = size * (1.35 if status in ("root", "corrected") else 0.75 if status == "unvisited" else 1.0)
-        fig.add_trace(go.Scatter(
-            x=x[sel], y=y[sel], mode="markers", name=f"{STATUS_LABELS[status]} ({sel.size})",
-            legendgroup=status, customdata=np.stack([nodes.node[sel], nodes.steps[sel]], -1) if sel.size else None,
-            hovertext=texts[sel], hovertemplate="%{hovertext}<extra></extra>",
-            marker=dict(
-                color=STATUS_COLORS[status], symbol=STATUS_SYMBOLS[status], size=base,
-                opacity=0.75 if status == "unvisited" else 1.0,
-                line=dict(color=np.where(nodes.evaluated[sel], "#0f172a", "white").tolist() if sel.size else "white",
-                          width=np.where(nodes.evaluated[sel], 2.2, 1.0).tolist() if sel.size else 1.0),
-            ),
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=x[sel],
+                y=y[sel],
+                mode="markers",
+                name=f"{STATUS_LABELS[status]} ({sel.size})",
+                legendgroup=status,
+                customdata=np.stack([nodes.node[sel], nodes.steps[sel]], -1) if sel.size else None,
+                hovertext=texts[sel],
+                hovertemplate="%{hovertext}<extra></extra>",
+                marker=dict(
+                    color=STATUS_COLORS[status],
+                    symbol=STATUS_SYMBOLS[status],
+                    size=base,
+                    opacity=0.75 if status == "unvisited" else 1.0,
+                    line=dict(
+                        color=np.where(nodes.evaluated[sel], "#0f172a", "white").tolist() if sel.size else "white",
+                        width=np.where(nodes.evaluated[sel], 2.2, 1.0).tolist() if sel.size else 1.0,
+                    ),
+                ),
+            )
+        )
     # legend key for the outline
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="target evaluated (dark ring)",
-                             marker=dict(color="white", size=11, line=dict(color="#0f172a", width=2.2))))
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            name="target evaluated (dark ring)",
+            marker=dict(color="white", size=11, line=dict(color="#0f172a", width=2.2)),
+        )
+    )
 
     end = nodes.root_step + nodes.committed
     how = "ended by a corrected sample" if nodes.corrected else "every level accepted"
@@ -261,23 +294,50 @@ def tree_figure(trace: list[RoundTrace], trajectory: int, k: int, *, height: int
     base_layout(fig, height=height, title=title)
     fig.update_layout(margin=dict(t=120), legend=dict(y=1.0), title=dict(xref="paper"))
     # the detail line sits between the title and the legend (a <br> in the title would be clipped)
-    fig.add_annotation(text=detail, xref="paper", yref="paper", x=0, y=1, xanchor="left", yanchor="bottom",
-                       yshift=56, showarrow=False, font=dict(size=13, color="#475569"))
-    fig.update_xaxes(title_text="diffusion step n", dtick=1, range=[nodes.root_step - 0.4, nodes.root_step + nodes.depth + 0.6])
+    fig.add_annotation(
+        text=detail,
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=1,
+        xanchor="left",
+        yanchor="bottom",
+        yshift=56,
+        showarrow=False,
+        font=dict(size=13, color="#475569"),
+    )
+    fig.update_xaxes(
+        title_text="diffusion step n", dtick=1, range=[nodes.root_step - 0.4, nodes.root_step + nodes.depth + 0.6]
+    )
     fig.update_yaxes(visible=False, range=[-0.56, 0.56])
     return fig
 
 
-def rounds_figure(trace: list[RoundTrace], trajectory: int, num_steps: int, *, k: int | None = None,
-                  max_trajectories: int = 48, height: int = 470) -> go.Figure:
+def rounds_figure(
+    trace: list[RoundTrace],
+    trajectory: int,
+    num_steps: int,
+    *,
+    k: int | None = None,
+    max_trajectories: int = 48,
+    height: int = 470,
+) -> go.Figure:
     """All rounds of a run: top, the chosen trajectory's rounds along the diffusion steps (bar width
     and height = steps committed, green if every drafted level was accepted, amber if a corrected
     sample ended it); bottom, steps committed by the round covering each step, for many trajectories."""
     if not trace:
         return message_figure("no speculative rounds in this run", height)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.42, 0.58],
-                        subplot_titles=(f"trajectory {trajectory}: steps committed per round",
-                                        "every trajectory: steps committed by the round covering step n"))
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        row_heights=[0.42, 0.58],
+        subplot_titles=(
+            f"trajectory {trajectory}: steps committed per round",
+            "every trajectory: steps committed by the round covering step n",
+        ),
+    )
     rounds = trajectory_rounds(trace, trajectory)
     xs, widths, heights, colors, texts, lines = [], [], [], [], [], []
     for j, (r, row) in enumerate(rounds, start=1):
@@ -289,40 +349,83 @@ def rounds_figure(trace: list[RoundTrace], trajectory: int, num_steps: int, *, k
         heights.append(c)
         colors.append(STATUS_COLORS["corrected" if corrected else "accepted"])
         lines.append(3 if k == j else 0)
-        texts.append(f"<b>round {j}</b> (batch round {rt.round + 1})<br>steps {n0} → {n0 + c}<br>committed {c} of {d} drafted"
-                     f"<br>{'ended by a corrected sample' if corrected else 'every level accepted'}")
-    fig.add_trace(go.Bar(x=xs, y=heights, width=widths, marker=dict(color=colors, line=dict(color="#0f172a", width=lines)),
-                         hovertext=texts, hovertemplate="%{hovertext}<extra></extra>", showlegend=False), row=1, col=1)
+        texts.append(
+            f"<b>round {j}</b> (batch round {rt.round + 1})<br>steps {n0} → {n0 + c}<br>committed {c} of {d} drafted"
+            f"<br>{'ended by a corrected sample' if corrected else 'every level accepted'}"
+        )
+    fig.add_trace(
+        go.Bar(
+            x=xs,
+            y=heights,
+            width=widths,
+            marker=dict(color=colors, line=dict(color="#0f172a", width=lines)),
+            hovertext=texts,
+            hovertemplate="%{hovertext}<extra></extra>",
+            showlegend=False,
+        ),
+        row=1,
+        col=1,
+    )
     for status, label in (("accepted", "every level accepted"), ("corrected", "ended by a corrected sample")):
         fig.add_trace(go.Bar(x=[None], y=[None], name=label, marker_color=STATUS_COLORS[status]), row=1, col=1)
 
     ids = sorted(set(np.concatenate([rt.trajectories for rt in trace]).tolist()))
-    show = ids[:max_trajectories] if trajectory in ids[:max_trajectories] else ids[: max_trajectories - 1] + [trajectory]
+    show = (
+        ids[:max_trajectories] if trajectory in ids[:max_trajectories] else ids[: max_trajectories - 1] + [trajectory]
+    )
     pos = {t: i for i, t in enumerate(show)}
     z = np.full((len(show), num_steps), np.nan)
     for rt in trace:
         for row, t in enumerate(rt.trajectories.tolist()):
             if t in pos:
                 n0, c = int(rt.step[row]), int(rt.committed_steps[row])
-                z[pos[t], n0:n0 + c] = c
+                z[pos[t], n0 : n0 + c] = c
     max_depth = max(int(rt.depth.max()) for rt in trace)
     dtick = max(1, int(np.ceil(max_depth / 8)))
-    fig.add_trace(go.Heatmap(
-        z=z, x=np.arange(num_steps), y=[str(t) for t in show], zmin=1, zmax=max(max_depth, 2),
-        colorscale=[[0, "#fde68a"], [0.5, "#86efac"], [1, "#15803d"]], xgap=0, ygap=1 if len(show) <= 24 else 0,
-        colorbar=dict(title=dict(text="steps per round", side="right"), thickness=12, len=0.55, y=0.29, yanchor="middle",
-                      tickmode="linear", tick0=1, dtick=dtick),
-        hovertemplate="trajectory %{y}, step %{x}<br>its round committed %{z} steps<extra></extra>",
-    ), row=2, col=1)
+    fig.add_trace(
+        go.Heatmap(
+            z=z,
+            x=np.arange(num_steps),
+            y=[str(t) for t in show],
+            zmin=1,
+            zmax=max(max_depth, 2),
+            colorscale=[[0, "#fde68a"], [0.5, "#86efac"], [1, "#15803d"]],
+            xgap=0,
+            ygap=1 if len(show) <= 24 else 0,
+            colorbar=dict(
+                title=dict(text="steps per round", side="right"),
+                thickness=12,
+                len=0.55,
+                y=0.29,
+                yanchor="middle",
+                tickmode="linear",
+                tick0=1,
+                dtick=dtick,
+            ),
+            hovertemplate="trajectory %{y}, step %{x}<br>its round committed %{z} steps<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
     if trajectory in pos:
-        fig.add_shape(type="rect", x0=-0.5, x1=num_steps - 0.5, y0=pos[trajectory] - 0.5, y1=pos[trajectory] + 0.5,
-                      line=dict(color="#0f172a", width=1.5), row=2, col=1)
+        fig.add_shape(
+            type="rect",
+            x0=-0.5,
+            x1=num_steps - 0.5,
+            y0=pos[trajectory] - 0.5,
+            y1=pos[trajectory] + 0.5,
+            line=dict(color="#0f172a", width=1.5),
+            row=2,
+            col=1,
+        )
     base_layout(fig, height=height)
-    fig.update_layout(barmode="overlay", bargap=0, margin=dict(t=70),
-                      legend=dict(xanchor="right", x=1, y=1.06, yanchor="bottom"))
+    fig.update_layout(
+        barmode="overlay", bargap=0, margin=dict(t=70), legend=dict(xanchor="right", x=1, y=1.06, yanchor="bottom")
+    )
     fig.update_annotations(x=0, xanchor="left", font_size=13)
     fig.update_xaxes(title_text="diffusion step n", row=2, col=1, range=[-0.5, num_steps - 0.5])
     fig.update_yaxes(title_text="steps", row=1, col=1, rangemode="tozero")
-    fig.update_yaxes(title_text="trajectory", row=2, col=1, showgrid=False, autorange="reversed",
-                     showticklabels=len(show) <= 24)
+    fig.update_yaxes(
+        title_text="trajectory", row=2, col=1, showgrid=False, autorange="reversed", showticklabels=len(show) <= 24
+    )
     return fig

@@ -8,4 +8,13 @@ from .flow import FlowChurnKernel
 from .langevin import LangevinKernel
 from .vp import VPKernel
 
-__all__ = ["Kernel", "VPKernel", "DDPMKernel", "DDIMKernel", "EulerAncestralKernel", "FlowChurnKernel", "LangevinKernel", "default_ddpm_scheduler"]
+__all__ = [
+    "Kernel",
+    "VPKernel",
+    "DDPMKernel",
+    "DDIMKernel",
+    "EulerAncestralKernel",
+    "FlowChurnKernel",
+    "LangevinKernel",
+    "default_ddpm_scheduler",
+]

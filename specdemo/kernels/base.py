@@ -44,8 +44,14 @@ class Kernel:
     prediction_type: str
     name: str
 
-    def __init__(self, scales: torch.Tensor, timesteps: torch.Tensor, coefficients: torch.Tensor,
-                 clip_range: float | None = None, has_denoised: bool = True):
+    def __init__(
+        self,
+        scales: torch.Tensor,
+        timesteps: torch.Tensor,
+        coefficients: torch.Tensor,
+        clip_range: float | None = None,
+        has_denoised: bool = True,
+    ):
         self.scales = scales.to(torch.float64)
         self.timesteps = timesteps
         self.coefficient_table = coefficients.to(torch.float64)  # (N, 5): A..E per step
@@ -95,7 +101,9 @@ class Kernel:
         """(A_n - B_n D_n / E_n, B_n / E_n, C_n) for steps n, each shaped as n: the mean as a function of x and
         the denoised estimate, m_n = (A - B D / E) x + (B / E) x0-hat + C clip(x0-hat)."""
         self._needs_denoised()
-        columns = torch.index_select(self.table_on("denoised", self._denoised_columns, n.device, dtype), 1, n.reshape(-1))
+        columns = torch.index_select(
+            self.table_on("denoised", self._denoised_columns, n.device, dtype), 1, n.reshape(-1)
+        )
         return columns.view(3, *n.shape).unbind(0)
 
     def coefficients(self, n: torch.Tensor, like: torch.Tensor) -> StepCoefficients:
@@ -130,8 +138,11 @@ class Kernel:
 
     def denoised(self, out: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         self._needs_denoised()
-        d, e = self.table("denoising", self._denoising_rows, x)[n].view(*n.shape, 2, *[1] * (x.dim() - n.dim())) \
+        d, e = (
+            self.table("denoising", self._denoising_rows, x)[n]
+            .view(*n.shape, 2, *[1] * (x.dim() - n.dim()))
             .unbind(n.dim())
+        )
         return torch.addcmul(d * x, e, out)
 
     def output_from_denoised(self, x0: torch.Tensor, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:

@@ -42,10 +42,20 @@ class DDIMKernel(VPKernel):
         stack = torch.stack
         clip = scheduler.config.clip_sample_range if scheduler.config.clip_sample else None
         super().__init__(
-            timesteps=scheduler.timesteps.clone(), a=stack(a), b=torch.zeros(len(a), dtype=torch.float64), c=stack(c),
-            scales=stack(scales), alphas_cumprod_t=stack(abar),
-            prediction_type=scheduler.config.prediction_type, clip_sample_range=clip,
+            timesteps=scheduler.timesteps.clone(),
+            a=stack(a),
+            b=torch.zeros(len(a), dtype=torch.float64),
+            c=stack(c),
+            scales=stack(scales),
+            alphas_cumprod_t=stack(abar),
+            prediction_type=scheduler.config.prediction_type,
+            clip_sample_range=clip,
         )
 
     def config(self):
-        return {"kernel": "ddim", "steps": self.num_steps, "eta": self.eta, "scheduler": scheduler_settings(self.scheduler)}
+        return {
+            "kernel": "ddim",
+            "steps": self.num_steps,
+            "eta": self.eta,
+            "scheduler": scheduler_settings(self.scheduler),
+        }

@@ -57,9 +57,14 @@ class DDPMKernel(VPKernel):
         stack = torch.stack
         clip = scheduler.config.clip_sample_range if scheduler.config.clip_sample else None
         super().__init__(
-            timesteps=scheduler.timesteps.clone(), a=stack(a), b=stack(b), c=torch.zeros(len(a), dtype=torch.float64),
-            scales=stack(scales), alphas_cumprod_t=stack(abar),
-            prediction_type=scheduler.config.prediction_type, clip_sample_range=clip,
+            timesteps=scheduler.timesteps.clone(),
+            a=stack(a),
+            b=stack(b),
+            c=torch.zeros(len(a), dtype=torch.float64),
+            scales=stack(scales),
+            alphas_cumprod_t=stack(abar),
+            prediction_type=scheduler.config.prediction_type,
+            clip_sample_range=clip,
         )
 
     def config(self):

@@ -56,8 +56,10 @@ class EulerAncestralKernel(VPKernel):
         scheduler = EulerAncestralDiscreteScheduler.from_config(scheduler.config)
         cfg = scheduler.config
         if cfg.prediction_type not in PREDICTION_TYPES:
-            raise SpecdemoError(f"Euler ancestral runs epsilon or v_prediction models, not {cfg.prediction_type!r} "
-                                "(diffusers' EulerAncestralDiscreteScheduler does not implement it)")
+            raise SpecdemoError(
+                f"Euler ancestral runs epsilon or v_prediction models, not {cfg.prediction_type!r} "
+                "(diffusers' EulerAncestralDiscreteScheduler does not implement it)"
+            )
         if cfg.timestep_spacing not in SPACINGS:
             raise SpecdemoError(f"timestep spacing {cfg.timestep_spacing!r} is not one of {', '.join(SPACINGS)}")
         scheduler.set_timesteps(num_inference_steps)
@@ -68,11 +70,18 @@ class EulerAncestralKernel(VPKernel):
         sigma_down = (sigma_to**2 - sigma_up**2).clamp_min(0).sqrt()
         k, k_to = (1 + sigma**2).sqrt(), (1 + sigma_to**2).sqrt()
         self.sigmas, self.sigma_up, self.sigma_down = sigmas, sigma_up, sigma_down
-        init_noise_sigma = sigmas.max() if cfg.timestep_spacing in ("linspace", "trailing") else (sigmas.max()**2 + 1).sqrt()
+        init_noise_sigma = (
+            sigmas.max() if cfg.timestep_spacing in ("linspace", "trailing") else (sigmas.max() ** 2 + 1).sqrt()
+        )
         self.prior_std = float(init_noise_sigma / k[0])
         super().__init__(
-            timesteps=scheduler.timesteps.clone(), a=torch.zeros_like(sigma), b=k / k_to, c=(sigma_down - sigma) / k_to,
-            scales=sigma_up / k_to, alphas_cumprod_t=1 / k**2, prediction_type=cfg.prediction_type,
+            timesteps=scheduler.timesteps.clone(),
+            a=torch.zeros_like(sigma),
+            b=k / k_to,
+            c=(sigma_down - sigma) / k_to,
+            scales=sigma_up / k_to,
+            alphas_cumprod_t=1 / k**2,
+            prediction_type=cfg.prediction_type,
         )
 
     def prior(self, shape, generator, device, dtype):

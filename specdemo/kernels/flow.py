@@ -26,7 +26,9 @@ class FlowChurnKernel(Kernel):
     name = "flow-churn"
     prediction_type = "velocity"
 
-    def __init__(self, num_inference_steps: int, churn: float, scheduler: FlowMatchEulerDiscreteScheduler | None = None):
+    def __init__(
+        self, num_inference_steps: int, churn: float, scheduler: FlowMatchEulerDiscreteScheduler | None = None
+    ):
         if churn < 0:
             raise SpecdemoError(f"churn must be >= 0, got {churn}")
         scheduler = FlowMatchEulerDiscreteScheduler.from_config((scheduler or FlowMatchEulerDiscreteScheduler()).config)
@@ -46,5 +48,9 @@ class FlowChurnKernel(Kernel):
         super().__init__(churn * g2.sqrt() * (-dt).sqrt(), scheduler.timesteps.clone(), coefficients)
 
     def config(self):
-        return {"kernel": "flow-churn", "steps": self.num_steps, "churn": self.churn,
-                "scheduler": scheduler_settings(self.scheduler)}
+        return {
+            "kernel": "flow-churn",
+            "steps": self.num_steps,
+            "churn": self.churn,
+            "scheduler": scheduler_settings(self.scheduler),
+        }

@@ -24,8 +24,12 @@ class LangevinKernel(Kernel):
             raise SpecdemoError(f"Langevin step size gamma must be > 0, got {gamma}")
         self.gamma, self.init_std = gamma, init_std
         coefficients = torch.tensor([[1.0, gamma, 0.0, float("nan"), float("nan")]], dtype=torch.float64)
-        super().__init__(torch.full((num_steps,), math.sqrt(2 * gamma), dtype=torch.float64), torch.zeros(num_steps),
-                         coefficients.repeat(num_steps, 1), has_denoised=False)
+        super().__init__(
+            torch.full((num_steps,), math.sqrt(2 * gamma), dtype=torch.float64),
+            torch.zeros(num_steps),
+            coefficients.repeat(num_steps, 1),
+            has_denoised=False,
+        )
 
     def prior(self, shape, generator, device, dtype):
         return self.init_std * torch.randn(shape, generator=generator, device=device, dtype=dtype)

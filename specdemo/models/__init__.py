@@ -19,8 +19,10 @@ def resolve_target(spec: str, hub_only: bool = False, max_download_bytes: int | 
     if not spec:
         raise SpecdemoError(f"no model given; accepted: {MODEL_HELP}")
     if len(spec) > MAX_MODEL_NAME:  # a path or Hub id is never this long; echo only its start
-        raise SpecdemoError(f"model name {spec[:40]!r}... is {len(spec)} characters long, over the limit of "
-                            f"{MAX_MODEL_NAME}; accepted: {MODEL_HELP}")
+        raise SpecdemoError(
+            f"model name {spec[:40]!r}... is {len(spec)} characters long, over the limit of "
+            f"{MAX_MODEL_NAME}; accepted: {MODEL_HELP}"
+        )
     if hub_only and spec not in PRESETS:
         return load_diffusers_target(spec, hub_only=True, max_download_bytes=max_download_bytes)
     return analytic_target(spec) or load_diffusers_target(spec, max_download_bytes=max_download_bytes)

@@ -15,8 +15,12 @@ MAX_STEPS = 100_000
 
 def check_steps(steps: int, low: int, high: int, kernel: str) -> None:
     if not low <= steps <= high:
-        raise SettingError("steps", steps, f"{low}..{high}",
-                           f"--steps {steps} is out of range for the {kernel} kernel: accepted {low}..{high}")
+        raise SettingError(
+            "steps",
+            steps,
+            f"{low}..{high}",
+            f"--steps {steps} is out of range for the {kernel} kernel: accepted {low}..{high}",
+        )
 
 
 class AnalyticTarget(Target):
@@ -33,8 +37,9 @@ class AnalyticTarget(Target):
             return DDPMKernel(default_ddpm_scheduler(prediction_type=prediction), steps)
         if name == "ddim":
             check_steps(steps, 1, 1000, name)
-            scheduler = DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", clip_sample=False,
-                                      prediction_type=prediction)
+            scheduler = DDIMScheduler(
+                num_train_timesteps=1000, beta_schedule="linear", clip_sample=False, prediction_type=prediction
+            )
             return DDIMKernel(scheduler, steps, eta)
         if name == "flow-churn":
             check_steps(steps, 2, 1000, name)

@@ -38,8 +38,9 @@ class Target:
         take draft networks only)."""
         raise NotImplementedError
 
-    def prompt_conditioning(self, prompt: str, negative_prompt: str, guidance_scale: float, num_samples: int,
-                            device, dtype=None) -> dict[str, torch.Tensor]:
+    def prompt_conditioning(
+        self, prompt: str, negative_prompt: str, guidance_scale: float, num_samples: int, device, dtype=None
+    ) -> dict[str, torch.Tensor]:
         """Each trajectory's conditioning from the prompt (text-conditioned targets only)."""
         raise NotImplementedError
 
@@ -52,5 +53,10 @@ class Target:
             raise SpecdemoError(f"{self.name} runs with the {' or '.join(self.kernels)} kernel, not {name!r}")
 
     def describe(self) -> dict:
-        return {"model": self.name, "shape": list(self.shape), "kernels": list(self.kernels),
-                "num_classes": self.num_classes, "defaults": self.defaults}
+        return {
+            "model": self.name,
+            "shape": list(self.shape),
+            "kernels": list(self.kernels),
+            "num_classes": self.num_classes,
+            "defaults": self.defaults,
+        }

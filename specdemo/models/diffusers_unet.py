@@ -74,8 +74,12 @@ def vp_kernel(model: str, scheduler_config: dict, name: str, steps: int, eta: fl
     """The ddpm, ddim or euler-ancestral kernel of a model's own scheduler config, at `steps` steps."""
     train_steps = scheduler_config.get("num_train_timesteps", 1000)
     if not 1 <= steps <= train_steps:
-        raise SettingError("steps", steps, f"1..{train_steps}",
-                           f"--steps {steps} is out of range for {model}: accepted 1..{train_steps}")
+        raise SettingError(
+            "steps",
+            steps,
+            f"1..{train_steps}",
+            f"--steps {steps} is out of range for {model}: accepted 1..{train_steps}",
+        )
     if name == "ddpm":
         return DDPMKernel(DDPMScheduler.from_config(scheduler_config), steps)
     if name == "euler-ancestral":
@@ -84,8 +88,14 @@ def vp_kernel(model: str, scheduler_config: dict, name: str, steps: int, eta: fl
 
 
 # what a draft network shares with its target's noise process (the training schedule and output)
-TRAINED_SCHEDULE = ("num_train_timesteps", "beta_schedule", "beta_start", "beta_end", "trained_betas",
-                    "prediction_type")
+TRAINED_SCHEDULE = (
+    "num_train_timesteps",
+    "beta_schedule",
+    "beta_start",
+    "beta_end",
+    "trained_betas",
+    "prediction_type",
+)
 
 
 def schedule_mismatch(target: dict, draft: dict, keys=TRAINED_SCHEDULE) -> str | None:
@@ -160,7 +170,9 @@ def load_diffusers_target(spec: str, hub_only: bool = False, max_download_bytes:
         source = Path(EMBEDDED.get(spec, Path(spec).expanduser()))
         local = source.is_dir()
     if not local and not _looks_like_hub_id(spec):
-        raise SpecdemoError(f"unknown model {spec!r}: not a preset, a mixture .json file, a folder or a Hub id (org/name)")
+        raise SpecdemoError(
+            f"unknown model {spec!r}: not a preset, a mixture .json file, a folder or a Hub id (org/name)"
+        )
     where = str(source) if local else spec
     files = None if local else _hub_files(spec, max_download_bytes)  # None: the Hub does not answer
     cache_only = not local and files is None
@@ -171,40 +183,59 @@ def load_diffusers_target(spec: str, hub_only: bool = False, max_download_bytes:
             pipeline_class = index.get("_class_name")
             if pipeline_class in TEXT_TO_IMAGE:
                 if importlib.util.find_spec("transformers") is None:
-                    raise SpecdemoError(f"model {spec!r} is a {pipeline_class}, whose text encoders need the "
-                                        "transformers package: pip install transformers")
+                    raise SpecdemoError(
+                        f"model {spec!r} is a {pipeline_class}, whose text encoders need the "
+                        "transformers package: pip install transformers"
+                    )
                 _check_download(spec, files, pipeline_components(index), max_download_bytes)
                 adapter = importlib.import_module(f".{TEXT_TO_IMAGE[pipeline_class]}", __package__)
                 return adapter.load(spec, where, index, cache_only)
             if index and index.get("unet", [None, None])[1] != "UNet2DModel":
-                raise SpecdemoError(f"model {spec!r} is a {pipeline_class or 'pipeline'} without a UNet2DModel, "
-                                    f"which specdemo does not run; accepted: {ACCEPTED}")
+                raise SpecdemoError(
+                    f"model {spec!r} is a {pipeline_class or 'pipeline'} without a UNet2DModel, "
+                    f"which specdemo does not run; accepted: {ACCEPTED}"
+                )
             # a component's folder when there is one, else the root (as diffusers' load_sub_model)
-            has = (lambda name: (source / name).is_file()) if local else (
-                lambda name: _hub_has(spec, name, files))
+            has = (lambda name: (source / name).is_file()) if local else (lambda name: _hub_has(spec, name, files))
             sub = "unet" if has("unet/config.json") else None
             _check_download(spec, files, [sub or ""], max_download_bytes)
             unet = UNet2DModel.from_pretrained(where, subfolder=sub, use_safetensors=True, local_files_only=cache_only)
             scheduler = DDPMScheduler.load_config(
-                where, subfolder="scheduler" if has("scheduler/scheduler_config.json") else None,
-                local_files_only=cache_only)
+                where,
+                subfolder="scheduler" if has("scheduler/scheduler_config.json") else None,
+                local_files_only=cache_only,
+            )
     except SpecdemoError:
         raise
     except Exception as err:  # offline, unknown repo, missing or pickle-only weights, bad config
         reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
         if local:
-            cause, hint = "folder", ("the folder needs model_index.json with unet/ and scheduler/ (or the components of "
-                                     f"{', '.join(TEXT_TO_IMAGE)}), or config.json, scheduler_config.json and "
-                                     "safetensors weights")
+            cause, hint = (
+                "folder",
+                (
+                    "the folder needs model_index.json with unet/ and scheduler/ (or the components of "
+                    f"{', '.join(TEXT_TO_IMAGE)}), or config.json, scheduler_config.json and "
+                    "safetensors weights"
+                ),
+            )
         elif _offline():
-            cause, hint = "offline", (f"the Hub is offline here (HF_HUB_OFFLINE) and it is not in the local cache; "
-                                      f"{HOW_TO_GET.format(spec=spec)}")
+            cause, hint = (
+                "offline",
+                (
+                    f"the Hub is offline here (HF_HUB_OFFLINE) and it is not in the local cache; "
+                    f"{HOW_TO_GET.format(spec=spec)}"
+                ),
+            )
         elif cache_only:
-            cause, hint = "unreachable", (f"the Hub does not answer from here and it is not in the local cache; "
-                                          f"{HOW_TO_GET.format(spec=spec)}")
+            cause, hint = (
+                "unreachable",
+                (f"the Hub does not answer from here and it is not in the local cache; {HOW_TO_GET.format(spec=spec)}"),
+            )
         else:
-            cause, hint = "hub", (f"the Hub may be unreachable, or the repo lacks safetensors weights; "
-                                  f"{HOW_TO_GET.format(spec=spec)}")
+            cause, hint = (
+                "hub",
+                (f"the Hub may be unreachable, or the repo lacks safetensors weights; {HOW_TO_GET.format(spec=spec)}"),
+            )
         raise ModelLoadError(spec, cause, reason, f"cannot load model {spec!r} ({reason}); {hint}") from None
     return DiffusersTarget(spec, unet, dict(scheduler))
 
@@ -229,10 +260,13 @@ def _hub_files(repo_id: str, max_download_bytes: int | None = None) -> dict[str,
     try:
         info = HfApi().model_info(repo_id, timeout=HUB_TIMEOUT, files_metadata=max_download_bytes is not None)
     except HFValidationError:
-        raise SpecdemoError(f"{repo_id[:80]!r} is not a valid Hub id (org/name: letters, digits, '-', '_', '.')") from None
+        raise SpecdemoError(
+            f"{repo_id[:80]!r} is not a valid Hub id (org/name: letters, digits, '-', '_', '.')"
+        ) from None
     except GatedRepoError:
-        raise SpecdemoError(f"model {repo_id!r} is gated on the Hub: accept its terms and log in, or pass a local "
-                            "folder") from None
+        raise SpecdemoError(
+            f"model {repo_id!r} is gated on the Hub: accept its terms and log in, or pass a local folder"
+        ) from None
     except RepositoryNotFoundError:
         raise SpecdemoError(f"no model {repo_id!r} on the Hub (or it is private); check the id") from None
     except Exception:  # no network, DNS, timeout, a proxy's error page: read the cache only
@@ -286,8 +320,10 @@ def _check_download(repo_id: str, files: dict[str, int] | None, folders, max_dow
         return
     weights = download_bytes(files, folders)
     if weights > max_download_bytes:
-        raise SpecdemoError(f"model {repo_id!r} has {weights / 1e9:.1f} GB of weights, over the {max_download_bytes / 1e9:.1f} "
-                            "GB this app downloads; pick a smaller model or run it from the command line")
+        raise SpecdemoError(
+            f"model {repo_id!r} has {weights / 1e9:.1f} GB of weights, over the {max_download_bytes / 1e9:.1f} "
+            "GB this app downloads; pick a smaller model or run it from the command line"
+        )
 
 
 def _local_model_index(folder: Path) -> dict:

@@ -36,26 +36,42 @@ class FlowTransformerTarget(TextToImageTarget):
     def kernel(self, name, steps, *, eta=None, churn=0.06, gamma=None, prediction=None):
         self.check_kernel(name)
         config = self.scheduler.config
-        for option, what in (("use_dynamic_shifting", "shifts its t grid by image size"),
-                             ("invert_sigmas", "runs its t grid upwards"),
-                             ("stochastic_sampling", "takes stochastic steps of its own")):
+        for option, what in (
+            ("use_dynamic_shifting", "shifts its t grid by image size"),
+            ("invert_sigmas", "runs its t grid upwards"),
+            ("stochastic_sampling", "takes stochastic steps of its own"),
+        ):
             if config.get(option):  # the churn kernel would not be this scheduler's chain
-                raise SpecdemoError(f"{self.name}'s scheduler {what} ({option}), which specdemo does not support; "
-                                    "accepted: a FlowMatchEulerDiscreteScheduler with a fixed shift")
+                raise SpecdemoError(
+                    f"{self.name}'s scheduler {what} ({option}), which specdemo does not support; "
+                    "accepted: a FlowMatchEulerDiscreteScheduler with a fixed shift"
+                )
         train_steps = self.scheduler.config.num_train_timesteps
         if not 2 <= steps <= train_steps:
-            raise SettingError("steps", steps, f"2..{train_steps}",
-                               f"--steps {steps} is out of range for {self.name}: accepted 2..{train_steps}")
+            raise SettingError(
+                "steps",
+                steps,
+                f"2..{train_steps}",
+                f"--steps {steps} is out of range for {self.name}: accepted 2..{train_steps}",
+            )
         return FlowChurnKernel(steps, churn, self.scheduler)
 
     def encode(self, pipeline, prompt, negative_prompt, guided):
         positive, negative, pooled, negative_pooled = pipeline.encode_prompt(
-            prompt, None, None, device=pipeline.transformer.device, do_classifier_free_guidance=guided,
-            negative_prompt=negative_prompt, max_sequence_length=self.max_sequence_length)
+            prompt,
+            None,
+            None,
+            device=pipeline.transformer.device,
+            do_classifier_free_guidance=guided,
+            negative_prompt=negative_prompt,
+            max_sequence_length=self.max_sequence_length,
+        )
         if not guided:
             return {"encoder_hidden_states": positive, "pooled_projections": pooled}
-        return {"encoder_hidden_states": torch.cat((negative, positive)),
-                "pooled_projections": torch.cat((negative_pooled, pooled))}
+        return {
+            "encoder_hidden_states": torch.cat((negative, positive)),
+            "pooled_projections": torch.cat((negative_pooled, pooled)),
+        }
 
     def schedule_mismatch(self, other):
         for key in FLOW_SCHEDULE:

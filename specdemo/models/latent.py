@@ -21,8 +21,17 @@ from .diffusers_unet import VP_KERNELS, default_vp_kernel, placed, schedule_mism
 
 # text encoders' settings a draft must share with its target: it reads the target's prompt embeddings
 TEXT_ENCODER_KEYS = ("hidden_size", "projection_dim", "num_hidden_layers", "vocab_size", "max_position_embeddings")
-VAE_KEYS = ("latent_channels", "scaling_factor", "shift_factor", "block_out_channels", "layers_per_block",
-            "down_block_types", "up_block_types", "in_channels", "out_channels")
+VAE_KEYS = (
+    "latent_channels",
+    "scaling_factor",
+    "shift_factor",
+    "block_out_channels",
+    "layers_per_block",
+    "down_block_types",
+    "up_block_types",
+    "in_channels",
+    "out_channels",
+)
 
 
 class GuidedNetwork:
@@ -40,8 +49,9 @@ class GuidedNetwork:
         self.dtype = denoiser.dtype
         self.timesteps = kernel.timesteps.to(denoiser.device)
 
-    def __call__(self, x: torch.Tensor, n: torch.Tensor, guidance_scale: torch.Tensor | None = None,
-                 **text: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, n: torch.Tensor, guidance_scale: torch.Tensor | None = None, **text: torch.Tensor
+    ) -> torch.Tensor:
         groups = next(iter(text.values())).shape[1]
         rows = x.to(self.dtype).repeat(groups, *[1] * (x.dim() - 1))
         t = self.timesteps[n].repeat(groups)
@@ -95,8 +105,9 @@ class TextToImageTarget(Target):
         """The text entries of GuidedNetwork for one prompt: each (G, ...), G = 2 when guided."""
         raise NotImplementedError
 
-    def prompt_conditioning(self, prompt: str, negative_prompt: str, guidance_scale: float, num_samples: int,
-                            device, dtype=None) -> dict[str, torch.Tensor]:
+    def prompt_conditioning(
+        self, prompt: str, negative_prompt: str, guidance_scale: float, num_samples: int, device, dtype=None
+    ) -> dict[str, torch.Tensor]:
         """Each trajectory's conditioning (the driver's cond): the prompt encoded once, its rows views
         of that one encoding, and the guidance weight w when w > 1."""
         device = torch.device(device)
@@ -169,8 +180,11 @@ class LatentUNetTarget(TextToImageTarget):
 
     def __init__(self, name, pipeline):
         super().__init__(name, pipeline)
-        self.defaults = {"kernel": default_vp_kernel(type(pipeline.scheduler).__name__), "steps": 50,
-                         "guidance_scale": 7.5}
+        self.defaults = {
+            "kernel": default_vp_kernel(type(pipeline.scheduler).__name__),
+            "steps": 50,
+            "guidance_scale": 7.5,
+        }
 
     def kernel(self, name, steps, *, eta=1.0, churn=None, gamma=None, prediction=None):
         self.check_kernel(name)

@@ -33,9 +33,26 @@ if TYPE_CHECKING:
     from ..parallel import Broadcast
     from ..pipeline import Problem
 
-__all__ = ["AUTO_FORMS", "MEASURED_MIN", "PILOT_DEPTH", "SHIPPED_PLANS", "Plan", "best_plan", "call_seconds", "call_sizes",
-           "draft_options", "key_name", "learn", "learnt_seed", "load_stats", "observe", "plan", "plan_key",
-           "plan_tree", "planned_options"]
+__all__ = [
+    "AUTO_FORMS",
+    "MEASURED_MIN",
+    "PILOT_DEPTH",
+    "SHIPPED_PLANS",
+    "Plan",
+    "best_plan",
+    "call_seconds",
+    "call_sizes",
+    "draft_options",
+    "key_name",
+    "learn",
+    "learnt_seed",
+    "load_stats",
+    "observe",
+    "plan",
+    "plan_key",
+    "plan_tree",
+    "planned_options",
+]
 
 
 MEASURED_MIN = 2  # runs that must have measured a plan before their seconds count against plain sampling's
@@ -129,10 +146,18 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         if auto_freeze:
             assert isinstance(problem.draft, (FrozenPerStep, StepwiseDraft))  # auto_draft's
             forms = list(problem.draft.forms.tolist())
-        stored = ({"plan": plan_record, "verifier": verifier.name, "plain_s": problem.plain_s, "forms": forms,
-                   "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
-                   "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s} if c.pilot else None,
-                   "learnt_from": None if c.pilot or learnt is None else learnt[1]}, source)
+        stored = (
+            {
+                "plan": plan_record,
+                "verifier": verifier.name,
+                "plain_s": problem.plain_s,
+                "forms": forms,
+                "cost_model": problem.cost_model.to_dict() if problem.cost_model else None,
+                "pilot": {"calls": pilot.target_calls, "s": problem.calibration_s} if c.pilot else None,
+                "learnt_from": None if c.pilot or learnt is None else learnt[1],
+            },
+            source,
+        )
         store_plan(key, stored[0], folder)
     else:
         stored = ({"online": True}, "online")
@@ -150,8 +175,9 @@ def _plain_if_faster(problem: Problem) -> Problem:
     plan = problem.tree
     if problem.plain_s is None or not isinstance(plan, TopologyPlan) or plan.expected_s is None:
         return problem
-    if plan.expected_s < problem.plain_s and (problem.measured_s is None
-                                              or problem.measured_s < problem.plain_s * MEASURED_MARGIN):
+    if plan.expected_s < problem.plain_s and (
+        problem.measured_s is None or problem.measured_s < problem.plain_s * MEASURED_MARGIN
+    ):
         return problem
     return replace(problem, tree=Topology(()), draft=None, verifier=None, declined=problem)
 
@@ -164,9 +190,17 @@ def _from_record(problem: Problem, record: dict, source: str, auto_tree: bool, a
     cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
     tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
     measured = record.get("measured_s") if record.get("measured_runs", 0) >= MEASURED_MIN else None
-    return replace(problem, draft=draft, tree=tree, verifier=get_verifier(record["verifier"]), cost_model=cost,
-                   plan_source=source, learnt=record.get("learnt_from") is not None, plain_s=record.get("plain_s"),
-                   measured_s=measured)
+    return replace(
+        problem,
+        draft=draft,
+        tree=tree,
+        verifier=get_verifier(record["verifier"]),
+        cost_model=cost,
+        plan_source=source,
+        learnt=record.get("learnt_from") is not None,
+        plain_s=record.get("plain_s"),
+        measured_s=measured,
+    )
 
 
 def _with_bias(problem: Problem) -> Problem:

@@ -38,13 +38,29 @@ def plan_key(problem: Problem) -> dict:
     c = problem.config
     from .. import __version__
 
-    key = {"format": PLAN_FORMAT, "version": __version__, "model": c.model, "kernel": problem.kernel.config(),
-           "method": c.method, "tree": c.tree, "verifier": c.verifier, "draft": c.draft, "freeze": c.freeze,
-           "start": c.start,
-           "draft_bias": c.draft_bias, "prefetch": c.prefetch, "budget": c.budget, "objective": c.objective,
-           "class_label": c.class_label, "pilot_samples": c.pilot_samples, "device": problem.device.type,
-           "dtype": str(problem.dtype), "prompt": c.prompt, "negative_prompt": c.negative_prompt,
-           "guidance_scale": c.guidance_scale}
+    key = {
+        "format": PLAN_FORMAT,
+        "version": __version__,
+        "model": c.model,
+        "kernel": problem.kernel.config(),
+        "method": c.method,
+        "tree": c.tree,
+        "verifier": c.verifier,
+        "draft": c.draft,
+        "freeze": c.freeze,
+        "start": c.start,
+        "draft_bias": c.draft_bias,
+        "prefetch": c.prefetch,
+        "budget": c.budget,
+        "objective": c.objective,
+        "class_label": c.class_label,
+        "pilot_samples": c.pilot_samples,
+        "device": problem.device.type,
+        "dtype": str(problem.dtype),
+        "prompt": c.prompt,
+        "negative_prompt": c.negative_prompt,
+        "guidance_scale": c.guidance_scale,
+    }
     if c.objective == "time":
         key["batch"] = problem.slots
     if problem.device.type == "cuda":  # how the networks are launched prices their calls
@@ -86,16 +102,28 @@ def store_plan(key: dict, record: dict, folder: Path | None) -> None:
 
 
 def plan_to_dict(plan: TopologyPlan) -> dict:
-    return {"trees": [list(t.widths) for t in plan.trees], "leaves": list(plan.leaves),
-            "known_trees": [list(t.widths) for t in plan.known_trees], "known_leaves": list(plan.known_leaves),
-            "expected_calls": plan.expected_calls, "expected_s": plan.expected_s, "objective": plan.objective,
-            "name": plan.name}
+    return {
+        "trees": [list(t.widths) for t in plan.trees],
+        "leaves": list(plan.leaves),
+        "known_trees": [list(t.widths) for t in plan.known_trees],
+        "known_leaves": list(plan.known_leaves),
+        "expected_calls": plan.expected_calls,
+        "expected_s": plan.expected_s,
+        "objective": plan.objective,
+        "name": plan.name,
+    }
 
 
 def plan_from_dict(d: dict) -> TopologyPlan:
     trees: dict[tuple[int, ...], Topology] = {}
     topology = lambda widths: trees.setdefault(tuple(widths), Topology(tuple(widths)))
-    return TopologyPlan(trees=tuple(topology(w) for w in d["trees"]), leaves=tuple(d["leaves"]),
-                        known_trees=tuple(topology(w) for w in d["known_trees"]),
-                        known_leaves=tuple(d["known_leaves"]), expected_calls=float(d["expected_calls"]),
-                        expected_s=d["expected_s"], objective=d["objective"], name=d["name"])
+    return TopologyPlan(
+        trees=tuple(topology(w) for w in d["trees"]),
+        leaves=tuple(d["leaves"]),
+        known_trees=tuple(topology(w) for w in d["known_trees"]),
+        known_leaves=tuple(d["known_leaves"]),
+        expected_calls=float(d["expected_calls"]),
+        expected_s=d["expected_s"],
+        objective=d["objective"],
+        name=d["name"],
+    )

@@ -58,15 +58,20 @@ def driver_costs(problem: Problem) -> DriverCosts:
     shallow, deep = 1, max(2, min(8, budget, int(problem.kernel.stochastic_run_lengths().max())))
     stepwise = isinstance(draft, StepwiseDraft)
     # the stepwise draft as it drafts where its levels take a frozen form (it still keeps r_f at every commit)
-    levels_draft = StepwiseDraft(draft.network, tuple(draft.frozen.forms.tolist())) if isinstance(draft, StepwiseDraft) else draft
+    levels_draft = (
+        StepwiseDraft(draft.network, tuple(draft.frozen.forms.tolist())) if isinstance(draft, StepwiseDraft) else draft
+    )
     chains = [(levels_draft, shallow), (levels_draft, deep)]
     if isinstance(draft, StepwiseDraft):
         chains.append((StepwiseDraft(draft.network, (RESIDUAL,) * problem.kernel.num_steps), deep))
     per_round = _driver_seconds(problem, chains)
     level_s = max(0.0, (per_round[1] - per_round[0]) / (deep - shallow))
     network_level_s = max(0.0, (per_round[2] - per_round[1]) / deep) if stepwise else 0.0
-    return {"round_s": max(0.0, per_round[0] - level_s * shallow), "level_s": level_s,
-            "network_level_s": network_level_s}
+    return {
+        "round_s": max(0.0, per_round[0] - level_s * shallow),
+        "level_s": level_s,
+        "network_level_s": network_level_s,
+    }
 
 
 def plain_seconds(problem: Problem) -> float:
@@ -79,9 +84,16 @@ def plain_seconds(problem: Problem) -> float:
     call = problem.cost_model.call(slots)
 
     def overhead() -> float:
-        cost = sample(lambda x, n, **cond: 0.5 * x, problem.kernel, problem.target.shape, slots,
-                      seed=problem.config.seed, cond={k: v[:slots] for k, v in problem.cond.items()},
-                      device=problem.device, dtype=problem.dtype).cost
+        cost = sample(
+            lambda x, n, **cond: 0.5 * x,
+            problem.kernel,
+            problem.target.shape,
+            slots,
+            seed=problem.config.seed,
+            cond={k: v[:slots] for k, v in problem.cond.items()},
+            device=problem.device,
+            dtype=problem.dtype,
+        ).cost
         return cost.wall_s - cost.target_s
 
     overhead()
@@ -116,8 +128,12 @@ def call_sizes(problem: Problem) -> set[int]:
     for t in tree.topologies:
         for depth in range(1, t.depth + 1):
             cut = Topology(t.widths[:depth])
-            sizes |= {call_size(batch * (cut.rows_per_round(leaves) - known)) for leaves in (False, True)
-                      for known in (0, 1) if cut.rows_per_round(leaves) > known}
+            sizes |= {
+                call_size(batch * (cut.rows_per_round(leaves) - known))
+                for leaves in (False, True)
+                for known in (0, 1)
+                if cut.rows_per_round(leaves) > known
+            }
     return sizes
 
 
@@ -129,10 +145,20 @@ def _driver_seconds(problem: Problem, chains: list[tuple[Draft, int]]) -> list[f
     slots = problem.slots
 
     def seconds(draft: Draft, depth: int) -> float:
-        cost = sample(lambda x, n, **cond: 0.5 * x, problem.kernel, problem.target.shape, slots,
-                      tree=Topology.chain(depth), draft=draft, verifier=problem.verifier, prefetch="nearest",
-                      seed=problem.config.seed, cond={k: v[:slots] for k, v in problem.cond.items()},
-                      device=problem.device, dtype=problem.dtype).cost
+        cost = sample(
+            lambda x, n, **cond: 0.5 * x,
+            problem.kernel,
+            problem.target.shape,
+            slots,
+            tree=Topology.chain(depth),
+            draft=draft,
+            verifier=problem.verifier,
+            prefetch="nearest",
+            seed=problem.config.seed,
+            cond={k: v[:slots] for k, v in problem.cond.items()},
+            device=problem.device,
+            dtype=problem.dtype,
+        ).cost
         return (cost.wall_s - cost.target_s) / max(cost.rounds, 1)
 
     for chain in chains:

@@ -54,8 +54,15 @@ def online_plan(problem: Problem) -> TopologyPlan:
     budget, steps = problem.config.budget, problem.kernel.num_steps
     assert budget is not None  # --tree auto plans within a budget
     chain, known = Topology.chain(min(budget, MAX_DEPTH)), Topology.chain(min(budget + 1, MAX_DEPTH))
-    return TopologyPlan((chain,) * steps, (False,) * steps, (known,) * steps, (False,) * steps,
-                        expected_calls=math.nan, objective=problem.config.objective, name=f"online({budget} rows)")
+    return TopologyPlan(
+        (chain,) * steps,
+        (False,) * steps,
+        (known,) * steps,
+        (False,) * steps,
+        expected_calls=math.nan,
+        objective=problem.config.objective,
+        name=f"online({budget} rows)",
+    )
 
 
 def online_problem(problem: Problem, auto_tree: bool, auto_freeze: bool) -> Problem:
@@ -63,12 +70,18 @@ def online_problem(problem: Problem, auto_tree: bool, auto_freeze: bool) -> Prob
     verification (under --verifier auto), and online_draft (--freeze auto). Its runs learn."""
     tree = online_plan(problem) if auto_tree else problem.tree
     verifier = problem.verifier or get_verifier("block")
-    return replace(problem, tree=tree, draft=online_draft(problem, auto_freeze), verifier=verifier,
-                   plan_source="online" if auto_tree else "default")
+    return replace(
+        problem,
+        tree=tree,
+        draft=online_draft(problem, auto_freeze),
+        verifier=verifier,
+        plan_source="online" if auto_tree else "default",
+    )
 
 
-def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]],
-                    cancel: Cancel | None = None) -> list[Problem]:
+def planned_options(
+    problem: Problem, options: list[tuple[DeltaStats, Draft]], cancel: Cancel | None = None
+) -> list[Problem]:
     """The problem planned (--tree auto) with each draft option and each verifier (the configured one, or
     under --verifier auto each of PLANNED_VERIFIERS: block verification accepts more a round, RMC costs
     the driver less a level, so which is faster depends on the device and the batch): under the time
@@ -81,9 +94,10 @@ def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]],
     assert budget is not None  # --tree auto plans within a budget
     if problem.config.objective != "time":
         stats, draft = options[0]
-        return [replace(planned, tree=plan_tree(planned, budget))
-                for planned in (replace(problem, draft=draft, stats=stats, verifier=v, cost_model=None)
-                                for v in verifiers)]
+        return [
+            replace(planned, tree=plan_tree(planned, budget))
+            for planned in (replace(problem, draft=draft, stats=stats, verifier=v, cost_model=None) for v in verifiers)
+        ]
     calls = call_costs(problem, check)
     planned = []
     for stats, draft in options:
@@ -97,6 +111,7 @@ def planned_options(problem: Problem, options: list[tuple[DeltaStats, Draft]],
 
 def best_plan(planned: list[Problem], objective: str) -> Problem:
     """The planned option of fewest expected seconds (time objective) or calls; the first of equals."""
+
     def expected(p: Problem) -> float:
         plan = cast(TopologyPlan, p.tree)  # a planned option's
         if objective == "time":
@@ -122,15 +137,23 @@ def plan_tree(problem: Problem, budget: int) -> TopologyPlan:
     a round, planned from the pilot's deltas (problem.stats): chains for method chain or a
     verifier of chains, trees of widths up to 8 (or the verifier's limit) otherwise."""
     if problem.stats is None:
-        raise SpecdemoError("planning needs the pilot's deltas: build the problem with tree auto and a budget "
-                            "(and replan, not a plan from the cache)")
+        raise SpecdemoError(
+            "planning needs the pilot's deltas: build the problem with tree auto and a budget "
+            "(and replan, not a plan from the cache)"
+        )
     c = problem.config
     draft = problem.draft.base if isinstance(problem.draft, BiasedDraft) else problem.draft
     assert draft is not None and problem.verifier is not None and c.prefetch is not None  # a speculative method's
     frozen = draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
-    return plan_topology(problem.stats, problem.verifier, budget, problem.kernel.stochastic_run_lengths(),
-                         max_width=1 if c.method == "chain" else 8,
-                         leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
-                         exact_known_root=frozen and not c.draft_bias, warm_up=frozen and not draft.cold_start,
-                         cost=problem.cost_model if c.objective == "time" else None,
-                         network_steps=(draft.forms == RESIDUAL).numpy() if isinstance(draft, StepwiseDraft) else None)
+    return plan_topology(
+        problem.stats,
+        problem.verifier,
+        budget,
+        problem.kernel.stochastic_run_lengths(),
+        max_width=1 if c.method == "chain" else 8,
+        leaf_options=LEAF_OPTIONS.get(c.prefetch, (False,)) if frozen else (False,),
+        exact_known_root=frozen and not c.draft_bias,
+        warm_up=frozen and not draft.cold_start,
+        cost=problem.cost_model if c.objective == "time" else None,
+        network_steps=(draft.forms == RESIDUAL).numpy() if isinstance(draft, StepwiseDraft) else None,
+    )

@@ -108,10 +108,19 @@ def learn(problem: Problem, trace, indices: Sequence[int]) -> None:
             (folder / key_name(key)).unlink(missing_ok=True)
         except OSError:
             pass  # a cache that cannot be written is skipped (store_plan skips it too)
-    store_plan(stats_key(key), {"num_steps": stats.num_steps, "trajectories": count + len(new),
-                                "learnt": {**learnt, seed: _ranges(known | new)},
-                                "deltas": {f"{n},{d}": [float(f"{v:.5g}") for v in values[:KEPT_PER_CELL]]
-                                           for (n, d), values in sorted(stats.deltas.items())}}, folder)
+    store_plan(
+        stats_key(key),
+        {
+            "num_steps": stats.num_steps,
+            "trajectories": count + len(new),
+            "learnt": {**learnt, seed: _ranges(known | new)},
+            "deltas": {
+                f"{n},{d}": [float(f"{v:.5g}") for v in values[:KEPT_PER_CELL]]
+                for (n, d), values in sorted(stats.deltas.items())
+            },
+        },
+        folder,
+    )
 
 
 def _ranges(indices: set[int]) -> list[list[int]]:
@@ -152,8 +161,9 @@ def observe(problem: Problem, wall_s: float, trajectories: int) -> None:
     store_plan(plan_key(problem), record, folder)
 
 
-def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = None
-                  ) -> tuple[Cost, list[tuple[DeltaStats, Draft]]]:
+def draft_options(
+    problem: Problem, auto_freeze: bool, cancel: Cancel | None = None
+) -> tuple[Cost, list[tuple[DeltaStats, Draft]]]:
     """The pilots' cost and the drafts they leave to choose from, each with its deltas. With --freeze
     auto, one pilot for each form the frozen draft can take (AUTO_FORMS: the output, x0-hat, its
     extrapolation in time, the fitted Gaussian), and with a draft network one for that network corrected
@@ -166,7 +176,9 @@ def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = N
         stats, cost = _pilot(problem, problem.draft, cancel)
         return cost, [(stats, problem.draft)]
     n_steps = problem.kernel.num_steps
-    candidates: list[tuple[int, Draft]] = [(FORMS[mode], frozen_draft(mode, start=problem.config.start)) for mode in AUTO_FORMS]
+    candidates: list[tuple[int, Draft]] = [
+        (FORMS[mode], frozen_draft(mode, start=problem.config.start)) for mode in AUTO_FORMS
+    ]
     if isinstance(problem.draft, NetworkDraft):
         candidates.append((RESIDUAL, CorrectedNetworkDraft(problem.draft.network, problem.draft.name)))
     pilots = [_pilot(problem, draft, cancel) for _, draft in candidates]
@@ -174,8 +186,15 @@ def draft_options(problem: Problem, auto_freeze: bool, cancel: Cancel | None = N
     options = []
     for kinds in (len(candidates), len(AUTO_FORMS)):  # every form, then the frozen forms alone
         table = tuple(candidates[i][0] for i in acceptance[:kinds].argmax(0).tolist())
-        stats = DeltaStats({k: v for (form, _), (st, _) in zip(candidates, pilots, strict=True) for k, v in st.deltas.items()
-                            if table[k[0]] == form}, n_steps)
+        stats = DeltaStats(
+            {
+                k: v
+                for (form, _), (st, _) in zip(candidates, pilots, strict=True)
+                for k, v in st.deltas.items()
+                if table[k[0]] == form
+            },
+            n_steps,
+        )
         options.append((stats, auto_draft(problem, table)))
         if RESIDUAL not in table:
             break
@@ -195,10 +214,23 @@ def _pilot(problem: Problem, draft: Draft, cancel: Cancel | None) -> tuple[Delta
     if c.draft_bias:
         draft = BiasedDraft(draft, c.draft_bias)
     depth = max(1, min(PILOT_DEPTH, int(problem.kernel.stochastic_run_lengths().max())))
-    pilot = sample(problem.network, problem.kernel, problem.target.shape, c.pilot_samples, tree=Topology.chain(depth),
-                   draft=draft, verifier=get_verifier("rmc"), prefetch=c.prefetch, seed=pilot_seed(c.seed),
-                   cond={k: v[:1].expand(c.pilot_samples, *v.shape[1:]) for k, v in problem.cond.items()},
-                   device=problem.device, dtype=problem.dtype, trace=True, trace_states=False, cancel=cancel)
+    pilot = sample(
+        problem.network,
+        problem.kernel,
+        problem.target.shape,
+        c.pilot_samples,
+        tree=Topology.chain(depth),
+        draft=draft,
+        verifier=get_verifier("rmc"),
+        prefetch=c.prefetch,
+        seed=pilot_seed(c.seed),
+        cond={k: v[:1].expand(c.pilot_samples, *v.shape[1:]) for k, v in problem.cond.items()},
+        device=problem.device,
+        dtype=problem.dtype,
+        trace=True,
+        trace_states=False,
+        cancel=cancel,
+    )
     return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
 
 
@@ -209,7 +241,14 @@ def _mean_acceptance(stats: DeltaStats, step: int) -> float:
 
 
 def _add_costs(a: Cost, b: Cost) -> Cost:
-    return Cost(method="pilot", steps=a.steps, stochastic_steps=a.stochastic_steps,
-                calls_per_trajectory=a.calls_per_trajectory + b.calls_per_trajectory,
-                counted_calls=a.counted_calls + b.counted_calls, rows_per_trajectory=a.rows_per_trajectory + b.rows_per_trajectory,
-                target_calls=a.target_calls + b.target_calls, wall_s=a.wall_s + b.wall_s, target_s=a.target_s + b.target_s)
+    return Cost(
+        method="pilot",
+        steps=a.steps,
+        stochastic_steps=a.stochastic_steps,
+        calls_per_trajectory=a.calls_per_trajectory + b.calls_per_trajectory,
+        counted_calls=a.counted_calls + b.counted_calls,
+        rows_per_trajectory=a.rows_per_trajectory + b.rows_per_trajectory,
+        target_calls=a.target_calls + b.target_calls,
+        wall_s=a.wall_s + b.wall_s,
+        target_s=a.target_s + b.target_s,
+    )

@@ -12,5 +12,19 @@ from .driver import SampleResult, check_run, method_name, sample
 from .prefetch import PREFETCH, Prefetch
 from .record import ACCEPTED, CORRECTED, REJECTED, ROOT, STATUS_NAMES, UNVISITED, RoundTrace
 
-__all__ = ["sample", "SampleResult", "Cost", "RoundTrace", "STATUS_NAMES", "PREFETCH", "Prefetch", "check_run",
-           "method_name", "UNVISITED", "ACCEPTED", "REJECTED", "CORRECTED", "ROOT"]
+__all__ = [
+    "sample",
+    "SampleResult",
+    "Cost",
+    "RoundTrace",
+    "STATUS_NAMES",
+    "PREFETCH",
+    "Prefetch",
+    "check_run",
+    "method_name",
+    "UNVISITED",
+    "ACCEPTED",
+    "REJECTED",
+    "CORRECTED",
+    "ROOT",
+]

@@ -50,7 +50,9 @@ class Cost:
     verify_s: float = 0.0  # walking the trees: verification, commits, prefetch
     examined_per_depth: list[int] = field(default_factory=list)
     accepted_per_depth: list[int] = field(default_factory=list)
-    padded_rows: int = 0  # rows the calls were padded with to a few shapes (trees/cost_model.py), in no trajectory's rows
+    padded_rows: int = (
+        0  # rows the calls were padded with to a few shapes (trees/cost_model.py), in no trajectory's rows
+    )
     warm_ups: int = 0  # warm-up rows: roots evaluated alone because their trajectory held no frozen output
     pilot_calls: int = 0  # sequential target calls of the pilot this run paid for (0: none, or a cached plan)
     pilot_s: float = 0.0  # its wall-clock, planning included

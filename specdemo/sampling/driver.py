@@ -86,8 +86,15 @@ def method_name(tree: Topology | TopologyPlan) -> str:
     return "chain" if all(t.is_chain for t in tree.topologies) else "tree"
 
 
-def check_run(kernel: Kernel, tree: Topology | TopologyPlan, draft: Draft | None, verifier: Verifier | None,
-              shape: Sequence[int], num_samples: int, dtype: torch.dtype = torch.float32) -> None:
+def check_run(
+    kernel: Kernel,
+    tree: Topology | TopologyPlan,
+    draft: Draft | None,
+    verifier: Verifier | None,
+    shape: Sequence[int],
+    num_samples: int,
+    dtype: torch.dtype = torch.float32,
+) -> None:
     """Refuse a run that cannot work, with the reason and what is accepted."""
     if num_samples < 1:
         raise SpecdemoError(f"the number of samples must be >= 1, got {num_samples}")
@@ -200,8 +207,26 @@ class _Batch:
     samples and kept states by trajectory position (0..B-1).
     """
 
-    def __init__(self, network, kernel: Kernel, shape, num_samples, tree, draft, verifier, prefetch: Prefetch,
-                 seed, indices, cond, device, dtype, keep_steps, trace, trace_states, max_batch):
+    def __init__(
+        self,
+        network,
+        kernel: Kernel,
+        shape,
+        num_samples,
+        tree,
+        draft,
+        verifier,
+        prefetch: Prefetch,
+        seed,
+        indices,
+        cond,
+        device,
+        dtype,
+        keep_steps,
+        trace,
+        trace_states,
+        max_batch,
+    ):
         self.network, self.kernel, self.shape = network, kernel, tuple(shape)
         self.draft, self.verifier = draft, verifier
         self.device, self.dtype = torch.device(device), dtype
@@ -217,7 +242,9 @@ class _Batch:
         self.values = int(np.prod(self.shape))
         self.uses_frozen = tree.max_depth > 0 and draft.uses_frozen
         self.prefetch = prefetch if self.uses_frozen else None
-        leaf_table = prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
+        leaf_table = (
+            prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
+        )
         self.schedule = Schedule(tree, kernel, leaf_table)
         self.exact_known = tree.max_depth > 0 and draft.exact_at_known_root
         self._spaces: dict[Topology, Workspace] = {}
@@ -230,13 +257,18 @@ class _Batch:
         self.samples = torch.empty((b, *self.shape), device=self.device, dtype=dtype)
         self.y = torch.zeros((slots, *self.shape), device=self.device, dtype=dtype)
         self.y_flat = self.y.view(slots, self.values)
-        self.frozen = torch.zeros((slots, *draft.frozen_shape(self.shape)), device=self.device, dtype=dtype) \
-            if self.uses_frozen else None
+        self.frozen = (
+            torch.zeros((slots, *draft.frozen_shape(self.shape)), device=self.device, dtype=dtype)
+            if self.uses_frozen
+            else None
+        )
         # an output form's frozen output against the levels' (B, E): (1, A, 1, D); and as rows (A, D)
-        self.frozen_levels = self.frozen.view(1, slots, 1, -1) if self.frozen is not None and draft.frozen_is_output \
-            else None
-        self.frozen_rows = self.frozen.view(slots, -1) if self.frozen is not None and self.frozen_levels is not None \
-            else None
+        self.frozen_levels = (
+            self.frozen.view(1, slots, 1, -1) if self.frozen is not None and draft.frozen_is_output else None
+        )
+        self.frozen_rows = (
+            self.frozen.view(slots, -1) if self.frozen is not None and self.frozen_levels is not None else None
+        )
         self.root_out = torch.zeros_like(self.y_flat)  # the exact target output at y, where root_known
         # host state per slot
         self.slot_traj = np.full(slots, -1, dtype=np.int64)  # -1: empty
@@ -252,10 +284,16 @@ class _Batch:
         top = tree.max_depth
         self.round_ends: list[np.ndarray] = []  # every speculative round's committed steps, per trajectory
         self.round_kept: list[np.ndarray] = []  # and its kept drafted nodes
-        self.cost = Cost(method=method_name(tree), steps=self.num_steps,
-                         stochastic_steps=int((kernel.scales > 0).sum()),
-                         calls_per_trajectory=self.calls, counted_calls=self.counted, rows_per_trajectory=self.rows_used,
-                         examined_per_depth=[0] * top, accepted_per_depth=[0] * top)
+        self.cost = Cost(
+            method=method_name(tree),
+            steps=self.num_steps,
+            stochastic_steps=int((kernel.scales > 0).sum()),
+            calls_per_trajectory=self.calls,
+            counted_calls=self.counted,
+            rows_per_trajectory=self.rows_used,
+            examined_per_depth=[0] * top,
+            accepted_per_depth=[0] * top,
+        )
         self.clock = PhaseClock(self.device)
         self.keep = sorted(set(keep_steps))
         self.states: dict[int, torch.Tensor] = {}
@@ -267,8 +305,11 @@ class _Batch:
     def workspace(self, tree: Topology) -> Workspace:
         """The run's buffers for rounds of this (union) tree: the run's own, or the process's from an
         earlier run, or new."""
-        space = self._spaces.pop(tree, None) or cast("Workspace | None", POOL.take(self.pool_key(tree))) \
+        space = (
+            self._spaces.pop(tree, None)
+            or cast("Workspace | None", POOL.take(self.pool_key(tree)))
             or Workspace(layout_for(tree, self.device), self.slots, self.shape, self.device, self.dtype)
+        )
         self._spaces[tree] = space  # the most recently used last
         if len(self._spaces) > WORKSPACES:
             oldest = next(iter(self._spaces))
@@ -311,7 +352,7 @@ class _Batch:
             self.slot_traj[slot] = self.next_traj
             self.next_traj += 1
             self.n[slot], self.has_frozen[slot], self.root_known[slot], self.fresh[slot] = 0, False, False, True
-            self.keep_state([slot], [0], self.y[slot:slot + 1])
+            self.keep_state([slot], [0], self.y[slot : slot + 1])
         self.slot_traj_device.copy_(torch.from_numpy(self.slot_traj))
 
     def keep_state(self, slots: list[int], steps: list[int], values: torch.Tensor) -> None:
@@ -325,7 +366,9 @@ class _Batch:
         """Trajectories in their first speculative round take the draft's cold value (Draft.cold_value)
         instead of a warm-up call."""
         rows = self.slot_tensor(slots)
-        value, calls = self.draft.cold_value(self.kernel, self.y[rows], self.slot_tensor(self.n[slots]), self.cond_of(rows))
+        value, calls = self.draft.cold_value(
+            self.kernel, self.y[rows], self.slot_tensor(self.n[slots]), self.cond_of(rows)
+        )
         assert self.frozen is not None  # cold starts are of drafts that use frozen values
         self.frozen[rows] = value
         self.cost.draft_calls += calls
@@ -364,8 +407,9 @@ class _Batch:
         t0 = self.clock.mark()
         finite = self.synchronise(plan, out)
         if not finite:
-            raise SpecdemoError(f"the network returned NaN or inf at step(s) {self.bad_steps(out)}; "
-                                "check the model and its inputs")
+            raise SpecdemoError(
+                f"the network returned NaN or inf at step(s) {self.bad_steps(out)}; check the model and its inputs"
+            )
         decided = Decided.empty(self.slots)
         for part in plan.parts:
             self.walk(part, decided)
@@ -426,7 +470,9 @@ class _Batch:
             t0 = self.clock.mark()
             out = self.network(states, steps, **cond)
             if out.shape != states.shape:
-                raise SpecdemoError(f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(states.shape)}")
+                raise SpecdemoError(
+                    f"the network returned shape {tuple(out.shape)} for inputs of shape {tuple(states.shape)}"
+                )
             self.clock.add("target", t0)
             if out.dtype != self.dtype:
                 out = out.to(self.dtype)
@@ -493,17 +539,19 @@ class _Batch:
             box["traj"][at:hi] = self.slot_traj[part_slots]
             bounds.append((at, hi))
             at = hi
-        box["rows_out"][bounds[0][1] - pad:bounds[0][1]] = spare
-        plan.call_slots = np.concatenate(parts_slots)[:count + pad]
+        box["rows_out"][bounds[0][1] - pad : bounds[0][1]] = spare
+        plan.call_slots = np.concatenate(parts_slots)[: count + pad]
         plan.call_real = np.ones(size, dtype=bool)
-        plan.call_real[bounds[0][1] - pad:bounds[0][1]] = False
+        plan.call_real[bounds[0][1] - pad : bounds[0][1]] = False
         return count, size, bounds
 
     def call_box(self, size: int) -> CallBox:
         """The buffers and mailbox of a call of `size` rows: the run's own, or the process's, or new."""
         box = self._calls.get(size)
         if box is None:
-            box = self._calls[size] = cast("CallBox | None", POOL.take(self.call_key(size))) or CallBox(size, self.shape, self.device, self.dtype)
+            box = self._calls[size] = cast("CallBox | None", POOL.take(self.call_key(size))) or CallBox(
+                size, self.shape, self.device, self.dtype
+            )
         return box
 
     def call_key(self, size: int) -> tuple:
@@ -557,7 +605,7 @@ class _Batch:
             t = tables(tree)
             n0 = self.n[slots]
             g = gram[np.arange(t.num_parents)[None], slots[:, None]]  # (R, Np_T, K_U + 1, K_U + 1)
-            s = scales[np.minimum(n0[:, None] + t.node_depth[None, :t.num_parents], self.num_steps - 1)]
+            s = scales[np.minimum(n0[:, None] + t.node_depth[None, : t.num_parents], self.num_steps - 1)]
             norm = np.sqrt(np.maximum(g[..., k_u, k_u], 0.0))
             delta = norm / s
             if self.exact_known:  # the first level's mean is the target's there: delta 0 by construction
@@ -567,13 +615,15 @@ class _Batch:
             u = np.zeros((slots.size, t.num_nodes))
             u[:, 1:] = g[:, par, t.position[kids], k_u] / np.maximum(norm[:, par] * s[:, par], TINY)
             uniforms = self.rng.uniform(slots, self.verifier.uniforms_per_round(t))
-            walk = self.verifier.walk(t, delta, u, uniforms, _SlotRandom(self.rng, slots),
-                                      trace=self.trace is not None)
+            walk = self.verifier.walk(t, delta, u, uniforms, _SlotRandom(self.rng, slots), trace=self.trace is not None)
             rows = np.arange(slots.size)
             corrected = walk.corrected
             p = np.minimum(walk.node, t.num_parents - 1)  # the parent of the corrected draw (kept rows: any)
-            factor = np.where(corrected, s[rows, p] * (np.nan_to_num(walk.u_new) - u[rows, walk.child])
-                              / np.maximum(norm[rows, p], TINY), 0.0)
+            factor = np.where(
+                corrected,
+                s[rows, p] * (np.nan_to_num(walk.u_new) - u[rows, walk.child]) / np.maximum(norm[rows, p], TINY),
+                0.0,
+            )
             decided.commit[slots] = walk.child * a + slots
             decided.diff_row[slots] = p * a + slots
             decided.factor[slots] = factor
@@ -585,9 +635,15 @@ class _Batch:
                 if source is None:
                     decided.unfreeze[slots] = True
                 else:
-                    decided.set_source(slots, a, source, np.maximum(t.parent[source], 0),
-                                       n0 + t.node_depth[source], n0 + np.maximum(t.node_depth[source] - 1, 0),
-                                       part.index)
+                    decided.set_source(
+                        slots,
+                        a,
+                        source,
+                        np.maximum(t.parent[source], 0),
+                        n0 + t.node_depth[source],
+                        n0 + np.maximum(t.node_depth[source] - 1, 0),
+                        part.index,
+                    )
             if leaves:
                 kept = slots[~corrected]
                 decided.known_rows(kept, walk.node[~corrected] * a + kept, part.index)
@@ -654,7 +710,9 @@ class _Batch:
         if refresh.any():
             self.freeze(plan, decided, refresh)
         if decided.known.any():
-            leaf_out = self.gathered(plan, decided, "leaf", lambda ws: ws.out_flat, self.root_out.new_empty(self.root_out.shape))
+            leaf_out = self.gathered(
+                plan, decided, "leaf", lambda ws: ws.out_flat, self.root_out.new_empty(self.root_out.shape)
+            )
             if decided.known.all():
                 self.root_out.copy_(leaf_out)
             else:
@@ -703,12 +761,16 @@ class _Batch:
             above_out, above_x = ws.frozen_above_flat
             self.gathered(plan, decided, "above", lambda w: w.out_flat, above_out)
             self.gathered(plan, decided, "above", lambda w: w.x_flat, above_x)
-            history = {"previous": torch.where(held, self.frozen, 0.0),
-                       "earlier": (*ws.frozen_above, dev["above_step"])}
+            history = {
+                "previous": torch.where(held, self.frozen, 0.0),
+                "earlier": (*ws.frozen_above, dev["above_step"]),
+            }
         if self.draft.calls_network:  # a draft network corrected at the frozen node: one more draft call
             self.cost.draft_calls += 1
         cond = self.cond_of() if self.draft.calls_network else None
-        value = self.draft.frozen_value(self.kernel, ws.frozen_out, ws.frozen_x, dev["source_step"], cond=cond, **history)
+        value = self.draft.frozen_value(
+            self.kernel, ws.frozen_out, ws.frozen_x, dev["source_step"], cond=cond, **history
+        )
         if whole:
             self.frozen.copy_(value)
         else:
@@ -729,8 +791,11 @@ class _Batch:
             for _ in range(int(t.depth)):  # climb to the ancestor at depth j
                 node = np.where(t.node_depth[node] > j[rows], t.parent[node], node)
             x_rows = self.slot_tensor(node * ws.capacity + slots[rows])
-            values = torch.where(torch.from_numpy(inner).to(self.device).view(-1, *[1] * len(self.shape)),
-                                 ws.x_flat[x_rows].view(-1, *self.shape), self.y[self.slot_tensor(slots[rows])])
+            values = torch.where(
+                torch.from_numpy(inner).to(self.device).view(-1, *[1] * len(self.shape)),
+                ws.x_flat[x_rows].view(-1, *self.shape),
+                self.y[self.slot_tensor(slots[rows])],
+            )
             self.keep_state(slots[rows].tolist(), [m_step] * rows.size, values)
 
     def finish(self) -> None:
@@ -738,9 +803,11 @@ class _Batch:
         # rounds that committed more than d steps examined level d; more than d kept nodes kept it
         ends = np.concatenate(self.round_ends) if self.round_ends else np.zeros(0, np.int64)
         kept = np.concatenate(self.round_kept) if self.round_kept else np.zeros(0, np.int64)
-        examined, accepted = (np.bincount(v.astype(np.int64), minlength=top + 2)[::-1].cumsum()[::-1] for v in (ends, kept))
-        self.cost.examined_per_depth = examined[1:top + 1].tolist()
-        self.cost.accepted_per_depth = accepted[1:top + 1].tolist()
+        examined, accepted = (
+            np.bincount(v.astype(np.int64), minlength=top + 2)[::-1].cumsum()[::-1] for v in (ends, kept)
+        )
+        self.cost.examined_per_depth = examined[1 : top + 1].tolist()
+        self.cost.accepted_per_depth = accepted[1 : top + 1].tolist()
         seconds = self.clock.totals()
         self.cost.target_s = seconds.get("target", 0.0)
         self.cost.draft_s = seconds.get("draft", 0.0)
@@ -762,11 +829,14 @@ class Part:
     own tree (an index into the schedule's trees), the slots and the drafted nodes of each, and its
     workspace."""
 
-    def __init__(self, index: int, tree: Topology, groups: dict[int, np.ndarray], drafted: dict[int, int],
-                 any_known: bool):
+    def __init__(
+        self, index: int, tree: Topology, groups: dict[int, np.ndarray], drafted: dict[int, int], any_known: bool
+    ):
         self.index, self.tree, self.groups = index, tree, groups
         self.slots = np.concatenate(list(groups.values())) if groups else np.zeros(0, np.int64)
-        self.drafted = np.concatenate([np.full(s.size, drafted[i]) for i, s in groups.items()]) if groups else self.slots
+        self.drafted = (
+            np.concatenate([np.full(s.size, drafted[i]) for i, s in groups.items()]) if groups else self.slots
+        )
         self.any_known = any_known
         self.ws: Workspace  # the round's buffers: set by _Batch.round before the part is used
 
@@ -804,14 +874,29 @@ class CallBox:
         d = int(np.prod(shape))
         buf = torch.zeros((size, d), device=device, dtype=dtype)
         self.nbytes = buf.nbytes + 4 * 8 * size
-        self.mailbox = Mailbox({"rows_in": ((size,), torch.long), "rows_out": ((size,), torch.long),
-                                "steps": ((size,), torch.long), "traj": ((size,), torch.long)}, device)
+        self.mailbox = Mailbox(
+            {
+                "rows_in": ((size,), torch.long),
+                "rows_out": ((size,), torch.long),
+                "steps": ((size,), torch.long),
+                "traj": ((size,), torch.long),
+            },
+            device,
+        )
         self.finite = torch.zeros((), device=device, dtype=torch.float64)
         cuda = device.type == "cuda"
         self._finite_host = torch.zeros(1, dtype=torch.float64, pin_memory=True) if cuda else self.finite.view(1)
         self.finite_host = self._finite_host.numpy()
         dev = self.mailbox.device
-        self.views = (buf, buf.view(size, *shape), dev["rows_in"], dev["rows_out"], dev["steps"], dev["traj"], self.finite)
+        self.views = (
+            buf,
+            buf.view(size, *shape),
+            dev["rows_in"],
+            dev["rows_out"],
+            dev["steps"],
+            dev["traj"],
+            self.finite,
+        )
 
     def fetch(self) -> None:
         if self.finite.device.type == "cuda":
@@ -846,8 +931,21 @@ class Decided:
         """Every slot's rows at its own root (row j A + a with j = 0: a): y stays, nothing is frozen."""
         z = lambda dtype=np.int64: np.zeros(slots, dtype=dtype)
         root = lambda: np.arange(slots)
-        return cls(np.full(slots, -1), root(), root(), z(np.float64), z(bool), root(), root(), z(), z(), z(bool),
-                   z(bool), z(bool), root())
+        return cls(
+            np.full(slots, -1),
+            root(),
+            root(),
+            z(np.float64),
+            z(bool),
+            root(),
+            root(),
+            z(),
+            z(),
+            z(bool),
+            z(bool),
+            z(bool),
+            root(),
+        )
 
     def set_source(self, slots, a, source, above, source_step, above_step, part: int) -> None:
         """Node rows (node-major: node j of slot s is row j A + s) of the source and the node above it."""
@@ -909,8 +1007,25 @@ def sample(
     check_run(kernel, tree, draft, verifier, shape, min(num_samples, max_batch or num_samples), dtype)
     t_start = time.perf_counter()
     with torch.inference_mode():
-        batch = _Batch(network, kernel, shape, num_samples, tree, draft, verifier, prefetch or NearestSibling(), seed,
-                       indices, cond, device, dtype, keep_steps, trace, trace_states, max_batch)
+        batch = _Batch(
+            network,
+            kernel,
+            shape,
+            num_samples,
+            tree,
+            draft,
+            verifier,
+            prefetch or NearestSibling(),
+            seed,
+            indices,
+            cond,
+            device,
+            dtype,
+            keep_steps,
+            trace,
+            trace_states,
+            max_batch,
+        )
         try:
             _run(batch, num_samples, callback, cancel)
             batch.finish()
@@ -933,6 +1048,12 @@ def _run(batch: _Batch, num_samples: int, callback, cancel) -> None:
             live = batch.slot_traj >= 0
             done = batch.next_traj - int(live.sum()) + int((batch.n[live] == batch.num_steps).sum())
             progress = (batch.next_traj - int(live.sum())) * batch.num_steps + int(batch.n[live].sum())
-            callback({"round": batch.cost.rounds, "finished": done, "num_samples": num_samples,
-                      "progress": progress / (num_samples * batch.num_steps),
-                      "target_calls": batch.cost.target_calls})
+            callback(
+                {
+                    "round": batch.cost.rounds,
+                    "finished": done,
+                    "num_samples": num_samples,
+                    "progress": progress / (num_samples * batch.num_steps),
+                    "target_calls": batch.cost.target_calls,
+                }
+            )

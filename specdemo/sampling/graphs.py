@@ -38,8 +38,9 @@ def launched(network: Callable[..., torch.Tensor], launch: str, device: torch.de
     if launch == "auto":
         launch = "graphs" if device.type == "cuda" else "eager"
     if launch != "eager" and device.type != "cuda":
-        raise SpecdemoError(f"launch {launch} replays the network on a CUDA GPU; on {device.type} use launch eager "
-                            "or auto")
+        raise SpecdemoError(
+            f"launch {launch} replays the network on a CUDA GPU; on {device.type} use launch eager or auto"
+        )
     if launch == "graphs":
         return GraphedNetwork(network)
     if launch == "compile":
@@ -80,8 +81,12 @@ class GraphedNetwork:
             with _CAPTURE:
                 return self._captured(x, static_x, static_n, static_cond)
         except RuntimeError as err:  # not capturable: this shape runs eagerly
-            warnings.warn(f"the network could not be captured as a CUDA graph for inputs {tuple(x.shape)} ({err}); "
-                          "it runs eagerly there", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"the network could not be captured as a CUDA graph for inputs {tuple(x.shape)} ({err}); "
+                "it runs eagerly there",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return None
 
     def _captured(self, x, static_x, static_n, static_cond) -> tuple:

@@ -89,9 +89,9 @@ class Layout:
         self.uniform = len(set(tree.widths)) <= 1
         long: dict[str, Any] = dict(dtype=torch.long, device=device)
         depth_of = t.node_depth
-        self.parent_level = torch.as_tensor(depth_of[:self.num_parents], **long)  # a parent's level
+        self.parent_level = torch.as_tensor(depth_of[: self.num_parents], **long)  # a parent's level
         self.child_level = torch.as_tensor(depth_of[1:] - 1, **long)  # the level that drafted each node
-        self.kid_table = torch.as_tensor(t.kids[:t.num_parents].reshape(-1), **long) if t.num_parents else None
+        self.kid_table = torch.as_tensor(t.kids[: t.num_parents].reshape(-1), **long) if t.num_parents else None
 
 
 @lru_cache(maxsize=256)
@@ -118,8 +118,8 @@ class Mailbox:
             at = 0
             for name, size in zip(names, sizes, strict=True):
                 shape = fields[name][0]
-                self.host[name] = array[at:at + size].reshape(shape)
-                self.device[name] = dev[at:at + size].view(shape)
+                self.host[name] = array[at : at + size].reshape(shape)
+                self.device[name] = dev[at : at + size].view(shape)
                 at += size
 
     def send(self) -> None:
@@ -132,8 +132,7 @@ class Workspace:
     """The buffers of a layout's rounds for `capacity` trajectories (module docstring), reused from round
     to round, with every view the round reads."""
 
-    def __init__(self, layout: Layout, capacity: int, shape: tuple[int, ...], device: torch.device,
-                 dtype: torch.dtype):
+    def __init__(self, layout: Layout, capacity: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype):
         self.layout, self.capacity, self.shape = layout, capacity, tuple(shape)
         self.device, self.dtype = device, dtype
         a, m, depth, np_, k = capacity, layout.num_nodes, layout.depth, layout.num_parents, layout.max_width
@@ -168,22 +167,55 @@ class Workspace:
         self.frozen_x = zeros(a, *shape)
         self.frozen_above = (zeros(a, *shape), zeros(a, *shape))
         self.before = Mailbox({"steps": ((levels, a), torch.long)}, device)
-        self.after = Mailbox({"commit": ((a,), torch.long), "diff_row": ((a,), torch.long),
-                              "factor": ((a, 1), torch.float64), "source": ((a,), torch.long),
-                              "above": ((a,), torch.long), "source_step": ((a,), torch.long),
-                              "above_step": ((a,), torch.long), "leaf": ((a,), torch.long),
-                              "mine": ((a, 1), torch.bool), "direct": ((a, 1), torch.bool),
-                              "refresh": ((a, 1), torch.bool), "known": ((a, 1), torch.bool),
-                              "held": ((a, 1), torch.bool)}, device)
+        self.after = Mailbox(
+            {
+                "commit": ((a,), torch.long),
+                "diff_row": ((a,), torch.long),
+                "factor": ((a, 1), torch.float64),
+                "source": ((a,), torch.long),
+                "above": ((a,), torch.long),
+                "source_step": ((a,), torch.long),
+                "above_step": ((a,), torch.long),
+                "leaf": ((a,), torch.long),
+                "mine": ((a, 1), torch.bool),
+                "direct": ((a, 1), torch.bool),
+                "refresh": ((a, 1), torch.bool),
+                "known": ((a, 1), torch.bool),
+                "held": ((a, 1), torch.bool),
+            },
+            device,
+        )
         self._views()
 
     @property
     def nbytes(self) -> int:
-        buffers = (self.z_storage, self.noise, self.bias, self.matrices, self.parent_matrices,
-                   self.be, self.h, self.h_inner, self.parent_be, self.node_be, self.node_rows, self.rows, self.mp, self.mq, self.linear,
-                   self.g, self.gram, self.wide, self.kid_buffer, self.frozen_out, self.frozen_x, *self.frozen_above)
-        return sum(t.nbytes for t in buffers if t is not None) + (0 if self.parent_rows is self.rows else
-                                                                  self.parent_rows.nbytes)
+        buffers = (
+            self.z_storage,
+            self.noise,
+            self.bias,
+            self.matrices,
+            self.parent_matrices,
+            self.be,
+            self.h,
+            self.h_inner,
+            self.parent_be,
+            self.node_be,
+            self.node_rows,
+            self.rows,
+            self.mp,
+            self.mq,
+            self.linear,
+            self.g,
+            self.gram,
+            self.wide,
+            self.kid_buffer,
+            self.frozen_out,
+            self.frozen_x,
+            *self.frozen_above,
+        )
+        return sum(t.nbytes for t in buffers if t is not None) + (
+            0 if self.parent_rows is self.rows else self.parent_rows.nbytes
+        )
 
     def _views(self) -> None:
         lay, a, d = self.layout, self.capacity, self.values
@@ -191,10 +223,10 @@ class Workspace:
         levels_ = self.levels_count
         chain = lay.is_chain
         starts = lay.starts
-        self.z = self.z_storage[:3 * m * a * d].view(3, m, a, d)
+        self.z = self.z_storage[: 3 * m * a * d].view(3, m, a, d)
         self.x, self.c = self.z[0], self.z[1]  # (M, A, D)
         self.x_flat = self.x.view(m * a, d)
-        self.out_flat = self.z_storage[2 * m * a * d:].view(m * a + 1, d)  # row M A: the spare row
+        self.out_flat = self.z_storage[2 * m * a * d :].view(m * a + 1, d)  # row M A: the spare row
         self.out_states = self.out_flat.view(m * a + 1, *self.shape)
         self.x_root, self.c_root, self.out_root = self.x[0], self.c[0], self.z[2, 0]  # (A, D)
         # per parent, (x, c) and (x, out) as (Np A, 2, D): the operands of the batched products
@@ -222,13 +254,13 @@ class Workspace:
         # the draft's recursion
         self.first_row = self.matrices[:, :, 0, :]  # (L', A, 2): a_d and g_d
         self.a_levels, self.g_levels = self.first_row[..., 0], self.first_row[..., 1]
-        self.second_row = self.matrices[:max(depth - 1, 0), :, 1, :]  # h_{d+1} (a_d, g_d), d < L - 1
-        self.first_row_inner = self.first_row[:max(depth - 1, 0)]
+        self.second_row = self.matrices[: max(depth - 1, 0), :, 1, :]  # h_{d+1} (a_d, g_d), d < L - 1
+        self.first_row_inner = self.first_row[: max(depth - 1, 0)]
         self.b_levels, self.o_levels = self.be[:, :, 0], self.be[:, :, 1]  # (L', A, D)
         self.b_states = self.b_levels.view(levels_, a, *self.shape)  # the same, as a draft gives them
         self.o_states = self.o_levels.view(levels_, a, *self.shape)
         self.h_next, self.h_root = self.h[1:depth, :, None], self.h[0, :, None]
-        self.h_inner_column = None if self.h_inner is None else self.h_inner[:max(np_ - 1, 0), :, None]
+        self.h_inner_column = None if self.h_inner is None else self.h_inner[: max(np_ - 1, 0), :, None]
         self.o_next, self.o_root = self.be[1:depth, :, 1], self.be[0, :, 1]
         drafted, inner = max(m - 1, 0), max(np_ - 1, 0)
         self.x_bias, self.c_bias = self.bias[0, :drafted], self.bias[1, :inner]
@@ -237,8 +269,8 @@ class Workspace:
         self.noise_nodes = noise[:drafted]
         if chain:  # a chain's nodes 1..L are its levels' children, its parents its levels
             self.scale_nodes, self.b_nodes = self.scale[:drafted], self.b_levels[:drafted]
-            self.first_parents = self.matrices.view(-1, 2, 2)[:np_ * a, :1]  # (L A, 1, 2)
-            self.b_parents = self.be.view(-1, 2, d)[:np_ * a, :1]  # (L A, 1, D)
+            self.first_parents = self.matrices.view(-1, 2, 2)[: np_ * a, :1]  # (L A, 1, 2)
+            self.b_parents = self.be.view(-1, 2, d)[: np_ * a, :1]  # (L A, 1, D)
         else:
             # a tree's (not a chain's) buffers
             assert self.node_rows is not None and self.node_be is not None
@@ -256,19 +288,33 @@ class Workspace:
         for level in range(depth):
             lo, hi, hi2 = starts[level], starts[level + 1], starts[level + 2]
             width, p = lay.tree.widths[level], hi - lo
-            matrix = self.matrices[level] if self.parent_matrices is None else self.parent_matrices[lo:hi].view(p * a, 2, 2)
-            wide = self.wide[:p * a]
-            self.levels.append(LevelViews(
-                width=width, parents=both[lo:hi].reshape(p * a, 2, d), kids=both[hi:hi2].reshape((hi2 - hi) * a, 2, d),
-                kid_bias=bias[hi - 1:hi2 - 1].reshape((hi2 - hi) * a, 2, d), matrix=matrix, wide=wide,
-                wide_grid=wide.view(p, a, 2, d).permute(2, 0, 1, 3)[:, :, None],
-                kids_grid=self.z[:2, hi:hi2].view(2, p, width, a, d),
-                bias_grid=self.bias[:, hi - 1:hi2 - 1].view(2, p, width, a, d),
-                parents_c=self.c[lo:hi], a=self.matrices[level, :, 0, 0:1], scale=self.rows[level, :, 5:6],
-                x_parents=self.x[lo:hi, None], x_kids=self.x[hi:hi2].view(p, width, a, d),
-                x_bias=self.bias[0, hi - 1:hi2 - 1].view(p, width, a, d),
-                noise=noise[hi - 1:hi2 - 1].view(p, width, a, d),
-                parent_states=self.x[lo:hi].view(p, a, *self.shape), mp=self.mp[lo:hi], mp_grid=self.mp[lo:hi, None]))
+            matrix = (
+                self.matrices[level] if self.parent_matrices is None else self.parent_matrices[lo:hi].view(p * a, 2, 2)
+            )
+            wide = self.wide[: p * a]
+            self.levels.append(
+                LevelViews(
+                    width=width,
+                    parents=both[lo:hi].reshape(p * a, 2, d),
+                    kids=both[hi:hi2].reshape((hi2 - hi) * a, 2, d),
+                    kid_bias=bias[hi - 1 : hi2 - 1].reshape((hi2 - hi) * a, 2, d),
+                    matrix=matrix,
+                    wide=wide,
+                    wide_grid=wide.view(p, a, 2, d).permute(2, 0, 1, 3)[:, :, None],
+                    kids_grid=self.z[:2, hi:hi2].view(2, p, width, a, d),
+                    bias_grid=self.bias[:, hi - 1 : hi2 - 1].view(2, p, width, a, d),
+                    parents_c=self.c[lo:hi],
+                    a=self.matrices[level, :, 0, 0:1],
+                    scale=self.rows[level, :, 5:6],
+                    x_parents=self.x[lo:hi, None],
+                    x_kids=self.x[hi:hi2].view(p, width, a, d),
+                    x_bias=self.bias[0, hi - 1 : hi2 - 1].view(p, width, a, d),
+                    noise=noise[hi - 1 : hi2 - 1].view(p, width, a, d),
+                    parent_states=self.x[lo:hi].view(p, a, *self.shape),
+                    mp=self.mp[lo:hi],
+                    mp_grid=self.mp[lo:hi, None],
+                )
+            )
         # the reduction, at the parents
         g = self.g
         self.diff = g[:, :, k]  # (Np, A, D): mq - mp
@@ -292,8 +338,11 @@ class Workspace:
         """The host's view of the inner products the round reads back (numpy)."""
         copy = self.__dict__.get("_host")
         if copy is None:
-            gram = torch.zeros(self.gram.shape, dtype=torch.float64, pin_memory=True) \
-                if self.device.type == "cuda" else self.gram
+            gram = (
+                torch.zeros(self.gram.shape, dtype=torch.float64, pin_memory=True)
+                if self.device.type == "cuda"
+                else self.gram
+            )
             copy = self.__dict__["_host"] = HostCopy(gram, gram.numpy())
         return copy
 

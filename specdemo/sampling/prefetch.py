@@ -29,8 +29,9 @@ class Prefetch:
         evaluates its leaves."""
         return np.zeros((num_steps, 2), dtype=bool)
 
-    def source(self, tree: TreeTables, walk: Walk, leaves: bool, sibling_gram: np.ndarray,
-               factor: np.ndarray, k: int) -> np.ndarray | None:
+    def source(
+        self, tree: TreeTables, walk: Walk, leaves: bool, sibling_gram: np.ndarray, factor: np.ndarray, k: int
+    ) -> np.ndarray | None:
         """The node of each row of a walked round whose output is frozen next (R,); None: keep none.
         sibling_gram (R, K + 1, K + 1): the inner products of z = x - mp of the children of the node each
         row stopped at (and mq - mp, index k), whose corrected draw is child + factor (mq - mp)."""
@@ -79,8 +80,13 @@ class NearestSibling(Prefetch):
         r = np.arange(g.shape[0])
         c = tree.position[walk.child]
         diag = np.diagonal(g, axis1=1, axis2=2)[:, :k]  # ||z_j||^2
-        dist = (diag + diag[r, c][:, None] - 2 * g[r, c, :k] - 2 * factor[:, None] * (g[:, :k, k] - g[r, c, k][:, None])
-                + (factor**2 * g[:, k, k])[:, None])
+        dist = (
+            diag
+            + diag[r, c][:, None]
+            - 2 * g[r, c, :k]
+            - 2 * factor[:, None] * (g[:, :k, k] - g[r, c, k][:, None])
+            + (factor**2 * g[:, k, k])[:, None]
+        )
         width = tree.num_children[np.minimum(stop, tree.num_parents - 1)]
         dist = np.where(np.arange(k)[None] < width[:, None], dist, np.inf)
         nearest = tree.first_child[np.minimum(stop, tree.num_parents - 1)] + dist.argmin(1)

@@ -56,14 +56,21 @@ class RoundTrace:
 
     def restricted(self, keep: np.ndarray) -> RoundTrace:
         """The record of the trajectories selected by keep (A,) bool."""
-        per_trajectory = {f.name: getattr(self, f.name)[keep] for f in fields(self)
-                          if f.name not in ("round", "parent", "node_depth", "states")}
+        per_trajectory = {
+            f.name: getattr(self, f.name)[keep]
+            for f in fields(self)
+            if f.name not in ("round", "parent", "node_depth", "states")
+        }
         return replace(self, **per_trajectory, states=None if self.states is None else self.states[keep])
 
     def to_json(self) -> dict:
         # NaN is not JSON: unverified nodes' values become null
-        out = {k: (np.where(np.isnan(v), np.array(None), v).tolist() if v.dtype.kind == "f" else v.tolist())
-               if isinstance(v, np.ndarray) else v for k, v in asdict(self).items()}
+        out = {
+            k: (np.where(np.isnan(v), np.array(None), v).tolist() if v.dtype.kind == "f" else v.tolist())
+            if isinstance(v, np.ndarray)
+            else v
+            for k, v in asdict(self).items()
+        }
         out["status_names"] = list(STATUS_NAMES)
         return out
 
@@ -94,10 +101,19 @@ def round_trace(run, ws, slots: np.ndarray, tree, leaves: bool, walk) -> RoundTr
         states[:, :full] = ws.x_flat[rows].view(a, full, *run.shape).float().cpu().numpy()
         states[corrected, full] = run.y[torch.from_numpy(slots[corrected]).to(run.device)].float().cpu().numpy()
     return RoundTrace(
-        round=run.cost.rounds, trajectories=np.asarray(run.indices)[run.slot_traj[slots]],
-        step=n0, root_known=known, depth=np.full(a, t.depth),
-        parent=np.append(t.parent, -1), node_depth=np.append(t.node_depth, -1),
-        corrected_parent=np.where(corrected, walk.node, -1), status=status, evaluated=evaluated,
-        delta=extend(w.delta, np.nan), node_accept_prob=extend(w.node_accept_prob, np.nan),
-        child_accept_prob=extend(w.child_accept_prob, np.nan), committed_steps=ends, states=states,
+        round=run.cost.rounds,
+        trajectories=np.asarray(run.indices)[run.slot_traj[slots]],
+        step=n0,
+        root_known=known,
+        depth=np.full(a, t.depth),
+        parent=np.append(t.parent, -1),
+        node_depth=np.append(t.node_depth, -1),
+        corrected_parent=np.where(corrected, walk.node, -1),
+        status=status,
+        evaluated=evaluated,
+        delta=extend(w.delta, np.nan),
+        node_accept_prob=extend(w.node_accept_prob, np.nan),
+        child_accept_prob=extend(w.child_accept_prob, np.nan),
+        committed_steps=ends,
+        states=states,
     )

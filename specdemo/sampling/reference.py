@@ -27,11 +27,20 @@ from .prefetch import PREFETCH, Prefetch
 from .rng import TrajectoryRandom
 
 
-def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequence[int], *,
-               tree: Topology | TopologyPlan = Topology(()), draft: Draft | None = None,
-               verifier: Verifier | None = None, prefetch: Prefetch | str = "nearest", seed: int = 0,
-               index: int = 0, cond: dict[str, torch.Tensor] | None = None,
-               dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def sample_one(
+    network: Callable[..., torch.Tensor],
+    kernel: Kernel,
+    shape: Sequence[int],
+    *,
+    tree: Topology | TopologyPlan = Topology(()),
+    draft: Draft | None = None,
+    verifier: Verifier | None = None,
+    prefetch: Prefetch | str = "nearest",
+    seed: int = 0,
+    index: int = 0,
+    cond: dict[str, torch.Tensor] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Trajectory `index` of a run seeded `seed` (sample's arguments), its sample Y_N (*shape); cond holds
     this trajectory's conditioning (each value's first row)."""
     prefetch = PREFETCH[prefetch]() if isinstance(prefetch, str) else prefetch
@@ -53,8 +62,9 @@ def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequ
             held = frozen if frozen is not None else torch.zeros((1, *draft.frozen_shape(shape)), dtype=dtype)
             out_0, x_0, n_0 = above or (out, x, n)
             history = {"previous": held, "earlier": (out_0[None], x_0[None], torch.tensor([n_0]))}
-        return draft.frozen_value(kernel, out[None], x[None], torch.tensor([n]), cond=cond if draft.calls_network else None,
-                                  **history)
+        return draft.frozen_value(
+            kernel, out[None], x[None], torch.tensor([n]), cond=cond if draft.calls_network else None, **history
+        )
 
     n = 0
     while n < steps:
@@ -106,8 +116,8 @@ def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequ
             diff = (mq - mp[v]).double().flatten()
             kids = range(t.first_child[v], t.first_child[v] + t.num_children[v])
             z = torch.stack([(x[c] - mp[v]).double().flatten() for c in kids] + [diff])
-            gram[v, :len(kids), :len(kids)] = (z[:-1] @ z[:-1].T).numpy()
-            gram[v, :len(kids), -1] = gram[v, -1, :len(kids)] = (z[:-1] @ diff).numpy()
+            gram[v, : len(kids), : len(kids)] = (z[:-1] @ z[:-1].T).numpy()
+            gram[v, : len(kids), -1] = gram[v, -1, : len(kids)] = (z[:-1] @ diff).numpy()
             gram[v, -1, -1] = float(diff @ diff)
             norm = max(float(diff.norm()), np.finfo(np.float64).tiny)
             delta[0, v] = float(diff.norm()) / s(v)
@@ -116,8 +126,9 @@ def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequ
             diffs.append(diff)
         if known and draft.exact_at_known_root:  # the first level's mean is the target's there: delta 0
             delta[0, 0] = 0.0
-        walk = verifier.walk(t, delta, u, streams.uniform([0], verifier.uniforms_per_round(t)),
-                             _Stream(streams), trace=False)
+        walk = verifier.walk(
+            t, delta, u, streams.uniform([0], verifier.uniforms_per_round(t)), _Stream(streams), trace=False
+        )
         stop, corrected, child = int(walk.node[0]), bool(walk.corrected[0]), int(walk.child[0])
         factor = 0.0
         if corrected:  # the child moved along e = (mq - mp) / ||mq - mp|| to the draw's projection
@@ -127,15 +138,17 @@ def sample_one(network: Callable[..., torch.Tensor], kernel: Kernel, shape: Sequ
         else:
             y = x[stop]
         if keeps_outputs:
-            source = prefetch.source(t, walk, leaves, gram[None, min(stop, t.num_parents - 1)], np.array([factor]),
-                                     t.max_width)
+            source = prefetch.source(
+                t, walk, leaves, gram[None, min(stop, t.num_parents - 1)], np.array([factor]), t.max_width
+            )
             if source is None:
                 frozen = None
             else:
                 v = int(source[0])
                 above = max(int(t.parent[v]), 0)
-                frozen = keep(outs[v], x[v], n + int(t.node_depth[v]),
-                              (outs[above], x[above], n + int(t.node_depth[above])))
+                frozen = keep(
+                    outs[v], x[v], n + int(t.node_depth[v]), (outs[above], x[above], n + int(t.node_depth[above]))
+                )
         root_out = outs[stop] if leaves and not corrected else None
         n += int(walk.end_depth[0])
     return y

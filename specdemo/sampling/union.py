@@ -20,7 +20,7 @@ from ..trees import Topology
 def _fits(tree: Topology, union: Topology) -> bool:
     """Whether tree and union are cut from one another with the same widest level."""
     short, long = (tree, union) if tree.depth <= union.depth else (union, tree)
-    return long.widths[:short.depth] == short.widths and max(tree.widths) == max(union.widths)
+    return long.widths[: short.depth] == short.widths and max(tree.widths) == max(union.widths)
 
 
 @lru_cache(maxsize=1024)

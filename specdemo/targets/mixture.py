@@ -41,7 +41,9 @@ class GaussianMixture:
             )
         dims = {len(m) for m in self.means}
         if len(dims) != 1 or 0 in dims:
-            raise SpecdemoError(f"every mixture mean must have the same, non-zero dimension; got dimensions {sorted(dims)}")
+            raise SpecdemoError(
+                f"every mixture mean must have the same, non-zero dimension; got dimensions {sorted(dims)}"
+            )
         values = [*self.weights, *self.stds, *(v for m in self.means for v in m)]
         if not all(math.isfinite(v) for v in values):
             raise SpecdemoError("mixture weights, means and stds must be finite numbers (no NaN or inf)")

@@ -33,8 +33,9 @@ def gm2d() -> GaussianMixture:
 def gm16() -> GaussianMixture:
     """Four components in 16 dimensions, means and stds drawn from a fixed seed."""
     rng = np.random.default_rng(16)
-    return GaussianMixture.from_arrays([0.4, 0.3, 0.2, 0.1], rng.uniform(-1.5, 1.5, size=(4, 16)),
-                                       rng.uniform(0.2, 0.5, size=4))
+    return GaussianMixture.from_arrays(
+        [0.4, 0.3, 0.2, 0.1], rng.uniform(-1.5, 1.5, size=(4, 16)), rng.uniform(0.2, 0.5, size=4)
+    )
 
 
 @dataclass(frozen=True)
@@ -50,14 +51,27 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
-        Preset("gm2d", "2-D mixture: 8 Gaussians on a circle and one at the centre", gm2d,
-               {"kernel": "ddpm", "steps": 100}),
+        Preset(
+            "gm2d", "2-D mixture: 8 Gaussians on a circle and one at the centre", gm2d, {"kernel": "ddpm", "steps": 100}
+        ),
         Preset("gm16", "16-D mixture of 4 Gaussians (fixed seed)", gm16, {"kernel": "ddpm", "steps": 100}),
-        Preset("gm512", "the draft-tree authors' benchmark: 512-D, 5 Gaussians, flow matching with churn 0.06, T = 30",
-               gm512, {"kernel": "flow-churn", "steps": 30, "churn": 0.06}),
-        Preset("banana", "unnormalised 2-D banana density (Langevin only)", Banana,
-               {"kernel": "langevin", "steps": 200, "gamma": 0.01}),
-        Preset("ring", "unnormalised 2-D ring density (Langevin only)", Ring,
-               {"kernel": "langevin", "steps": 200, "gamma": 0.005}),
+        Preset(
+            "gm512",
+            "the draft-tree authors' benchmark: 512-D, 5 Gaussians, flow matching with churn 0.06, T = 30",
+            gm512,
+            {"kernel": "flow-churn", "steps": 30, "churn": 0.06},
+        ),
+        Preset(
+            "banana",
+            "unnormalised 2-D banana density (Langevin only)",
+            Banana,
+            {"kernel": "langevin", "steps": 200, "gamma": 0.01},
+        ),
+        Preset(
+            "ring",
+            "unnormalised 2-D ring density (Langevin only)",
+            Ring,
+            {"kernel": "langevin", "steps": 200, "gamma": 0.005},
+        ),
     )
 }

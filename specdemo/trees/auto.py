@@ -143,8 +143,11 @@ class RoundPrice:
     def __init__(self, cost: CostModel | None, network_steps: np.ndarray | None, num_steps: int):
         self.cost = cost
         # network levels below a root n of depth L: levels draft steps n..n+L-1 (a level's step is its parent's)
-        self.network = np.concatenate([[0], np.cumsum(np.asarray(network_steps, dtype=np.int64))]) \
-            if network_steps is not None else np.zeros(num_steps + 1, dtype=np.int64)
+        self.network = (
+            np.concatenate([[0], np.cumsum(np.asarray(network_steps, dtype=np.int64))])
+            if network_steps is not None
+            else np.zeros(num_steps + 1, dtype=np.int64)
+        )
 
     def seconds(self, n: int, rows: int, depth: int) -> float:
         """A round's seconds, rooted at n with `rows` rows and `depth` levels (0 without a cost model)."""
@@ -191,13 +194,22 @@ class BlockStops:
     def __call__(self, n: int, length: int, first_exact: bool) -> np.ndarray:
         """(K, length, length + 1) for widths K = 1..min(BLOCK_FAN_WIDTHS, max_width); K = 1 alone where the
         root's level is exact (its first child is then always kept)."""
-        deltas = np.stack([np.zeros(BLOCK_PLAN_CHAINS) if first_exact and d == 1
-                           else self.chains.choice(self.pooled(n + d - 1, d), BLOCK_PLAN_CHAINS)
-                           for d in range(1, length + 1)], 1)
+        deltas = np.stack(
+            [
+                np.zeros(BLOCK_PLAN_CHAINS)
+                if first_exact and d == 1
+                else self.chains.choice(self.pooled(n + d - 1, d), BLOCK_PLAN_CHAINS)
+                for d in range(1, length + 1)
+            ],
+            1,
+        )
         widths = 1 if first_exact else min(BLOCK_FAN_WIDTHS, self.max_width)
-        return block_fan_stop_probabilities(deltas, self.chains.standard_normal(deltas.shape),
-                                            self.chains.standard_normal((BLOCK_PLAN_CHAINS, widths)),
-                                            self.chains.random(BLOCK_PLAN_CHAINS))
+        return block_fan_stop_probabilities(
+            deltas,
+            self.chains.standard_normal(deltas.shape),
+            self.chains.standard_normal((BLOCK_PLAN_CHAINS, widths)),
+            self.chains.random(BLOCK_PLAN_CHAINS),
+        )
 
 
 @dataclass(frozen=True)
@@ -213,9 +225,19 @@ class RoundChoice:
     outcomes: list[tuple[int, int, float]]
 
 
-def best_round(n: int, known: int, value: np.ndarray, horizon: int, budget: int, verifier: Verifier,
-               accept: LevelAcceptance, block_stops: BlockStops | None, price: RoundPrice,
-               leaf_options: tuple[bool, ...], exact_known_root: bool) -> RoundChoice:
+def best_round(
+    n: int,
+    known: int,
+    value: np.ndarray,
+    horizon: int,
+    budget: int,
+    verifier: Verifier,
+    accept: LevelAcceptance,
+    block_stops: BlockStops | None,
+    price: RoundPrice,
+    leaf_options: tuple[bool, ...],
+    exact_known_root: bool,
+) -> RoundChoice:
     """The round of least expected value V(n, known) at step n (module docstring), value[j] = V(j, .) filled
     for every j > n: the best tree (or, for a verifier that weighs the whole tree, the best fan), a free
     exact level where the root's output is known and leaves are not evaluated, or a plain step."""
@@ -225,16 +247,22 @@ def best_round(n: int, known: int, value: np.ndarray, horizon: int, budget: int,
         longest = min(horizon, budget + known)  # a chain of L nodes has L - k rows, and a leaf row
         assert block_stops is not None  # made for a verifier that weighs the whole tree
         fans = block_stops(n, longest, first_exact)
-        after, widths, leaves = _best_block_round(fans, ahead, budget - 1 + known, leaf_options,
-                                                  lambda r, depth: cost(r + 1 - known, depth))
+        after, widths, leaves = _best_block_round(
+            fans, ahead, budget - 1 + known, leaf_options, lambda r, depth: cost(r + 1 - known, depth)
+        )
         outcomes = _chain_outcomes(fans[widths[0] - 1], len(widths), leaves)
     else:
         level_accept = lambda d: accept.exact if first_exact and d == 1 else accept(n + d - 1, d)
         timed = price.cost is not None
         after, widths, leaves = _best_round(
-            level_accept, ahead, horizon, budget - 1 + known, leaf_options,
+            level_accept,
+            ahead,
+            horizon,
+            budget - 1 + known,
+            leaf_options,
             (lambda r: cost(r + 1 - known, 0)) if timed else None,
-            (lambda d: price.network_level(n, d)) if timed else None)
+            (lambda d: price.network_level(n, d)) if timed else None,
+        )
         outcomes = _tree_outcomes(level_accept, widths, leaves)
     rows = Topology(widths).rows_per_round(leaves) - known if widths else 0
     options = [RoundChoice(cost(rows, len(widths)) + after, widths, leaves, rows, outcomes)]
@@ -246,10 +274,19 @@ def best_round(n: int, known: int, value: np.ndarray, horizon: int, budget: int,
     return min(options, key=lambda o: o.value)  # the first of equals
 
 
-def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_lengths, max_width: int = 8,
-                  max_depth: int = MAX_DEPTH, leaf_options: tuple[bool, ...] = (False,),
-                  exact_known_root: bool = True, warm_up: bool = True, cost: CostModel | None = None,
-                  network_steps: np.ndarray | None = None) -> TopologyPlan:
+def plan_topology(
+    stats: DeltaStats,
+    verifier: Verifier,
+    budget: int,
+    run_lengths,
+    max_width: int = 8,
+    max_depth: int = MAX_DEPTH,
+    leaf_options: tuple[bool, ...] = (False,),
+    exact_known_root: bool = True,
+    warm_up: bool = True,
+    cost: CostModel | None = None,
+    network_steps: np.ndarray | None = None,
+) -> TopologyPlan:
     """The tree (and whether its leaves are evaluated, among leaf_options) for every step and both
     root states that minimises the expected target calls to the end (cost None), or the expected
     wall-clock to the end priced by `cost`, with at most `budget` target rows a round (the root
@@ -276,24 +313,39 @@ def plan_topology(stats: DeltaStats, verifier: Verifier, budget: int, run_length
         plans = []
         for known in (0, 1):
             if horizon:
-                choice = best_round(n, known, value, horizon, budget, verifier, accept, block_stops, price,
-                                    leaf_options, exact_known_root)
+                choice = best_round(
+                    n,
+                    known,
+                    value,
+                    horizon,
+                    budget,
+                    verifier,
+                    accept,
+                    block_stops,
+                    price,
+                    leaf_options,
+                    exact_known_root,
+                )
             else:  # a deterministic step
                 choice = RoundChoice(price.at(n)(1 - known, 0) + value[n + 1, 0], (), False, 1 - known, [(1, 0, 1.0)])
             value[n, known] = choice.value
             calls[n, known] = (choice.rows > 0) + sum(p * calls[n + j, k] for j, k, p in choice.outcomes)
             seconds[n, known] = price.seconds(n, choice.rows, len(choice.widths)) + sum(
-                p * seconds[n + j, k] for j, k, p in choice.outcomes)
+                p * seconds[n + j, k] for j, k, p in choice.outcomes
+            )
             plans.append((Topology(choice.widths), choice.leaves))
         rounds[n] = tuple(plans)
     start = 1 if warm_up else 0  # the warm-up call makes the first root's output known
-    return TopologyPlan(tuple(r[0][0] for r in rounds), name=f"auto({budget} rows)",
-                        leaves=tuple(r[0][1] for r in rounds), known_trees=tuple(r[1][0] for r in rounds),
-                        known_leaves=tuple(r[1][1] for r in rounds),
-                        expected_calls=float(start + calls[0, start]),
-                        expected_s=None if cost is None else float((cost.round_time(1) if warm_up else 0.0)
-                                                                   + seconds[0, start]),
-                        objective="calls" if cost is None else "time")
+    return TopologyPlan(
+        tuple(r[0][0] for r in rounds),
+        name=f"auto({budget} rows)",
+        leaves=tuple(r[0][1] for r in rounds),
+        known_trees=tuple(r[1][0] for r in rounds),
+        known_leaves=tuple(r[1][1] for r in rounds),
+        expected_calls=float(start + calls[0, start]),
+        expected_s=None if cost is None else float((cost.round_time(1) if warm_up else 0.0) + seconds[0, start]),
+        objective="calls" if cost is None else "time",
+    )
 
 
 def _tree_outcomes(accept, widths: tuple[int, ...], leaves: bool) -> list[tuple[int, int, float]]:
@@ -312,8 +364,15 @@ def _chain_outcomes(stops: np.ndarray, length: int, leaves: bool) -> list[tuple[
     return [(j + 1, 0, float(p[j])) for j in range(length)] + [(length, int(leaves), float(p[length]))]
 
 
-def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf_options: tuple[bool, ...],
-                price: Callable[[int], float] | None = None, level_price: Callable[[int], float] | None = None):
+def _best_round(
+    accept,
+    calls_ahead: np.ndarray,
+    horizon: int,
+    budget: int,
+    leaf_options: tuple[bool, ...],
+    price: Callable[[int], float] | None = None,
+    level_price: Callable[[int], float] | None = None,
+):
     """min over widths (and leaf evaluation) of sum_d P(stop at d) V(n + d, .) for a round rooted
     at n: C(1, 1, budget) of the module docstring. accept(d)[w - 1] = a_d(w); calls_ahead[j] =
     V(n + j, .). With `price` (of the rows below the root), the round minimising price + that sum
@@ -339,8 +398,10 @@ def _best_round(accept, calls_ahead: np.ndarray, horizon: int, budget: int, leaf
         # (value after the level, what the round pays for it whatever the verdict): stopping here with
         # evaluated leaves, or going on, which drafts level d + 1 (its network price, if any)
         afters = ([(np.full(fits.shape, leaf_after), 0.0)] if True in leaf_options else []) + [
-            (below[index[:, :, None], grid.left], level_price(d + 1) if level_price else 0.0) if d < horizon
-            else (np.full(fits.shape, math.inf), 0.0)]
+            (below[index[:, :, None], grid.left], level_price(d + 1) if level_price else 0.0)
+            if d < horizon
+            else (np.full(fits.shape, math.inf), 0.0)
+        ]
         by_width = []
         for after, paid in afters:  # (w, m, B)
             ok = fits & (after < math.inf)
@@ -430,8 +491,9 @@ def _stop_matrices(log_rho: np.ndarray, delta: np.ndarray) -> np.ndarray:
     return probs
 
 
-def block_fan_stop_probabilities(delta: np.ndarray, u: np.ndarray, kids: np.ndarray,
-                                 rank_uniform: np.ndarray) -> np.ndarray:
+def block_fan_stop_probabilities(
+    delta: np.ndarray, u: np.ndarray, kids: np.ndarray, rank_uniform: np.ndarray
+) -> np.ndarray:
     """F[K - 1, L - 1, j] for the fans (K, 1, ..., 1) of depth L, K = 1..K_max, under whole-tree block
     verification (verifiers/block.py): the probability that the round ends with eta = j on the
     weighed path (j = 0: 1 step, the root's residual; 0 < j < L: j + 1 steps; L: the leaf), averaged
@@ -448,8 +510,13 @@ def block_fan_stop_probabilities(delta: np.ndarray, u: np.ndarray, kids: np.ndar
     return np.stack(fans)
 
 
-def _best_block_round(fans: np.ndarray, calls_ahead: np.ndarray, budget: int, leaf_options: tuple[bool, ...],
-                      price: Objective = lambda rows, depth: 0.0):
+def _best_block_round(
+    fans: np.ndarray,
+    calls_ahead: np.ndarray,
+    budget: int,
+    leaf_options: tuple[bool, ...],
+    price: Objective = lambda rows, depth: 0.0,
+):
     """The fan (K, 1, ..., 1) of depth L (K = 1: a chain), and leaf evaluation, that minimises the
     expected value after a block-verified round plus its price (of the rows below the root and the depth):
     fans[K - 1, L - 1, j] = P(eta = j | K, L); budget: rows left after the root. Returns (expected
@@ -462,7 +529,9 @@ def _best_block_round(fans: np.ndarray, calls_ahead: np.ndarray, budget: int, le
                 if rows > budget or (leaves and length >= calls_ahead.shape[0] - 1):  # no leaf row at step N
                     continue
                 p = fans[width - 1, length - 1]
-                after = float(p[:length] @ calls_ahead[1:length + 1, 0] + p[length] * calls_ahead[length, int(leaves)])
+                after = float(
+                    p[:length] @ calls_ahead[1 : length + 1, 0] + p[length] * calls_ahead[length, int(leaves)]
+                )
                 if price(rows, length) + after < best[0] - 1e-12:  # ties go to the narrower, shorter round (fewer rows)
                     best = (price(rows, length) + after, after, (width,) + (1,) * (length - 1), leaves)
     return best[1:]

@@ -25,8 +25,36 @@ import numpy as np
 # kernels once per input shape (oneDNN convolutions on a CPU: a first call of a new shape took twice
 # as long on the digits UNet; captured graphs on a GPU), so a run's calls share a few shapes. Four
 # sizes an octave: a call pays at most a quarter more rows, and the time planner prices the padded size.
-CALL_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192,
-              224, 256)
+CALL_SIZES = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    10,
+    12,
+    14,
+    16,
+    20,
+    24,
+    28,
+    32,
+    40,
+    48,
+    56,
+    64,
+    80,
+    96,
+    112,
+    128,
+    160,
+    192,
+    224,
+    256,
+)
 PADDED_ROWS = CALL_SIZES[-1]
 
 
@@ -60,14 +88,23 @@ class CostModel:
     def round_time(self, rows: int, network_levels: int = 0) -> float:
         """Seconds of a round in which every trajectory evaluates `rows` target rows (0: no call) and
         `network_levels` levels call the stepwise draft's network."""
-        return ((self.call(self.batch * rows) if rows else 0.0) + self.round_s + self.level_s * max(rows, 1)
-                + self.network_level_s * network_levels)
+        return (
+            (self.call(self.batch * rows) if rows else 0.0)
+            + self.round_s
+            + self.level_s * max(rows, 1)
+            + self.network_level_s * network_levels
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> CostModel:
-        return cls(rows=tuple(int(r) for r in d["rows"]), call_s=tuple(float(s) for s in d["call_s"]),
-                   round_s=float(d["round_s"]), level_s=float(d["level_s"]),
-                   network_level_s=float(d["network_level_s"]), batch=int(d["batch"]))
+        return cls(
+            rows=tuple(int(r) for r in d["rows"]),
+            call_s=tuple(float(s) for s in d["call_s"]),
+            round_s=float(d["round_s"]),
+            level_s=float(d["level_s"]),
+            network_level_s=float(d["network_level_s"]),
+            batch=int(d["batch"]),
+        )

@@ -62,7 +62,9 @@ class TopologyPlan:
 
     def rows_per_round(self, evaluate_leaves: bool = False) -> float:
         """Mean target rows of a full round, its root's output not known, over the planned steps."""
-        return sum(t.rows_per_round(evaluate_leaves or leaves) for t, leaves in zip(self.trees, self.leaves, strict=True)) / len(self.trees)
+        return sum(
+            t.rows_per_round(evaluate_leaves or leaves) for t, leaves in zip(self.trees, self.leaves, strict=True)
+        ) / len(self.trees)
 
     def __str__(self) -> str:
         return self.name

@@ -65,6 +65,21 @@ def tables(topology: Topology) -> TreeTables:
     for step in range(1, depth):
         deeper = node_depth + step <= depth
         leftmost[:, step] = np.where(deeper, clipped[leftmost[:, step - 1]], leftmost[:, step - 1])
-    return TreeTables(topology, topology.widths, depth, m, num_parents, max_width, topology.level_starts, parent,
-                      node_depth, first, num_children, position, kids, leftmost, depth - node_depth + 1,
-                      1 + sum(w - 1 for w in topology.widths))
+    return TreeTables(
+        topology,
+        topology.widths,
+        depth,
+        m,
+        num_parents,
+        max_width,
+        topology.level_starts,
+        parent,
+        node_depth,
+        first,
+        num_children,
+        position,
+        kids,
+        leftmost,
+        depth - node_depth + 1,
+        1 + sum(w - 1 for w in topology.widths),
+    )

@@ -35,7 +35,9 @@ class Topology:
 
     def __post_init__(self):
         if any(not isinstance(w, int) or w < 1 for w in self.widths):
-            raise SpecdemoError(f"tree widths must be positive integers, got {list(self.widths)}; accepted: {TOPOLOGY_HELP}")
+            raise SpecdemoError(
+                f"tree widths must be positive integers, got {list(self.widths)}; accepted: {TOPOLOGY_HELP}"
+            )
         if len(self.widths) > MAX_DEPTH:
             raise SpecdemoError(f"tree depth {len(self.widths)} is over the limit of {MAX_DEPTH}")
         if self.num_drafted > MAX_NODES:
@@ -57,19 +59,25 @@ class Topology:
         """Parse "3,2,1", "4x4", "1x5" or "chain:5"; refuse anything else with a reason."""
         spec = str(text).strip().lower().replace(" ", "")
         if len(spec) > MAX_TEXT:
-            raise SpecdemoError(f"tree {spec[:24]!r}... is {len(spec)} characters long, over the limit of {MAX_TEXT}; "
-                                f"accepted: {TOPOLOGY_HELP}")
+            raise SpecdemoError(
+                f"tree {spec[:24]!r}... is {len(spec)} characters long, over the limit of {MAX_TEXT}; "
+                f"accepted: {TOPOLOGY_HELP}"
+            )
         if m := re.fullmatch(r"chain:(\d+)", spec):
             tree = cls.chain(_bounded(int(m.group(1)), MAX_DEPTH, "depth"))
         elif m := re.fullmatch(r"(\d+)x(\d+)", spec):
             # sizes are checked before the widths are built: "1x3000000000" would take gigabytes
-            tree = cls.uniform(_bounded(int(m.group(1)), MAX_NODES, "width"), _bounded(int(m.group(2)), MAX_DEPTH, "depth"))
+            tree = cls.uniform(
+                _bounded(int(m.group(1)), MAX_NODES, "width"), _bounded(int(m.group(2)), MAX_DEPTH, "depth")
+            )
         elif re.fullmatch(r"\d+(,\d+)*", spec):
             tree = cls(tuple(int(w) for w in spec.split(",")))
         else:
             raise SpecdemoError(f"cannot read tree {text!r}; accepted: {TOPOLOGY_HELP}")
         if not tree.widths:
-            raise SpecdemoError(f"tree {text!r} has depth 0: a draft needs depth >= 1 (plain sampling is method target)")
+            raise SpecdemoError(
+                f"tree {text!r} has depth 0: a draft needs depth >= 1 (plain sampling is method target)"
+            )
         return tree
 
     def __str__(self) -> str:

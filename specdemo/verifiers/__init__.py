@@ -9,8 +9,9 @@ from .dgrs import GreedyRejectionSampling
 from .rank import RankAwareSelection
 from .rmc import ReflectionMaximalCoupling
 
-VERIFIERS = {v.name: v for v in (ReflectionMaximalCoupling, GreedyRejectionSampling, RankAwareSelection,
-                                 BlockVerification)}
+VERIFIERS = {
+    v.name: v for v in (ReflectionMaximalCoupling, GreedyRejectionSampling, RankAwareSelection, BlockVerification)
+}
 
 
 def get_verifier(name: str) -> Verifier:
@@ -20,6 +21,19 @@ def get_verifier(name: str) -> Verifier:
         raise SpecdemoError(f"unknown verifier {name!r}; accepted: {', '.join(VERIFIERS)}") from None
 
 
-__all__ = ["Verifier", "NodeVerifier", "Decision", "Verdict", "RankOne", "Walk", "WalkTrace", "DELTA_FLOOR",
-           "ReflectionMaximalCoupling", "GreedyRejectionSampling", "RankAwareSelection", "BlockVerification",
-           "VERIFIERS", "get_verifier"]
+__all__ = [
+    "Verifier",
+    "NodeVerifier",
+    "Decision",
+    "Verdict",
+    "RankOne",
+    "Walk",
+    "WalkTrace",
+    "DELTA_FLOOR",
+    "ReflectionMaximalCoupling",
+    "GreedyRejectionSampling",
+    "RankAwareSelection",
+    "BlockVerification",
+    "VERIFIERS",
+    "get_verifier",
+]

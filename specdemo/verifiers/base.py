@@ -109,8 +109,9 @@ class Verifier:
     def uniforms_per_round(self, tree: TreeTables) -> int:
         raise NotImplementedError
 
-    def walk(self, tree: TreeTables, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray, rng,
-             trace: bool = False) -> Walk:
+    def walk(
+        self, tree: TreeTables, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray, rng, trace: bool = False
+    ) -> Walk:
         """Decide R rounds of one tree (module docstring): delta (R, num_parents), u (R, num_nodes)
         (column 0 unused), uniforms (R, uniforms_per_round) on [0, 1), float64."""
         raise NotImplementedError
@@ -122,8 +123,7 @@ class Verifier:
     def config(self) -> dict:
         return {"verifier": self.name}
 
-    def verify(self, mq: torch.Tensor, mp: torch.Tensor, s: torch.Tensor, children: torch.Tensor, rng,
-               rows) -> Verdict:
+    def verify(self, mq: torch.Tensor, mp: torch.Tensor, s: torch.Tensor, children: torch.Tensor, rng, rows) -> Verdict:
         """One node per row, decided and corrected (a one-level tree of K children): mq, mp (A, *shape),
         s (A,) float64 scales, children (A, K, *shape) in drafting order; rng.uniform(rows, count)
         serves the uniforms, rows each row's stream."""
@@ -132,21 +132,33 @@ class Verifier:
         tree = tables(Topology((k,)))
         u = np.zeros((len(rows), 1 + k))
         u[:, 1:] = red.u.numpy()
-        walk = self.walk(tree, red.delta.numpy()[:, None], u, np.asarray(rng.uniform(rows, self.uniforms_per_round(tree))),
-                         _RowsOf(rng, rows), trace=True)
+        walk = self.walk(
+            tree,
+            red.delta.numpy()[:, None],
+            u,
+            np.asarray(rng.uniform(rows, self.uniforms_per_round(tree))),
+            _RowsOf(rng, rows),
+            trace=True,
+        )
         assert walk.trace is not None  # walked with trace=True
         kept = np.where(walk.corrected, -1, walk.node - 1)
         ar = torch.arange(children.shape[0])
         child = torch.from_numpy(walk.child - 1)
         u_old = red.u[ar, child]
         moved = red.move(children[ar, child], u_old, torch.from_numpy(np.nan_to_num(walk.u_new)), s)
-        sample = torch.where(torch.from_numpy(walk.corrected)[:, None], moved.flatten(1), children[ar, child].flatten(1))
+        sample = torch.where(
+            torch.from_numpy(walk.corrected)[:, None], moved.flatten(1), children[ar, child].flatten(1)
+        )
         accept = walk.trace.node_accept_prob[:, 0]
         if np.isnan(accept).any():
             accept = self.acceptance(red.delta.numpy(), k)
-        return Verdict(kept=torch.from_numpy(kept), sample=sample.view_as(mq), delta=red.delta,
-                       child_accept_prob=torch.from_numpy(walk.trace.child_accept_prob[:, 1:]),
-                       accept_prob=torch.from_numpy(np.asarray(accept)))
+        return Verdict(
+            kept=torch.from_numpy(kept),
+            sample=sample.view_as(mq),
+            delta=red.delta,
+            child_accept_prob=torch.from_numpy(walk.trace.child_accept_prob[:, 1:]),
+            accept_prob=torch.from_numpy(np.asarray(accept)),
+        )
 
 
 class _RowsOf:
@@ -221,9 +233,11 @@ class NodeVerifier(Verifier):
             return d
         first_only = np.full(d.child_accept_prob.shape[1], np.nan)
         first_only[0] = 1.0
-        return Decision(kept=np.where(same, 0, d.kept),
-                        child_accept_prob=np.where(same[:, None], first_only, d.child_accept_prob),
-                        accept_prob=None if d.accept_prob is None else np.where(same, 1.0, d.accept_prob))
+        return Decision(
+            kept=np.where(same, 0, d.kept),
+            child_accept_prob=np.where(same[:, None], first_only, d.child_accept_prob),
+            accept_prob=None if d.accept_prob is None else np.where(same, 1.0, d.accept_prob),
+        )
 
     def _decide(self, delta, u, uniforms) -> Decision:
         raise NotImplementedError
@@ -252,7 +266,7 @@ class NodeVerifier(Verifier):
             kids = tree.first_child[nodes][..., None] + np.arange(width)  # (R, S, K)
             d = delta[rows[:, None], nodes]
             uk = u[rows[:, None, None], kids]
-            coins = uniforms[:, offset:offset + levels * per].reshape(r * levels, per)
+            coins = uniforms[:, offset : offset + levels * per].reshape(r * levels, per)
             offset += levels * per
             decision = self.decide(d.reshape(-1), uk.reshape(r * levels, width), coins)
             kept = decision.kept.reshape(r, levels)

@@ -155,8 +155,9 @@ class TreeWalk:
     selected: RootSelection | None = None
 
 
-def weigh_tree(log_rho: np.ndarray, delta: np.ndarray, coins: np.ndarray, tree,
-               selected: RootSelection | None = None) -> TreeWalk:
+def weigh_tree(
+    log_rho: np.ndarray, delta: np.ndarray, coins: np.ndarray, tree, selected: RootSelection | None = None
+) -> TreeWalk:
     """Block verification of a whole tree (algorithms.md section 3, "whole trees"). log_rho (R, M):
     log rho_n of each node n against its parent's kernels (column 0 unused); delta (R, M) at the
     nodes with children (ignored elsewhere); coins (R, M) uniforms, node n's in column n; tree: the
@@ -191,7 +192,11 @@ def weigh_tree(log_rho: np.ndarray, delta: np.ndarray, coins: np.ndarray, tree,
         above = np.concatenate([v[:, None], path[:, :-1]], 1)
         d = np.where(inside, np.take_along_axis(delta, above, 1), np.nan)
         lr = np.take_along_axis(log_rho, path, 1)
-        first = selected.log_ratio[:, None] if root_pick and selected is not None else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])
+        first = (
+            selected.log_ratio[:, None]
+            if root_pick and selected is not None
+            else residual_log_ratio(lr[:, :1], log_lam[:, None], d[:, :1])
+        )
         lr = np.concatenate([first, lr[:, 1:]], 1)
         log_p, h = path_weights(np.where(inside, lr, 0.0), d, length)
         hits = np.take_along_axis(coins, path, 1) < h[:, 1:]
@@ -233,7 +238,7 @@ class BlockVerification(Verifier):
         uniform last."""
         top = tree.depth
         log_p, h = block_weights(delta, u[:, 1:])
-        coins = uniforms[:, :top + 1] < h
+        coins = uniforms[:, : top + 1] < h
         eta = top - coins[:, ::-1].argmax(1)  # the last i with U_i < h_i (h_0 = 1: always one)
         corrected = eta < top
         r = delta.shape[0]
@@ -262,12 +267,12 @@ class BlockVerification(Verifier):
         m = tree.num_nodes
         r = delta.shape[0]
         node_delta = np.full((r, m), np.nan)
-        node_delta[:, :tree.num_parents] = delta
+        node_delta[:, : tree.num_parents] = delta
         log_rho = log_ratios(node_delta[:, np.maximum(tree.parent, 0)], u)
         root_width = tree.widths[0]
         selected = None
         if root_width > 1:
-            selected = select_root_child(delta[:, 0], u[:, 1:1 + root_width], uniforms[:, 0])
+            selected = select_root_child(delta[:, 0], u[:, 1 : 1 + root_width], uniforms[:, 0])
         walk = weigh_tree(log_rho, node_delta, uniforms[:, :m], tree, selected)
         cur, corrected = walk.cur, walk.corrected
         end = np.where(corrected, tree.node_depth[cur] + 1, tree.depth)
@@ -279,8 +284,9 @@ class BlockVerification(Verifier):
             if at_root.size:  # the selection's residual (phi - g)_+, keeping the selected child's z_perp
                 assert selected is not None  # at_root is empty without a selection
                 child[at_root] = 1 + selected.child[at_root]
-                u_new[at_root] = rank_residual(delta[at_root, 0], selected.log_w[at_root], uniforms[at_root, m + 1:],
-                                               rng, at_root)
+                u_new[at_root] = rank_residual(
+                    delta[at_root, 0], selected.log_w[at_root], uniforms[at_root, m + 1 :], rng, at_root
+                )
             rows = np.setdiff1d(rows, at_root)
             if rows.size:  # R_lambda at cur, keeping z_perp of its first child
                 u_new[rows] = self.residual(delta[rows, cur[rows]], walk.log_lam[rows], uniforms[rows, m])

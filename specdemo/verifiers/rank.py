@@ -67,10 +67,17 @@ def solve_rank_weights(bucket: int, k: int) -> tuple[float, ...]:
     target = np.exp(std_normal_log_pdf(u - delta))
     m = GRID_POINTS
     ident = sparse.identity(m, format="csr")
-    a_ub = sparse.vstack([sparse.hstack([sparse.csr_matrix((m, k)), ident]), sparse.hstack([sparse.csr_matrix(-f), ident])])
+    a_ub = sparse.vstack(
+        [sparse.hstack([sparse.csr_matrix((m, k)), ident]), sparse.hstack([sparse.csr_matrix(-f), ident])]
+    )
     res = optimize.linprog(
-        c=np.concatenate([np.zeros(k), -h * np.ones(m)]), A_ub=a_ub, b_ub=np.concatenate([target, np.zeros(m)]),
-        A_eq=np.concatenate([np.ones(k), np.zeros(m)])[None], b_eq=[1.0], bounds=(0, None), method="highs",
+        c=np.concatenate([np.zeros(k), -h * np.ones(m)]),
+        A_ub=a_ub,
+        b_ub=np.concatenate([target, np.zeros(m)]),
+        A_eq=np.concatenate([np.ones(k), np.zeros(m)])[None],
+        b_eq=[1.0],
+        bounds=(0, None),
+        method="highs",
     )
     if not res.success:  # any weights are exact; fall back to the parent density's (uniform ranks)
         return (1.0 / k,) * k
@@ -84,8 +91,10 @@ def _shipped_table() -> dict:
     and every bucket (write_weight_table)."""
     try:
         with np.load(WEIGHT_TABLE) as z:
-            return {(int(b), int(k)): (tuple(w[:k].tolist()), tuple(a.tolist()))
-                    for b, k, w, a in zip(z["bucket"], z["k"], z["weights"], z["acceptance"], strict=True)}
+            return {
+                (int(b), int(k)): (tuple(w[:k].tolist()), tuple(a.tolist()))
+                for b, k, w, a in zip(z["bucket"], z["k"], z["weights"], z["acceptance"], strict=True)
+            }
     except (OSError, KeyError):
         return {}
 
@@ -123,8 +132,13 @@ def write_weight_table(path: Path = WEIGHT_TABLE) -> None:
     weights = np.zeros((len(keys), TABLE_MAX_K))
     for i, ((_, k), (w, _)) in enumerate(zip(keys, solved, strict=True)):
         weights[i, :k] = w
-    np.savez_compressed(path, bucket=np.array([b for b, _ in keys]), k=np.array([k for _, k in keys]),
-                        weights=weights, acceptance=np.array([a for _, a in solved]))
+    np.savez_compressed(
+        path,
+        bucket=np.array([b for b, _ in keys]),
+        k=np.array([k for _, k in keys]),
+        weights=weights,
+        acceptance=np.array([a for _, a in solved]),
+    )
 
 
 @cache
