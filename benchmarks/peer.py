@@ -1,7 +1,7 @@
 """The draft-tree authors' figures on gm512: the one table every peer figure of the report and of the
 README is read from.
 
-Source: docs/algorithms.md section 5 (tests/test_benchmarks.py checks that every figure here is there).
+Source: docs/algorithms.md section 5 (tests/benchmarks/test_benchmarks.py checks that every figure here is there).
 The authors' code is not on the machines the benchmarks run on, so these are not rerun: the report and
 the README quote them with their source and date.
 """

@@ -50,7 +50,7 @@ MUTATIONS = [
         "_Batch.freeze",
         'history = {"previous": torch.where(held, self.frozen, 0.0),',
         'history = {"previous": self.frozen,',
-        ("tests/test_sampler.py", "-k", "slot_bitwise"),
+        ("tests/sampling/test_cold_start.py", "-k", "slot_bitwise"),
     ),
     Mutation(
         "the planner keeps its first plan, not the one of least expected seconds or calls",
@@ -58,7 +58,7 @@ MUTATIONS = [
         "best_plan",
         "return min(planned, key=expected)",
         "return planned[0]",
-        ("tests/test_calibration.py", "-k", "verifier_auto or kept_plan"),
+        ("tests/planning/test_calibration.py", "-k", "verifier_auto or kept_plan"),
     ),
     Mutation(
         "the fitted Gaussian draft drops its gain on the state",
@@ -66,7 +66,7 @@ MUTATIONS = [
         "FrozenGaussian.for_round",
         "alpha_g, beta_g = torch.addcmul(alpha_x0, b_x0, w), lift(b_x0) * c_mu",
         "alpha_g, beta_g = alpha_x0, lift(b_x0) * c_mu",
-        ("tests/test_sampler.py", "-k", "gaussian"),
+        ("tests/drafts/test_frozen_forms.py", "tests/sampling/test_batch_independence.py", "-k", "gaussian"),
     ),
     Mutation(
         "the draft network's residual correction is dropped",
@@ -74,7 +74,7 @@ MUTATIONS = [
         "CorrectedNetworkDraft.level_output",
         "return output + frozen[None]",
         "return output",
-        ("tests/test_sampler.py", "-k", "residual"),
+        ("tests/drafts/test_frozen_forms.py", "-k", "residual"),
     ),
     Mutation(
         "the stepwise draft drafts the network's steps with the frozen draft",
@@ -82,7 +82,7 @@ MUTATIONS = [
         "StepwiseDraft.for_round.level",
         "m[:, rows] = means(0, x[:, rows])",
         "means(0, x[:, rows])",
-        ("tests/test_sampler.py", "-k", "stepwise"),
+        ("tests/drafts/test_frozen_forms.py", "-k", "stepwise"),
     ),
     Mutation(
         "siblings share one noise draw",
@@ -101,7 +101,7 @@ MUTATIONS = [
         "_draft_affine",
         "torch.addcmul(ws.b_nodes, ws.scale_nodes, noise, out=ws.x_bias)",
         "torch.addcmul(ws.b_nodes, ws.scale_nodes, noise.roll(1, 0), out=ws.x_bias)",
-        ("tests/test_round.py", "-k", "chain-rmc-out"),
+        ("tests/sampling/test_round.py", "-k", "chain-rmc-out"),
         short=True,
     ),
     Mutation(
@@ -110,7 +110,7 @@ MUTATIONS = [
         "_Batch.prepare",
         "ws.x_root.copy_(self.y_flat)",
         "ws.x_root.copy_(self.y_flat) if self.cost.rounds == 0 else None",
-        ("tests/test_round.py", "-k", "chain-rmc-out"),
+        ("tests/sampling/test_round.py", "-k", "chain-rmc-out"),
     ),
     Mutation(
         "RMC accepts every child",
@@ -118,7 +118,7 @@ MUTATIONS = [
         "ReflectionMaximalCoupling._decide",
         "accept = uniforms[:, 0] < p",
         "accept = uniforms[:, 0] < 2.0",
-        ("tests/test_verifiers.py", "-k", "rmc"),
+        ("tests/verifiers/test_verifiers.py", "-k", "rmc"),
         short=True,
     ),
     Mutation(
@@ -127,7 +127,7 @@ MUTATIONS = [
         "ReflectionMaximalCoupling.correct",
         "delta - u[:, 0]",
         "-u[:, 0]",
-        ("tests/test_verifiers.py", "-k", "rmc"),
+        ("tests/verifiers/test_verifiers.py", "-k", "rmc"),
     ),
     Mutation(
         "block verification draws from the unweighted residual",
@@ -152,7 +152,7 @@ MUTATIONS = [
         "weigh_tree",
         "stepped = np.logaddexp(log_lam, np.log(residual_mass(log_lam, d[:, 0])))",
         "stepped = log_lam",
-        ("tests/test_block.py", "-k", "dgrs"),
+        ("tests/verifiers/test_block.py", "-k", "dgrs"),
     ),
     Mutation(
         "a rank-selected root child weighed as if drawn from the draft",
@@ -160,7 +160,7 @@ MUTATIONS = [
         "select_root_child",
         "log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]",
         "log_ratio = delta * u_sel - 0.5 * delta**2",
-        ("tests/test_block.py", "-k", "target_law"),
+        ("tests/verifiers/test_block.py", "-k", "target_law"),
     ),
     Mutation(
         "D-GRS levels off (lambda grows by 0.99 G)",
@@ -168,7 +168,7 @@ MUTATIONS = [
         "grs_levels",
         "lam.append(lam[-1] + reach[-1])",
         "lam.append(lam[-1] + 0.99 * reach[-1])",
-        ("tests/test_verifiers.py", "-k", "grs_levels"),
+        ("tests/verifiers/test_verifiers.py", "-k", "grs_levels"),
     ),
     Mutation(
         "a known root takes its parent's output",
@@ -185,7 +185,7 @@ MUTATIONS = [
         "Problem.stream_seed",
         "return learnt_seed(self.config.seed) if self.learnt else self.config.seed",
         "return self.config.seed",
-        ("tests/test_learning.py", "-k", "streams"),
+        ("tests/planning/test_learning.py", "-k", "streams"),
         short=True,
     ),
     Mutation(
@@ -203,7 +203,7 @@ MUTATIONS = [
         "_Batch.call_layout",
         'box["traj"][at:hi] = self.slot_traj[part_slots]',
         'box["traj"][at:hi] = part_slots',
-        ("tests/test_sampler.py", "-k", "own_conditioning"),
+        ("tests/sampling/test_batch_independence.py", "-k", "own_conditioning"),
         short=True,
     ),
     Mutation(
@@ -212,7 +212,7 @@ MUTATIONS = [
         "GuidedNetwork.__call__",
         "t = self.timesteps[n].repeat(groups)",
         "t = self.timesteps[n].roll(1).repeat(groups)",
-        ("tests/test_latent.py", "-k", "exact"),
+        ("tests/models/test_latent.py", "-k", "exact"),
     ),
     Mutation(
         "leaves evaluated at step N",
@@ -220,7 +220,7 @@ MUTATIONS = [
         "Schedule.__init__",
         "self.leaves = leaf_table & (self.depth > 0) & (steps[:, None] + self.depth < n_steps)",
         "self.leaves = leaf_table & (self.depth > 0)",
-        ("tests/test_sampler.py", "-k", "within_the_steps"),
+        ("tests/sampling/test_intermediate_states.py", "-k", "within_the_steps"),
     ),
     Mutation(
         "a run goes on after it is cancelled",
@@ -244,7 +244,7 @@ MUTATIONS = [
         "RoundPrice.seconds",
         "return self.cost.round_time(rows, int(self.network[n + depth] - self.network[n])) if self.cost else 0.0",
         "return self.cost.round_time(rows) if self.cost else 0.0",
-        ("tests/test_calibration.py", "-k", "network"),
+        ("tests/planning/test_calibration.py", "-k", "network"),
     ),
 ]
 

@@ -40,7 +40,7 @@ from specdemo.verifiers import (
 )
 from specdemo.verifiers.dgrs import sample_residual
 
-from .test_verifiers import AlwaysAccept
+from .verifiers.test_verifiers import AlwaysAccept
 
 pytestmark = pytest.mark.statistical
 

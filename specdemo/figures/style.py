@@ -6,7 +6,7 @@ import json
 
 import plotly.graph_objects as go
 
-# node statuses, in specdemo.sampling.STATUS_NAMES order (tests/test_figures.py checks it; the app's page
+# node statuses, in specdemo.sampling.STATUS_NAMES order (tests/figures/test_figures.py checks it; the app's page
 # reads these colours without importing the sampling stack): the legend the app shows uses the same colours
 STATUS_COLORS = {
     "unvisited": "#a8b1bd",

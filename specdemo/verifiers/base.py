@@ -17,7 +17,7 @@ child whose orthogonal part z_perp is kept and the draw's projection u_new. The 
 child + s (u_new - u_child) e on the device. The uniforms were drawn for the round before anything
 was looked at; `rng` serves rare draws beyond them (rank-aware selection's rejection sampler).
 
-Contract (tests/test_verifiers.py for every verifier): the committed state is an exact draw from the
+Contract (tests/verifiers/test_verifiers.py for every verifier): the committed state is an exact draw from the
 target kernel given the past; a kept child is committed bit for bit.
 """
 

@@ -17,7 +17,7 @@ from specdemo_app.labels import plan_segments
 from specdemo_app.runner import matched_chain, run_comparison
 from specdemo_app.topology_text import is_auto
 
-from .helpers import tiny_pipeline_folder
+from ..helpers import tiny_pipeline_folder
 
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
 

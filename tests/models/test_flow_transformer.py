@@ -11,7 +11,7 @@ from specdemo import SamplerConfig, build
 from specdemo.errors import SpecdemoError
 from specdemo.models import resolve_target
 
-from .helpers import assert_exact_and_a_misaligned_guidance_fold_caught, denoiser_rows_per_call, tiny_sd3_folder
+from ..helpers import assert_exact_and_a_misaligned_guidance_fold_caught, denoiser_rows_per_call, tiny_sd3_folder
 
 PROMPT, NEGATIVE = "a red circle", "blue"
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -140,7 +140,7 @@ def test_a_draft_with_another_shift_is_refused(target, tmp_path):
 
 
 def test_a_latent_unet_pipeline_cannot_draft_for_it(target, tmp_path):
-    from .helpers import tiny_sd_folder
+    from ..helpers import tiny_sd_folder
 
     with pytest.raises(SpecdemoError, match="cannot draft for .*not a Stable Diffusion 3-class"):
         build(

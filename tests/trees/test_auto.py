@@ -16,7 +16,7 @@ from specdemo.sampling import ACCEPTED
 from specdemo.trees import Topology
 from specdemo.trees.auto import DeltaStats, _best_round
 
-from .test_exactness import min_pvalue_bonferroni
+from ..test_exactness import min_pvalue_bonferroni
 
 
 def calls_after(widths, leaves, accept, calls_ahead):

@@ -7,7 +7,7 @@ from pathlib import Path
 from benchmarks import peer
 from benchmarks.run import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_section_writes_its_part_of_the_report_and_its_results(tmp_path, capsys):

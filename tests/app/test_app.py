@@ -29,11 +29,11 @@ from specdemo_app import handlers as H
 from specdemo_app import settings as S
 from specdemo_app.work import MAX_SAMPLES
 
-from .helpers import tiny_pipeline_folder, tiny_sd3_folder, tiny_sd_folder
+from ..helpers import tiny_pipeline_folder, tiny_sd3_folder, tiny_sd_folder
 
 pytestmark = pytest.mark.app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FOUR = {"accepted", "rejected", "corrected", "unvisited"}
 
 

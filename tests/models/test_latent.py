@@ -14,7 +14,7 @@ from specdemo import SamplerConfig, build
 from specdemo.errors import SpecdemoError
 from specdemo.models import resolve_target
 
-from .helpers import (
+from ..helpers import (
     assert_exact_and_a_misaligned_guidance_fold_caught,
     denoiser_rows_per_call,
     planted_euler_ancestral_bug,

@@ -2,7 +2,7 @@
 the weights and coins, the probability that each node is committed, more committed steps than
 verifying node by node, and the tree walk against D-GRS (its stairs), chains, rank-aware selection
 (a branching root) and the planner's law for fans. Its exactness end to end is tests/test_exactness.py's (chain-block-* variants), the law of a
-block of one node tests/test_verifiers.py's."""
+block of one node tests/verifiers/test_verifiers.py's."""
 
 import math
 from dataclasses import replace

@@ -22,8 +22,8 @@ from specdemo.planning import key_name, load_stats, plan_key
 from specdemo.sampling import sample
 from specdemo.trees import TopologyPlan
 
-from .test_exactness import ALPHA, min_pvalue_bonferroni
-from .test_verifiers import AlwaysAccept
+from ..test_exactness import ALPHA, min_pvalue_bonferroni
+from ..verifiers.test_verifiers import AlwaysAccept
 
 LEARN = dict(
     model="gm2d",

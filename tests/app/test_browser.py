@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .helpers import served_app
+from ..helpers import served_app
 
 sync_api = pytest.importorskip("playwright.sync_api")
 

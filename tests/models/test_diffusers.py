@@ -16,7 +16,7 @@ from specdemo import SamplerConfig, build
 from specdemo.errors import SpecdemoError
 from specdemo.models import resolve_target
 
-from .helpers import tiny_unet
+from ..helpers import tiny_unet
 
 
 @pytest.fixture(scope="module")

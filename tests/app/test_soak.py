@@ -16,7 +16,7 @@ import psutil
 import pytest
 from gradio_client import Client
 
-from .helpers import served_app
+from ..helpers import served_app
 
 pytestmark = [pytest.mark.app, pytest.mark.slow]
 

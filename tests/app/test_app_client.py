@@ -14,7 +14,7 @@ import app  # noqa: E402
 from specdemo_app import cancelling, controls, curated, settings  # noqa: E402
 from specdemo_app.work import MAX_SAMPLES  # noqa: E402
 
-from .helpers import free_port, tiny_sd3_folder, tiny_sd_folder  # noqa: E402
+from ..helpers import free_port, tiny_sd3_folder, tiny_sd_folder  # noqa: E402
 
 pytestmark = pytest.mark.app
 
