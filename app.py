@@ -16,7 +16,7 @@ import torch
 
 from specdemo import __version__
 from specdemo.figures import TABLE_HEADERS
-from specdemo_app import cancelling, controls, handlers, settings, style
+from specdemo_app import api, cancelling, controls, handlers, settings, style
 
 CONCURRENCY_LIMIT = cancelling.RUNS_AT_ONCE  # runs at once; the queue holds the others
 QUEUE_SIZE = 64
@@ -236,6 +236,8 @@ def build_demo() -> gr.Blocks:
         )
         demo.unload(cancelling.stop)
         export_button.click(handlers.export, [state], [export_file], api_name="export")
+        # the click's runs for API callers: an omitted setting takes the page's value for the model asked for
+        gr.api(api.sample_endpoint(), api_name="sample", concurrency_id="sampler")
         demo.load(handlers.offered_kernels, [model, kernel], [kernel], api_name="model_kernels", show_progress="hidden")
         demo.load(
             handlers.samples_range,

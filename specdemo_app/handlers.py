@@ -39,7 +39,17 @@ from .controls import (
 from .curated import curated
 from .labels import exactness_text, headline, offered_tree, plan_text, tree_button_text
 from .loading import HUB_ID, cached_target, hub_status
-from .settings import CUSTOM, DEFAULT, DEFAULT_MODEL, MODEL_VALUES, UI_DEFAULTS, has_denoised, make_config, whole
+from .settings import (
+    CUSTOM,
+    DEFAULT,
+    DEFAULT_MODEL,
+    MODEL_VALUES,
+    UI_DEFAULTS,
+    has_denoised,
+    make_config,
+    page_values,
+    whole,
+)
 from .topology_text import is_auto
 
 if TYPE_CHECKING:
@@ -169,6 +179,28 @@ def check_inputs(**settings):
 
     config, target, _, limits = make_config(settings)
     check_click(config, target, limits)
+
+
+@readable_errors
+def sample(request: gr.Request | None, **settings) -> dict:
+    """The /sample endpoint (api.py): the click's runs at `settings`, those left None at the page's values
+    for the model; their headline, plan and costs as JSON, with no figure."""
+    from .runner import check_click
+
+    config, target, draft_target, limits = make_config(with_page_defaults(settings))
+    check_click(config, target, limits)
+    with cancellable(request, limits.max_seconds) as cancel:
+        comp = _compute(config, target, draft_target, lambda fraction, desc=None: None, limits, cancel)
+        comp.shared = was_shared(cancel) or runs_going() > 1
+    return {"headline": headline(comp), "plan": plan_text(comp), "runs": [r.summary() for r in comp.runs]}
+
+
+def with_page_defaults(settings: dict) -> dict:
+    """`settings` with each None replaced by the page's value for the model (for a model the page does not
+    know, the default model's: make_config then refuses the model by name)."""
+    model = settings.get("model") or DEFAULT_MODEL
+    page = page_values(model if model in UI_DEFAULTS else DEFAULT_MODEL)
+    return {name: page[name] if value is None else value for name, value in {**settings, "model": model}.items()}
 
 
 @readable_errors

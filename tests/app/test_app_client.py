@@ -385,3 +385,17 @@ def test_an_api_call_takes_another_models_page_defaults_without_opening_its_page
     assert "fewer target calls" in out[0]
     with pytest.raises(AppError, match="number of samples must be in 1..64"):  # the digits model's own limit
         c.predict(**{**DEFAULTS, "num_samples": 256}, api_name="/run")
+
+
+def test_the_sample_endpoint_takes_each_models_page_defaults(client):
+    """/sample: an omitted setting is the page's value for the model asked for, not the default model's."""
+    gm2d = client.predict(model="gm2d", steps=12, api_name="/sample")
+    assert [r["num_samples"] for r in gm2d["runs"]] == [settings.UI_DEFAULTS["gm2d"]["num_samples"]] * 3
+    assert [r["label"] for r in gm2d["runs"]][0] == "plain target" and gm2d["runs"][0]["target_calls"] == 12
+    assert "fewer target calls" in gm2d["headline"]
+    digits = client.predict(model="digits", steps=6, tree="1x2", api_name="/sample")
+    # a chain runs against plain sampling alone
+    assert [r["num_samples"] for r in digits["runs"]] == [settings.UI_DEFAULTS["digits"]["num_samples"]] * 2
+    assert digits["runs"][-1]["tree"] == "1x2"
+    with pytest.raises(AppError, match="steps must be a whole number, got 'abc'"):
+        client.predict(model="gm2d", steps="abc", api_name="/sample")
