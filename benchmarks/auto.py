@@ -28,13 +28,9 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     lines = [
         f"`gm512`, {trajectories} trajectories, budget {BUDGET} target rows per round (the authors' code reaches "
         f"{within.speedup:.2f}x there side by side, and {widest.speedup:.2f}x at {widest.rows_per_round:,} rows in "
-        "its table). `auto` plans the widths of every step from a pilot run "
-        "(32 trajectories, its own seed; its calls are not counted in the run's speedup, as a one-off "
-        "calibration of the model); `freeze auto` picks, per step, among freezing the network output, "
-        "x0-hat, x0-hat extrapolated in time and x0-hat of the fitted Gaussian (a pilot each; docs/algorithms.md, "
-        "section 2); `prefetch auto` lets the plan evaluate the leaves at the steps where that pays "
-        "(`nearest`: never). Planned calls: the planner's expected target calls per trajectory, against "
-        "the measured ones (all calls, the deterministic steps' included).",
+        "its table). `auto` plans each step's widths from a pilot of 32 trajectories (its calls not in the "
+        "speedup); `freeze auto` picks each step's draft form, `prefetch auto` where to evaluate the leaves "
+        "(docs/algorithms.md, section 2). Planned calls: the planner's expected target calls per trajectory.",
         "",
         "| topology | freeze | prefetch | speedup | calls per trajectory | planned calls | rows per call | "
         "acceptance | pilot target calls |",

@@ -84,13 +84,10 @@ def timed(steps: int, quick: bool) -> dict:
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     gm_count = 40 if quick else GM512_TRAJECTORIES
     lines = [
-        "The frozen draft needs a target output to draft from. Started warm, as the draft-tree authors do, a "
-        "trajectory's first speculative round waits for a warm-up call that evaluates its root alone and commits "
-        'no step. Started cold (docs/algorithms.md, section 2, "The frozen draft starts cold"), it spends none: '
-        "a trajectory keeps the output of a plain or deterministic step it took (gm512's first step is "
-        "deterministic), and one that speculates from its first step (the digits model's DDPM) drafts that round "
-        "from x0-hat = 0. Every pair below differs in the start alone, same seed; planned settings pilot afresh "
-        "with their own start (pilot calls not in the speedup).",
+        "Started warm, a trajectory's first round waits for a warm-up call of its root; started cold "
+        '(docs/algorithms.md, section 2, "The frozen draft starts cold"), it spends none. Each pair differs in the '
+        "start alone (same seed); planned settings pilot afresh with their own start (pilot calls not in the "
+        "speedup).",
         "",
         f"### Calls (calls objective; gm512: {gm_count} trajectories, the defaults; digits: class 3, nearest "
         "prefetch, freeze auto)",

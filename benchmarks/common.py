@@ -168,9 +168,21 @@ def machine() -> str:
     )
 
 
+def command(name: str) -> str:
+    """The command that writes a section."""
+    return f"python -m benchmarks.run --sections {name}"
+
+
+def section_line(machine_line: str, name: str) -> str:
+    """A section's first line: its machine and date (as its results file records them) and its command."""
+    return f"_{machine_line}; `{command(name)}`_"
+
+
 def write_section(path: Path, name: str, title: str, body: str) -> None:
     text = path.read_text() if path.exists() else header()
-    block = f"<!-- section:{name} -->\n## {title}\n\n_{machine()}_\n\n{body}\n<!-- /section:{name} -->"
+    block = (
+        f"<!-- section:{name} -->\n## {title}\n\n{section_line(machine(), name)}\n\n{body}\n<!-- /section:{name} -->"
+    )
     pattern = re.compile(rf"<!-- section:{re.escape(name)} -->.*?<!-- /section:{re.escape(name)} -->", re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)

@@ -22,7 +22,7 @@ from .common import find, percent_gain, run_cell
 TITLE = "Beyond the papers: a draft network distilled from the target"
 DRAFTS = ("digits-draft", "digits-draft-distilled")
 # (steps, samples, seeds): the drafts section's planned network cells, with 64 samples on two seeds (its 16 and
-# 32 samples leave standard errors of 1.5% to 2%, the size of the difference measured here)
+# 32 samples leave standard errors as large as the difference this section measures)
 CELLS = [(100, 64, (0, 1)), (1000, 64, (0, 1))]
 QUICK_CELLS = [(100, 4, (0,))]
 BUDGET = 48  # the rows per round
@@ -92,20 +92,14 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 
 def _text(results: dict) -> str:
     lines = [
-        "Both drafts are the same small UNet (1/16 of the target's parameters), trained by "
-        "`python -m specdemo.train --which draft` with the same seed, steps and optimiser. `digits-draft` "
-        "regresses on the noise that made x_t (the DDPM loss); `digits-draft-distilled` on the target's output "
-        "at the same x_t (`--teacher specdemo/models/embedded/digits`). A draft is only ever asked what the "
-        "target would output, and the target's output is a function of x_t, where the noise is not: at low "
-        "noise x_t shows almost nothing of it, and the noise's variance swamps the signal the draft should learn.",
+        "Both drafts are the same small UNet, trained by `python -m specdemo.train --which draft` with the same "
+        "seed, steps and optimiser: `digits-draft` on the noise that made x_t (the DDPM loss), "
+        "`digits-draft-distilled` on the target's output at the same x_t (`--teacher specdemo/models/embedded/digits`).",
         "",
         f"### How far each draft misses the target ({len(results['misses'])} bands of training timesteps t)",
         "",
         "Mean over pixels of (out_draft - out_target)^2, on scikit-learn's digits noised to x_t "
-        f"({IMAGES} images in a full run, the same x_t for both drafts). A step's acceptance depends on the miss "
-        "times the output's weight in the mean over the step's scale, which grows as t falls (with x0-hat's "
-        "clipping inactive, C_n E_n / s_n: 0.11 at t = 500, 0.29 at t = 20 and 1.10 at t = 1 at 1,000 DDPM "
-        "steps).",
+        f"({IMAGES} images in a full run, the same x_t for both drafts).",
         "",
         "| t | " + " | ".join(DRAFTS) + " | distilled / trained on the noise |",
         "|---|---|---|---|",
@@ -122,11 +116,8 @@ def _text(results: dict) -> str:
         "### Planned runs (the drafts section's network cells)",
         "",
         f"`--draft NAME --freeze auto --tree auto --budget {BUDGET} --objective calls`, block verification, the "
-        "defaults otherwise, class 3: each step drafted with the draft network corrected by the target's residual "
-        "or a frozen form, whichever the pilots found best. A trajectory's first round is drafted from the network "
-        "alone (r_f = 0, and the frozen forms freeze the network's own output at the root), with no warm-up call "
-        f"({sum(r['warm_ups'] for r in results['runs'])} warm-up calls in these runs; docs/algorithms.md, section 2). "
-        "Pilot calls are not in the speedup (last columns).",
+        f"defaults otherwise, class 3 ({sum(r['warm_ups'] for r in results['runs'])} warm-up calls). Pilot calls "
+        "are not in the speedup (last columns).",
         "",
         "| steps | samples | seed | " + " | ".join(DRAFTS) + " | distilled vs trained on the noise | calls / sample "
         "| planned calls | pilot calls |",

@@ -12,7 +12,7 @@ from specdemo.pipeline import SamplerConfig
 from .common import BY_CALLS, NETWORK, find, percent_gain, run_cell
 
 TITLE = "Beyond the papers: drafts that stay close deeper"
-GM512_TRAJECTORIES = 300  # the count: standard errors of about 0.01x
+GM512_TRAJECTORIES = 300  # the count
 FORMS = ("x0", "x0-linear", "gaussian")
 CHAINS = ("1x5", "1x9", "1x16")
 NETWORK_FORMS = ("out", "residual", "auto")  # the draft network as it is, corrected throughout, per step
@@ -34,14 +34,10 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         for m, st, n, b in (PLANNED[:2] if quick else PLANNED)
     ]
     lines = [
-        "The frozen draft keeps one target output and drafts every level from it; its delta grows with depth. "
-        "Three forms keep the draft closer deeper (docs/algorithms.md, section 2): x0-hat frozen (`x0`), x0-hat "
-        "extrapolated in time through the last two target outputs (`x0-linear`), and x0-hat of the Gaussian "
-        "N(mu, lambda I) fitted to those two outputs (`gaussian`, fitted online per trajectory: one scalar lambda "
-        "and mu). Every form is exact; only the calls change. Fixed chains: block verification, nearest prefetch. "
-        "Planned: `--tree auto --objective calls --verifier block`, the defaults otherwise (prefetch auto); "
-        "`freeze auto` pilots each of out, x0, x0-linear and gaussian and drafts each step with the form of highest "
-        "mean acceptance. Pilot calls are not in the speedup (last column).",
+        "Draft forms (docs/algorithms.md, section 2): x0-hat frozen (`x0`), extrapolated in time (`x0-linear`), "
+        "and of the fitted Gaussian (`gaussian`); `freeze auto` drafts each step with the form its pilots found "
+        "best. Fixed chains: block verification, nearest prefetch; planned: `--tree auto --objective calls "
+        "--verifier block`, the defaults otherwise. Pilot calls are not in the speedup (last column).",
         "",
         "### Fixed block-verified chains (speedup in target calls)",
         "",
@@ -106,12 +102,9 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         "",
         "### The digits draft network, corrected by the target's residual, per step or throughout",
         "",
-        "The small draft network trained for the digits model, as it is (`out`), with the target's residual "
-        "at the frozen node added to its output at every drafted level (`residual`), and per step either that "
-        "or a form of the frozen draft, whichever of five pilots (out, x0, x0-linear, gaussian, residual) "
-        "accepts most at the step (`auto`; docs/algorithms.md, section 2). Block verification; chains: nearest "
-        "prefetch; planned: calls objective, the defaults otherwise (prefetch auto: leaves evaluated where the "
-        "plan finds it pays; inert for the plain network, which keeps no target output).",
+        "The digits draft network as it is (`out`), corrected by the target's residual (`residual`), or per step "
+        "that or a frozen form, whichever its pilots found best (`auto`; docs/algorithms.md, section 2). Block "
+        "verification; chains: nearest prefetch; planned: calls objective, the defaults otherwise.",
         "",
         "| steps | samples | topology | "
         + " | ".join(f"freeze {f}" for f in NETWORK_FORMS)

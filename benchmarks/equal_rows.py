@@ -58,17 +58,12 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     budgets = (8, 16) if quick else (8, 16, 32, 48, 64, 96)
     top = budgets[-1]
     lines = [
-        "The embedded digits UNet, class 3, block verification (docs/algorithms.md, section 3: whole trees). For "
-        "each rows budget R the planner (specdemo/trees/auto.py) picks the best block-verified chain and the best "
-        "block-verified tree (a fan (K, 1, ..., 1), K <= 4) that use at most R target rows a round, from one "
-        "pilot's deltas (32 trajectories); the margin is the chain's expected target calls per "
-        "trajectory over the tree's, minus one. *Ceiling*: the same margin for a chain of at most R rows whose "
-        "first level is never lost (the pilot's deltas at depth 1 set to 0), the most a fan can gain, since a "
-        "fan gains on a chain at its first level only and pays for it in depth. At the largest budget both "
-        "plans are also run (same pilot, same seed; "
+        "The embedded digits UNet, class 3, block verification. Per rows budget R: the planner's expected margin "
+        "of the best fan (K, 1, ..., 1), K <= 4, over the best chain (expected calls per trajectory, minus one; "
+        "one pilot of 32 trajectories); *ceiling*: the same for a chain whose first level is never lost, the most "
+        "a fan can gain. At the largest budget both plans also run (same pilot, same seed; "
         + ", ".join(f"{n} trajectories at {st:,} steps" for st, n in samples.items())
-        + "): measured margin in calls per trajectory, with its standard error from the per-trajectory "
-        "calls (as for independent runs; the two share their seeds, so it is if anything too large).",
+        + "): measured margin with its standard error.",
         "",
         "| steps | draft | "
         + " | ".join(f"{b} rows" for b in budgets)

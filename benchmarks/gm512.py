@@ -17,7 +17,7 @@ from .common import run_cell
 
 TITLE = "The draft-tree authors' benchmark: gm512"
 TREES = [(2, 3), (2, 5), (3, 4), (4, 3), (4, 4)]
-AGREEMENT = 0.05  # x: the most our speedup and the authors' may differ, next to standard errors of about 0.006x
+AGREEMENT = 0.05  # x: the most our speedup and the authors' may differ (their standard errors: the section's tables)
 
 
 def cell_keys(quick: bool):
@@ -160,7 +160,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     lines += ["", f"Plain target sampling: {plain['wall_ms_per_sample']:.2f} ms per trajectory, 30 target calls."]
 
     # the authors' cells again with the authors' trajectory counts, so that the two estimates' standard
-    # errors (about 0.006x each) are small next to AGREEMENT
+    # errors are small next to AGREEMENT
     lines += [
         "",
         "The authors' cells with their trajectory counts (freeze out, seed 1):",

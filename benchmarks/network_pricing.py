@@ -91,18 +91,11 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 def render(results: dict) -> str:
     rows = results["rows"]
     lines = [
-        "`--draft digits-draft --freeze auto` drafts each step with a frozen form or with the draft network "
-        "corrected by the target's residual, whichever a pilot found to accept more there (the stepwise draft); "
-        "a level that calls the network costs a network call, one drafted by a frozen form a few tensor "
-        f"operations. The digits UNet, class 3, `--tree auto --budget {BUDGET} --objective time`, block "
-        "verification. From one pilot and one measurement of the target's calls, three plans: the stepwise "
-        "draft with each round priced by the levels it drafts with the network (network_level_s each, beyond "
-        "a frozen level's level_s; specdemo/trees/auto.py), the same table with the network's cost spread over "
-        "every step in proportion to its share of the steps (what a per-level cost measured along a whole run "
-        "gives: its level_s is then a frozen level's plus that share of network_level_s), and the frozen forms "
-        "alone, with their own driver costs. The time objective keeps the one of "
-        f"fewer planned seconds (*kept*). Wall-clock: the median of {results['repeats']} runs of each plan, "
-        "alternating.",
+        f"The digits UNet, class 3, `--draft digits-draft --freeze auto --tree auto --budget {BUDGET} --objective "
+        "time`, block verification. Three plans from one pilot: the stepwise draft with its network levels priced "
+        "at their steps (specdemo/trees/auto.py), the same with the network's cost spread over every step, and the "
+        "frozen forms alone; the time objective keeps the one of fewer planned seconds (*kept*). Wall-clock: the "
+        f"median of {results['repeats']} alternating runs of each plan.",
         "",
         "| steps | batch | plan | network steps | network_level_s ms | level_s ms | planned s | wall-clock s | "
         "calls / trajectory | draft-network calls |",

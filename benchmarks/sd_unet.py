@@ -5,8 +5,8 @@ issue "Model families").
 The pipeline folder is built here and loaded by specdemo's own loader (models/latent.py): the UNet is
 SD 1.5's (860M parameters, 4x64x64 latents), the scheduler config SD 1.5's; the text encoder,
 tokenizer and VAE are tiny (the encoder as wide as SD's text embeddings, 768), since only the UNet is
-called while sampling. The section is a GPU run (scripts/gpu_check.sh): on a CPU a UNet of this size
-takes seconds a row, and auto's pilots alone take thousands of rows. Without CUDA it says "pending";
+called while sampling. The section is a GPU run (scripts/gpu_check.sh): on a CPU a UNet of this size is
+too slow for auto's pilots. Without CUDA it says "pending";
 `quick` runs a small UNet of the same kind on the CPU, for a smoke test.
 """
 

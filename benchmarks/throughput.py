@@ -28,13 +28,8 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     total = 64 if quick else 256
     lines = [
         f"`gm512`, {total} trajectories, auto tree (rank-aware, 85 rows, freeze auto; the plan built once), "
-        "in slots of the given size: each slot takes the next trajectory as soon as its own is done. "
-        "Every trajectory gets the same samples and the same calls whatever the slots (tests/test_scale.py); "
-        "the batch's sequential calls and its throughput change. Against fixed batches of the same size, run "
-        "one after another, continuous batching needs fewer sequential target calls (no batch waits for its "
-        "slowest trajectory); its rounds hold trajectories at different steps, hence several planned trees, "
-        "which costs bookkeeping: it pays where a target call is expensive next to that (a large network, a "
-        "GPU), not with this closed-form target on a CPU.",
+        "in slots of the given size: each slot takes the next trajectory as soon as its own is done. Fixed "
+        "batches of the same size run one after another.",
         "",
         "| slots | batching | batch target calls | samples per second | rows per call (batch) |",
         "|---|---|---|---|---|",

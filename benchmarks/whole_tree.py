@@ -10,7 +10,7 @@ from specdemo.pipeline import SamplerConfig
 from .common import BY_CALLS, find, percent_gain, run_cell, shown
 
 TITLE = "Beyond the papers: block verification of whole trees"
-GM512_TRAJECTORIES = 300  # the count: standard errors of about 0.01x
+GM512_TRAJECTORIES = 300  # the count
 # (label, settings): the planner's best within the rows, per verifier; block on a chain method plans chains only
 PLANNED = [
     ("block-verified chains", {"method": "chain", "verifier": "block"}),
@@ -29,14 +29,10 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     gm_count = 40 if quick else GM512_TRAJECTORIES
     digits = {"steps": 100, "samples": 8 if quick else 32, "budgets": (16,) if quick else (16, 48)}
     lines = [
-        "A tree verified node by node stops at its first rejection. Weighed as a whole "
-        '(docs/algorithms.md, section 3, "whole trees"), each path is weighed as a block-verified chain, and '
-        "where it stops, the stopped node's next child and its own path are weighed against the residual "
-        "instead of drawing it; a branching root's child is chosen by rank-aware selection. The block planner "
-        "(specdemo/trees/auto.py) plans fans (K, 1, ..., 1), K <= 4: a chain whose first node is the one "
-        "selected among K children of the root. Planned settings pilot afresh "
-        "(their pilot's calls, not in the speedup, in the last column); *planned*: the plan's expected calls per "
-        "trajectory. Fixed topologies are compared at equal target rows a round.",
+        'Whole-tree block verification (docs/algorithms.md, section 3, "whole trees"); the block planner '
+        "(specdemo/trees/auto.py) plans fans (K, 1, ..., 1), K <= 4. Planned settings pilot afresh (pilot calls not "
+        "in the speedup); *planned*: the plan's expected calls per trajectory. Fixed topologies: equal target rows "
+        "a round.",
         "",
         f"### `gm512`, {gm_count} trajectories, at most 85 rows a round, the defaults (freeze auto, prefetch "
         "auto), calls objective",

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import peer
+from benchmarks.common import command
 from benchmarks.readme_table import BLOCK, HEADER, SECTIONS, rendered_readme
 from benchmarks.run import SECTIONS as RUNNER_SECTIONS
 from benchmarks.run import main
@@ -164,5 +165,7 @@ def test_the_committed_results_are_the_runs_the_report_shows(path):
     record = json.loads(path.read_text())
     name = record["section"]
     assert path.stem == name in RUNNER_SECTIONS
-    line = re.search(rf"<!-- section:{name} -->\n## .*\n\n_(.*)_\n", REPORT.read_text()).group(1)
+    line = re.search(
+        rf"<!-- section:{name} -->\n## .*\n\n_(.*); `{re.escape(command(name))}`_\n", REPORT.read_text()
+    ).group(1)
     assert record["machine"] == line, f"{path.name} and the report's {name} section come from different runs"

@@ -42,7 +42,7 @@ node's delta and u, not on one level's acceptance. Its plans are fans (K, 1, ...
 at K = 1; on a whole tree the root's child is chosen by rank-aware selection and its chain weighed
 with that child's ratio against the selection's density: block_fan_stop_probabilities; trees that
 branch below the root add 0.5% to 1.5% in expectation on the digits model at 96 rows, short of paying
-for their planning: docs/benchmarks.md, section branching), whose shape
+for their planning: docs/experiments/branching.md), whose shape
 minimises
 
     V(n, k) = price(1 - k + K (L - 1 + leaves), L) + sum_{j < L} P(eta = j) V(n + j + 1, 0) + P(eta = L) V(n + L, leaves),

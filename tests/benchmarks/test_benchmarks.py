@@ -16,7 +16,10 @@ def test_a_section_writes_its_part_of_the_report_and_its_results(tmp_path, capsy
     text = report.read_text()
     assert text.startswith("# Benchmarks\n\nWritten by `python -m benchmarks.run`")
     section = re.search(
-        r"<!-- section:prefetch -->\n## Prefetch policies\n\n_(.*)_\n\n(.*)\n<!-- /section:prefetch -->", text, re.S
+        r"<!-- section:prefetch -->\n## Prefetch policies\n\n_(.*); `python -m benchmarks.run --sections prefetch`_\n\n(.*)\n"
+        r"<!-- /section:prefetch -->",
+        text,
+        re.S,
     )
     assert section and "| prefetch | speedup | target calls per trajectory | acceptance |" in section.group(2)
     record = json.loads((tmp_path / "docs" / "bench_results" / "prefetch.json").read_text())

@@ -1,12 +1,14 @@
-"""The branching measurement (benchmarks/branching.py): its Monte Carlo walks give a chain and a fan the laws the
+"""The branching measurement (docs/experiments/branching.py): its Monte Carlo walks give a chain and a fan the laws the
 planner's own block laws give, a branch below the root is tried where the chain above it stops, and the
 dynamic programme and the report say what their inputs show."""
 
 import numpy as np
 import pytest
 
-from benchmarks import branching
+from benchmarks.experiment import load
 from specdemo.trees.auto import DeltaStats, block_fan_stop_probabilities
+
+branching = load("branching")
 
 WALKS = 40_000
 

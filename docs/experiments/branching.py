@@ -11,20 +11,19 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import BY_CALLS
+from benchmarks.equal_rows import DRAFTS
 from specdemo.pipeline import SamplerConfig, build
 from specdemo.trees import Topology
 from specdemo.trees.auto import BLOCK_FAN_WIDTHS, BLOCK_PLAN_CHAINS, DeltaStats
 from specdemo.trees.tables import TreeTables, tables
 from specdemo.verifiers.block import select_root_child, weigh_tree
 
-from .common import BY_CALLS
-from .equal_rows import DRAFTS
-
 TITLE = "Trees that branch below the root, measured before they are built"
 BRANCH_DEPTHS = 15  # j = 1..15: past it a 96-row tree has no rows left for a second chain worth drafting
 FRESH_WALKS = 1024  # walks per step and shape for each fresh evaluation of a family's plan
-# the gain over fans that would pay for planning branches: a walk of every shape at every step takes about a
-# minute per draft at 100 steps here, where the fans' laws take seconds
+# the gain over fans that would pay for planning branches: walks of every shape at every step cost far more
+# than the fans' laws
 WORTH = 0.02
 FRESH_REPEATS = 4  # independent fresh evaluations: their spread is the figure's standard error
 # a family and which shapes (K, j) it plans with; j = 0 branches at the root
@@ -35,7 +34,7 @@ FAMILIES = (
     ("all of them", lambda k, j: True),
 )
 # (steps, families): at 1,000 steps chains and fans only, for the expected margin section equal_rows measures
-# with few trajectories there (walks of every branching shape would take about ten minutes a draft)
+# with few trajectories there (walks of every branching shape cost more still at 1,000 steps)
 SETTINGS = ((100, FAMILIES), (1000, FAMILIES[:2]))
 
 

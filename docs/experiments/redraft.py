@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.common import NETWORK
+from benchmarks.drafts import config
 from specdemo.pipeline import build
 from specdemo.verifiers import get_verifier
-
-from .common import NETWORK
-from .drafts import config
 
 TITLE = "Picard-style re-drafting, measured before it is built"
 CHAIN = "1x12"  # the pilots' chain (specdemo/planning/stats.py, PILOT_DEPTH)

@@ -1,11 +1,13 @@
-"""The re-drafting measurement (benchmarks/redraft.py): a node re-drafted from its own state is drafted by the
+"""The re-drafting measurement (docs/experiments/redraft.py): a node re-drafted from its own state is drafted by the
 target's kernel itself (delta 0), and the nodes it pairs are a later round's verified nodes with an earlier
 round's evaluated node of the same step."""
 
 import numpy as np
 import pytest
 
-from benchmarks import redraft
+from benchmarks.experiment import load
+
+redraft = load("redraft")
 
 
 @pytest.mark.parametrize(
