@@ -105,6 +105,19 @@ def pick_model(page, label: str) -> None:
     page.locator(".sd-header h1").click()
 
 
+def pick_model_and_wait(page, label: str, model: str) -> None:
+    """Pick a model and wait until the page shows its defaults (steps and samples): they arrive after the
+    pick, and would overwrite a value typed in between."""
+    from specdemo_app.settings import UI_DEFAULTS
+
+    pick_model(page, label)
+    page.wait_for_function(
+        "([steps, samples]) => document.querySelector('#steps input').value === steps && document.querySelector("
+        "\"input[aria-label='number input for samples']\").value === samples",
+        arg=[str(UI_DEFAULTS[model]["steps"]), str(UI_DEFAULTS[model]["num_samples"])],
+    )
+
+
 def run_and_wait(page, expect: str, where: str = "#headline") -> float:
     """Click Run and wait until the headline (or the element `where`) says `expect` (words of this
     run's result, not of the last one's) and the tree views are drawn; the seconds taken."""
@@ -354,7 +367,7 @@ def test_the_progress_moves_and_stop_ends_the_servers_work(page, server):
     """A long run (gm512, 1,000 steps, 4,096 samples: minutes of work): the headline's progress names the run
     and its round and moves; after Stop the server uses under 0.2 of a core from 5 s on."""
     _, proc = server
-    pick_model(page, "gm512 · 512-D benchmark (flow)")
+    pick_model_and_wait(page, "gm512 · 512-D benchmark (flow)", "gm512")
     set_topology(page, "1x5")
     set_number(page, "samples", 4096)
     steps = page.locator("#steps input")
@@ -387,7 +400,7 @@ def test_memory_stays_flat_over_many_clicks(page, server):
     """40 clicks of a small gm2d run after 5 warm-up clicks: the server's resident memory grows by at most
     100 MB (each session keeps its last run, within handlers.SESSION_BYTES)."""
     _, proc = server
-    pick_model(page, "gm2d · 2-D Gaussian mixture")
+    pick_model_and_wait(page, "gm2d · 2-D Gaussian mixture", "gm2d")
     set_topology(page, "2,1")
     set_number(page, "samples", 8)
     steps = page.locator("#steps input")
