@@ -1,5 +1,10 @@
 """Auto topology and per-step freezing on gm512, against every fixed tree of the gm512 section and the
-authors' best within the same rows."""
+authors' best within the same rows.
+
+`auto` plans each step's widths from a pilot of 32 trajectories (its calls not in the speedup); `freeze auto` picks
+each step's draft form, `prefetch auto` where to evaluate the leaves (docs/algorithms.md, section 2). Planned
+calls: the planner's expected target calls per trajectory. Cells start warm, as the authors count.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from .common import plot
 
 TITLE = "Beyond the papers: auto topology and per-step freezing on gm512"
 BUDGET = 85  # target rows per round: the authors' (4, 4) tree
+PLOT = "gm512_speedup_vs_rows"
 TARGET = 2.6  # x: what the best exact configuration within BUDGET rows should reach
 
 
@@ -23,19 +29,6 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     import plotly.graph_objects as go
 
     base = dict(model="gm512", num_samples=trajectories, seed=0, device="cpu", verifier="rank")
-    within = peer.best(peer.side_by_side().values(), BUDGET)
-    widest = peer.best(peer.their_table().values())
-    lines = [
-        f"`gm512`, {trajectories} trajectories, budget {BUDGET} target rows per round (the authors' code reaches "
-        f"{within.speedup:.2f}x there side by side, and {widest.speedup:.2f}x at {widest.rows_per_round:,} rows in "
-        "its table). `auto` plans each step's widths from a pilot of 32 trajectories (its calls not in the "
-        "speedup); `freeze auto` picks each step's draft form, `prefetch auto` where to evaluate the leaves "
-        "(docs/algorithms.md, section 2). Planned calls: the planner's expected target calls per trajectory.",
-        "",
-        "| topology | freeze | prefetch | speedup | calls per trajectory | planned calls | rows per call | "
-        "acceptance | pilot target calls |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
     auto = {}
     for method, verifier in (("tree", "rank"), ("tree", "dgrs"), ("chain", "rmc")):
         for freeze, prefetch in (("out", "nearest"), ("x0", "nearest"), ("auto", "nearest"), ("auto", "auto")):
@@ -68,14 +61,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
                 "acceptance": cost.acceptance,
                 "pilot_target_calls": problem.pilot.target_calls,
             }
-            a = auto[(method, verifier, freeze, prefetch)]
-            lines.append(
-                f"| auto {method} ({verifier}) | {freeze} | {prefetch} | {a['speedup']:.2f} | "
-                f"{a['calls_per_trajectory']:.2f} | {a['planned_calls']:.2f} | "
-                f"{a['rows_per_call']:.1f} | {a['acceptance']:.3f} | {a['pilot_target_calls']} |"
-            )
     best_prefetch = max(("nearest", "auto"), key=lambda p: auto[("tree", "rank", "auto", p)]["speedup"])
-    best_auto = auto[("tree", "rank", "auto", best_prefetch)]["speedup"]
     cells = gm512.cells(trajectories, quick)
     fixed = {k: s for k, s in cells.items() if s["rows_per_round"] <= BUDGET}
     results = {
@@ -95,35 +81,8 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             for k, s in fixed.items()
         ],
     }
-    lines.append("")
+    figure = None
     if fixed:
-        key, best = max(fixed.items(), key=lambda kv: kv[1]["speedup"])
-        same_freeze = {f: max((s["speedup"] for k, s in fixed.items() if k[0] == f), default=0) for f in ("out", "x0")}
-        lines += [
-            f"- Best exact configuration within {BUDGET} rows: auto tree (rank-aware), freeze auto, prefetch {best_prefetch}, "
-            f"**{best_auto:.2f}x** "
-            f"({'at least' if best_auto >= TARGET else 'BELOW'} {TARGET}x).",
-            f"- Every fixed tree of the gm512 section within {BUDGET} rows, at its best: {best['speedup']:.2f}x "
-            f"({key[1]} ({key[2]}, {key[3]}), freeze {key[0]}, {'leaves' if key[4] else 'no leaves'}). At the "
-            f"same freeze, auto against the best fixed tree: out {auto[('tree', 'rank', 'out', 'nearest')]['speedup']:.2f}x "
-            f"vs {same_freeze['out']:.2f}x, x0 {auto[('tree', 'rank', 'x0', 'nearest')]['speedup']:.2f}x vs "
-            f"{same_freeze['x0']:.2f}x.",
-            "- Leaves evaluated where the plan finds it pays (prefetch auto) against never (nearest), freeze auto: "
-            + ", ".join(
-                f"{m} ({v}) {auto[(m, v, 'auto', 'auto')]['calls_per_trajectory']:.2f} against "
-                f"{auto[(m, v, 'auto', 'nearest')]['calls_per_trajectory']:.2f} calls per trajectory"
-                for m, v in (("tree", "rank"), ("tree", "dgrs"), ("chain", "rmc"))
-            )
-            + ". A committed evaluated leaf also makes a deterministic step free, which the speedup column (stochastic "
-            "steps only, as the authors count) does not see; on the stochastic steps alone evaluating leaves "
-            + (
-                "pays"
-                if auto[("tree", "rank", "auto", "auto")]["speedup"]
-                > auto[("tree", "rank", "auto", "nearest")]["speedup"]
-                else "does not pay"
-            )
-            + " here (rank-aware tree).",
-        ]
         fig = go.Figure()
         for (freeze, verifier), style in {
             ("out", "rmc"): "circle",
@@ -168,5 +127,59 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
             xaxis=dict(title="target rows per round (auto: mean rows per call)", type="log"),
             yaxis=dict(title="speedup (28 / target calls)"),
         )
-        lines += ["", plot(fig, "gm512_speedup_vs_rows", report)]
-    return "\n".join(lines), results
+        figure = plot(fig, PLOT, report)
+    return render(results, figure), results
+
+
+def render(results: dict, figure: str | None = None) -> str:
+    """The section's body from its saved results alone (and the peer table, benchmarks/peer.py); figure: the
+    plot's line (default: the plot's image, where fixed trees were measured)."""
+    auto = {_key(a, "method", "verifier", "freeze", "prefetch"): a for a in results["auto"]}
+    budget, fixed = results["budget"], results["fixed"]
+    lines = [
+        f"`gm512`, {results['trajectories']} trajectories, budget {budget} target rows per round; auto's pilot "
+        "calls are not in the speedup (benchmarks/auto.py).",
+        "Evaluated leaves (prefetch auto) also make deterministic steps free, which the speedup (stochastic steps "
+        "only) does not see.",
+        "",
+        "| topology | freeze | prefetch | speedup | calls per trajectory | planned calls | rows per call | "
+        "acceptance | pilot target calls |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (method, verifier, freeze, prefetch), a in auto.items():
+        lines.append(
+            f"| auto {method} ({verifier}) | {freeze} | {prefetch} | {a['speedup']:.2f} | "
+            f"{a['calls_per_trajectory']:.2f} | {a['planned_calls']:.2f} | "
+            f"{a['rows_per_call']:.1f} | {a['acceptance']:.3f} | {a['pilot_target_calls']} |"
+        )
+    within = peer.best(peer.side_by_side().values(), budget)
+    widest = peer.best(peer.their_table().values())
+    lines += [
+        "",
+        f"| within {budget} rows (or as said) | speedup |",
+        "|---|---|",
+    ]
+    if fixed:
+        best_prefetch = max(("nearest", "auto"), key=lambda p: auto[("tree", "rank", "auto", p)]["speedup"])
+        best_auto = auto[("tree", "rank", "auto", best_prefetch)]["speedup"]
+        best = max(fixed, key=lambda f: f["speedup"])
+        lines.append(
+            f"| the best exact configuration: auto tree (rank-aware), freeze auto, prefetch {best_prefetch} | "
+            f"**{best_auto:.2f}x** ({'at least' if best_auto >= TARGET else 'BELOW'} {TARGET}x) |"
+        )
+        lines.append(
+            f"| every fixed tree of the gm512 section, at its best: {best['verifier']} ({best['k']}, {best['depth']}), "
+            f"freeze {best['freeze']}, {'leaves' if best['leaves'] else 'no leaves'} | {best['speedup']:.2f}x |"
+        )
+        lines += [
+            f"| the best fixed tree, freeze {f} | "
+            f"{max((x['speedup'] for x in fixed if x['freeze'] == f), default=0):.2f}x |"
+            for f in ("out", "x0")
+        ]
+    lines += [
+        f"| the authors' code, side by side | {within.speedup:.2f}x |",
+        f"| the authors' table, at {widest.rows_per_round:,} rows | {widest.speedup:.2f}x |",
+    ]
+    if fixed:
+        lines += ["", figure or f"![{PLOT}](plots/{PLOT}.png)"]
+    return "\n".join(lines)

@@ -83,19 +83,6 @@ def timed(steps: int, quick: bool) -> dict:
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     gm_count = 40 if quick else GM512_TRAJECTORIES
-    lines = [
-        "Started warm, a trajectory's first round waits for a warm-up call of its root; started cold "
-        '(docs/algorithms.md, section 2, "The frozen draft starts cold"), it spends none. Each pair differs in the '
-        "start alone (same seed); planned settings pilot afresh with their own start (pilot calls not in the "
-        "speedup).",
-        "",
-        f"### Calls (calls objective; gm512: {gm_count} trajectories, the defaults; digits: class 3, nearest "
-        "prefetch, freeze auto)",
-        "",
-        "| model | steps | samples | topology | start | speedup | calls / sample | planned | warm-up calls | "
-        "pilot calls |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
     cells = [
         ("gm512", None, gm_count, "auto, 85 rows", {"tree": "auto", "budget": 85, "objective": "calls"}),
         (
@@ -125,15 +112,46 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
                 if model == "gm512"
                 else digits_config(steps, count, start=start, **settings)
             )
-            s = run_cell(cfg, with_pilot=settings.get("tree") == "auto")
-            runs.append({"label": label, **s})
-            planned = "" if s["planned_calls"] is None else f"{s['planned_calls']:.2f}"
-            lines.append(
-                f"| {model} | {cfg.steps or 30} | {count} | {label} | {start} | {s['speedup']:.2f} | "
-                f"{s['target_calls_per_sample']:.2f} | {planned} | {s['warm_ups']} | "
-                f"{s.get('pilot_calls') or ''} |"
-            )
+            runs.append({"label": label, **run_cell(cfg, with_pilot=settings.get("tree") == "auto")})
     samples = {100: 8} if quick else {100: 128, 1000: 64}
+    margins = [equal_rows(steps, count, start) for steps, count in samples.items() for start in STARTS]
+    times = [timed(steps, quick) for steps in ((100,) if quick else (100, 1000))]
+    results = {"runs": runs, "margins": margins, "timed": times}
+    return render(results), results
+
+
+def render(results: dict) -> str:
+    """The section's body from its saved results alone."""
+    runs, times = results["runs"], results["timed"]
+    gm_count = next(r["num_samples"] for r in runs if r["config"]["model"] == "gm512")
+    lines = [
+        "Started warm, a trajectory's first round waits for a warm-up call of its root; started cold "
+        "(docs/algorithms.md, section 2), it spends none.",
+        "Each pair differs in the start alone (same seed); planned settings pilot afresh (pilot calls not in the "
+        "speedup).",
+        "",
+        f"### Calls (calls objective; gm512: {gm_count} trajectories, the defaults; digits: class 3, nearest "
+        "prefetch, freeze auto)",
+        "",
+        "| model | steps | samples | topology | start | speedup | calls / sample | planned | warm-up calls | "
+        "pilot calls |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in runs:
+        c = s["config"]
+        planned = "" if s["planned_calls"] is None else f"{s['planned_calls']:.2f}"
+        lines.append(
+            f"| {c['model']} | {c['steps'] or 30} | {c['num_samples']} | {s['label']} | {c['start']} | "
+            f"{s['speedup']:.2f} | {s['target_calls_per_sample']:.2f} | {planned} | {s['warm_ups']} | "
+            f"{s.get('pilot_calls') or ''} |"
+        )
+    gm, digits = paired(runs)
+    lines += ["", "| planned (the table above) | speedup, cold against warm |", "|---|---|"]
+    lines.append(f"| gm512 within 85 rows | {percent_gain(shown(gm['cold']), shown(gm['warm']))} |")
+    lines += [
+        f"| digits, {steps:,} steps within 48 rows | {percent_gain(shown(d['cold']), shown(d['warm']))} |"
+        for steps, d in digits.items()
+    ]
     lines += [
         "",
         f"### Trees against chains at {TOP_ROWS} rows (section equal_rows' measurement, the frozen draft, freeze auto)",
@@ -141,36 +159,30 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         "| steps | trajectories | start | chain calls | tree calls | measured margin | planned margin |",
         "|---|---|---|---|---|---|---|",
     ]
-    margins = []
-    for steps, count in samples.items():
-        for start in STARTS:
-            row = equal_rows(steps, count, start)
-            margins.append(row)
-            m, e = measured_margin(row)
-            lines.append(
-                f"| {steps} | {count} | {start} | {row['chain_calls']:.2f} ± {row['chain_error']:.2f} | "
-                f"{row['tree_calls']:.2f} ± {row['tree_error']:.2f} | {100 * m:+.1f}% ± {100 * e:.1f}% | "
-                f"{100 * row['planned_margin']:+.1f}% |"
-            )
+    for row in results["margins"]:
+        m, e = measured_margin(row)
+        lines.append(
+            f"| {row['steps']} | {row['samples']} | {row['start']} | {row['chain_calls']:.2f} ± {row['chain_error']:.2f} | "
+            f"{row['tree_calls']:.2f} ± {row['tree_error']:.2f} | {100 * m:+.1f}% ± {100 * e:.1f}% | "
+            f"{100 * row['planned_margin']:+.1f}% |"
+        )
+    seeds = times[0]["seeds"]
     lines += [
         "",
         f"### Wall-clock at batch 1 (`--tree auto` with the defaults, time objective; one sample at a "
-        f"time for {2 if quick else SEEDS} seeds, the median of {2 if quick else TIMED_REPEATS} alternated "
+        f"time for {seeds} seeds, the median of {TIMED_REPEATS if seeds == SEEDS else 2} alternated "
         "repeats of their total)",
         "",
         "| steps | start | verifier | calls / sample | wall-clock s | against plain |",
         "|---|---|---|---|---|---|",
     ]
-    times = [timed(steps, quick) for steps in ((100,) if quick else (100, 1000))]
     for t in times:
         for start in STARTS:
             lines.append(
                 f"| {t['steps']} | {start} | {t['verifier'][start]} | {t['calls'][start]:.1f} | "
                 f"{t['wall_s'][start]:.3f} | {time_speedup(t['wall_s'][start], t['wall_s']['plain']):.2f}x |"
             )
-    results = {"runs": runs, "margins": margins, "timed": times}
-    lines += [""] + [f"- {line}" for line in summary_lines(results)]
-    return "\n".join(lines), results
+    return "\n".join(lines)
 
 
 def paired(runs: list[dict]) -> tuple[dict, dict]:
@@ -180,32 +192,3 @@ def paired(runs: list[dict]) -> tuple[dict, dict]:
     return gm, {
         steps: {start: find(runs, model="digits", steps=steps, start=start) for start in STARTS} for steps in steps_run
     }
-
-
-def summary_lines(results: dict) -> list[str]:
-    gm, digits = paired(results["runs"])
-    lines = [
-        f"`gm512` within 85 rows, the defaults: **{shown(gm['cold']):.2f}x** started cold against "
-        f"{shown(gm['warm']):.2f}x warm ({percent_gain(shown(gm['cold']), shown(gm['warm']))})."
-    ]
-    lines += [
-        f"Digits, {steps:,} steps within 48 rows: {shown(d['cold']):.2f}x against {shown(d['warm']):.2f}x "
-        f"({percent_gain(shown(d['cold']), shown(d['warm']))})."
-        for steps, d in digits.items()
-    ]
-    for row in results["margins"]:
-        m, e = measured_margin(row)
-        lines.append(
-            f"At {TOP_ROWS} rows, {row['steps']:,} steps, started {row['start']}: the planned tree "
-            f"{100 * m:+.1f}% ± {100 * e:.1f}% over the planned chain ({row['chain_calls']:.2f} against "
-            f"{row['tree_calls']:.2f} calls per trajectory)."
-        )
-    for t in results["timed"]:
-        w = t["wall_s"]
-        lines.append(
-            f"One sample at a time, {t['steps']:,} steps ({t['seeds']} seeds): started cold "
-            f"{time_speedup(w['cold'], w['plain']):.2f}x faster than plain sampling, warm "
-            f"{time_speedup(w['warm'], w['plain']):.2f}x ({t['calls']['cold']:.1f} against "
-            f"{t['calls']['warm']:.1f} calls a sample)."
-        )
-    return lines

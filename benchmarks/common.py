@@ -178,12 +178,24 @@ def section_line(machine_line: str, name: str) -> str:
     return f"_{machine_line}; `{command(name)}`_"
 
 
-def write_section(path: Path, name: str, title: str, body: str) -> None:
-    text = path.read_text() if path.exists() else header()
-    block = (
-        f"<!-- section:{name} -->\n## {title}\n\n{section_line(machine(), name)}\n\n{body}\n<!-- /section:{name} -->"
+def section_block(name: str, title: str, machine_line: str, body: str) -> str:
+    """A section as the report lays it out: markers, heading, machine line and command, body."""
+    return (
+        f"<!-- section:{name} -->\n## {title}\n\n{section_line(machine_line, name)}\n\n{body}\n<!-- /section:{name} -->"
     )
-    pattern = re.compile(rf"<!-- section:{re.escape(name)} -->.*?<!-- /section:{re.escape(name)} -->", re.S)
+
+
+def section_pattern(name: str) -> re.Pattern:
+    """A section of the report, from its opening marker to its closing one."""
+    return re.compile(rf"<!-- section:{re.escape(name)} -->.*?<!-- /section:{re.escape(name)} -->", re.S)
+
+
+def write_section(path: Path, name: str, title: str, body: str, machine_line: str | None = None) -> None:
+    """Write a section into the report (replacing it where it is), under machine_line (default: this machine
+    now; a section rendered from its saved results passes the results' own line)."""
+    text = path.read_text() if path.exists() else header()
+    block = section_block(name, title, machine_line or machine(), body)
+    pattern = section_pattern(name)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
 

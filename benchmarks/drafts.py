@@ -1,7 +1,14 @@
 """Drafts that stay close deeper: the frozen draft's forms (x0-hat, x0-hat extrapolated in time, x0-hat of a
 Gaussian fitted to the last two target outputs) on fixed block-verified chains and in planned runs, on gm512
 and the digits model, and the digits draft network with and without the target's residual, in target calls
-(hardware-free)."""
+(hardware-free).
+
+Fixed chains: block verification, nearest prefetch; planned: `--tree auto --objective calls --verifier block`, the
+defaults otherwise; pilot calls are not in the speedup. The digits draft network runs as it is (`out`), corrected
+by the target's residual (`residual`), or per step that or a frozen form, whichever its pilots found best (`auto`;
+docs/algorithms.md, section 2). On gm512 the fitted Gaussian gains most: its components are isotropic Gaussians,
+whose x0-hat is exactly the fitted form once a trajectory's component is settled.
+"""
 
 from __future__ import annotations
 
@@ -33,78 +40,111 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         (m, st, 40 if quick and m == "gm512" else (4 if quick else n), b)
         for m, st, n, b in (PLANNED[:2] if quick else PLANNED)
     ]
+    runs = []
+    for model, steps, samples, _ in planned[:2]:
+        for chain in CHAINS[:1] if quick else CHAINS:
+            for form in FORMS:
+                runs.append(
+                    run_cell(
+                        config(
+                            model,
+                            steps,
+                            samples,
+                            method="chain",
+                            tree=chain,
+                            verifier="block",
+                            freeze=form,
+                            prefetch="nearest",
+                            objective="calls",
+                        )
+                    )
+                )
+    for model, steps, samples, budget in planned:
+        for form in ("x0", "gaussian", "auto"):
+            runs.append(
+                run_cell(
+                    config(
+                        model,
+                        steps,
+                        samples,
+                        method="tree",
+                        tree="auto",
+                        budget=budget,
+                        freeze=form,
+                        verifier="block",
+                        **({"objective": "calls"} if model == "gm512" else BY_CALLS),
+                    ),
+                    with_pilot=True,
+                )
+            )
+    for _, steps, samples, budget in planned[1:]:
+        trees = [("auto", budget)] if steps > 100 or quick else [*((c, None) for c in CHAINS[1:]), ("auto", budget)]
+        for tree, rows in trees:
+            for form in NETWORK_FORMS:
+                runs.append(
+                    run_cell(
+                        config(
+                            "digits",
+                            steps,
+                            samples,
+                            method="chain" if rows is None else "tree",
+                            tree=tree,
+                            budget=rows,
+                            verifier="block",
+                            freeze=form,
+                            objective="calls",
+                            **NETWORK,
+                            **({"prefetch": "nearest"} if rows is None else {}),
+                        ),
+                        with_pilot=rows is not None,
+                    )
+                )
+    results = {"runs": runs}
+    return render(results), results
+
+
+def render(results: dict) -> str:
+    """The section's body from its saved results alone."""
+    runs = results["runs"]
+    frozen = [r for r in runs if r["config"]["draft"] != NETWORK["draft"]]
+    network = [r for r in runs if r["config"]["draft"] == NETWORK["draft"]]
     lines = [
         "Draft forms (docs/algorithms.md, section 2): x0-hat frozen (`x0`), extrapolated in time (`x0-linear`), "
-        "and of the fitted Gaussian (`gaussian`); `freeze auto` drafts each step with the form its pilots found "
-        "best. Fixed chains: block verification, nearest prefetch; planned: `--tree auto --objective calls "
-        "--verifier block`, the defaults otherwise. Pilot calls are not in the speedup (last column).",
+        "of the fitted Gaussian (`gaussian`), or per step (`auto`).",
+        "On the digits model the fit gains little: x0-hat of a digit is not that of one isotropic Gaussian.",
         "",
         "### Fixed block-verified chains (speedup in target calls)",
         "",
         "| model | steps | samples | chain | " + " | ".join(f"freeze {f}" for f in FORMS) + " | gaussian vs x0 |",
         "|---|---|---|---|" + "---|" * len(FORMS) + "---|",
     ]
-    runs = []
-    for model, steps, samples, _ in planned[:2]:
-        for chain in CHAINS[:1] if quick else CHAINS:
-            cells = []
-            for form in FORMS:
-                s = run_cell(
-                    config(
-                        model,
-                        steps,
-                        samples,
-                        method="chain",
-                        tree=chain,
-                        verifier="block",
-                        freeze=form,
-                        prefetch="nearest",
-                        objective="calls",
-                    )
-                )
-                runs.append(s)
-                cells.append(s["speedup"])
-            lines.append(
-                f"| {model} | {steps} | {samples} | {chain} | "
-                + " | ".join(f"{c:.2f}" for c in cells)
-                + f" | {percent_gain(cells[-1], cells[0])} |"
-            )
+    chains = [r["config"] for r in frozen if r["config"]["method"] == "chain"]
+    for c in dict.fromkeys((c["model"], c["steps"], c["num_samples"], c["tree"]) for c in chains):
+        model, steps, samples, chain = c
+        cells = [find(frozen, model=model, num_samples=samples, tree=chain, freeze=f)["speedup"] for f in FORMS]
+        lines.append(
+            f"| {model} | {steps} | {samples} | {chain} | "
+            + " | ".join(f"{c:.2f}" for c in cells)
+            + f" | {percent_gain(cells[-1], cells[0])} |"
+        )
     lines += [
         "",
-        "### Planned (calls objective, the defaults otherwise)",
+        "### Planned (calls objective, the defaults otherwise; pilot calls not in the speedup)",
         "",
         "| model | steps | samples | rows | freeze | speedup | calls / sample | planned | rows / call | pilot calls |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for model, steps, samples, budget in planned:
-        for form in ("x0", "gaussian", "auto"):
-            s = run_cell(
-                config(
-                    model,
-                    steps,
-                    samples,
-                    method="tree",
-                    tree="auto",
-                    budget=budget,
-                    freeze=form,
-                    verifier="block",
-                    **({"objective": "calls"} if model == "gm512" else BY_CALLS),
-                ),
-                with_pilot=True,
-            )
-            runs.append(s)
+    for s in frozen:
+        c = s["config"]
+        if c["tree"] == "auto":
             lines.append(
-                f"| {model} | {steps} | {samples} | {budget} | {form} | {s['speedup']:.2f} | "
-                f"{s['target_calls_per_sample']:.2f} | {s['planned_calls']:.2f} | {s['rows_per_call']:.1f} | "
-                f"{s['pilot_calls']} |"
+                f"| {c['model']} | {c['steps']} | {c['num_samples']} | {c['budget']} | {c['freeze']} | "
+                f"{s['speedup']:.2f} | {s['target_calls_per_sample']:.2f} | {s['planned_calls']:.2f} | "
+                f"{s['rows_per_call']:.1f} | {s['pilot_calls']} |"
             )
     lines += [
         "",
-        "### The digits draft network, corrected by the target's residual, per step or throughout",
-        "",
-        "The digits draft network as it is (`out`), corrected by the target's residual (`residual`), or per step "
-        "that or a frozen form, whichever its pilots found best (`auto`; docs/algorithms.md, section 2). Block "
-        "verification; chains: nearest prefetch; planned: calls objective, the defaults otherwise.",
+        "### The digits draft network as it is (`out`), corrected by the target's residual, or per step (`auto`)",
         "",
         "| steps | samples | topology | "
         + " | ".join(f"freeze {f}" for f in NETWORK_FORMS)
@@ -113,51 +153,14 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         + ") |",
         "|---|---|---|" + "---|" * len(NETWORK_FORMS) + "---|---|",
     ]
-    for _, steps, samples, budget in planned[1:]:
-        trees = [("auto", budget)] if steps > 100 or quick else [*((c, None) for c in CHAINS[1:]), ("auto", budget)]
-        for tree, rows in trees:
-            pair = []
-            for form in NETWORK_FORMS:
-                s = run_cell(
-                    config(
-                        "digits",
-                        steps,
-                        samples,
-                        method="chain" if rows is None else "tree",
-                        tree=tree,
-                        budget=rows,
-                        verifier="block",
-                        freeze=form,
-                        objective="calls",
-                        **NETWORK,
-                        **({"prefetch": "nearest"} if rows is None else {}),
-                    ),
-                    with_pilot=rows is not None,
-                )
-                runs.append(s)
-                pair.append(s)
-            shown = tree if rows is None else f"auto, {rows} rows"
-            pilots = ", ".join(str(s["pilot_calls"]) for s in pair) if rows is not None else ""
-            lines.append(
-                f"| {steps} | {samples} | {shown} | "
-                + " | ".join(f"{s['speedup']:.2f}" for s in pair)
-                + f" | {percent_gain(pair[-1]['speedup'], pair[0]['speedup'])} | {pilots} |"
-            )
-    results = {"runs": runs}
-    lines += ["", _summary(results)]
-    return "\n".join(lines), results
-
-
-def _summary(results: dict) -> str:
-    runs = results["runs"]
-    gm = {f: find(runs, model="gm512", tree="auto", freeze=f) for f in ("x0", "gaussian", "auto")}
-    tree = "1x9" if any(r["config"]["tree"] == "1x9" for r in runs) else CHAINS[0]  # a quick run has 1x5 only
-    chain = {f: find(runs, model="gm512", tree=tree, freeze=f) for f in FORMS}
-    return (
-        f"- `gm512`: the fitted Gaussian draft takes a block-verified chain {tree} from {chain['x0']['speedup']:.2f}x "
-        f"(x0) and {chain['x0-linear']['speedup']:.2f}x (x0-linear) to {chain['gaussian']['speedup']:.2f}x; planned "
-        f"within 85 rows, {gm['auto']['speedup']:.2f}x with freeze auto (the command line's defaults; "
-        f"{gm['x0']['speedup']:.2f}x freezing x0-hat). Its components are isotropic Gaussians, whose x0-hat is "
-        "exactly the fitted form once a trajectory's component is settled. On the digits model the fit gains "
-        "little: x0-hat of a digit is not that of one isotropic Gaussian."
-    )
+    cells = dict.fromkeys((r["config"]["steps"], r["config"]["tree"], r["config"]["budget"]) for r in network)
+    for steps, tree, rows in cells:
+        pair = [find(network, steps=steps, tree=tree, budget=rows, freeze=f) for f in NETWORK_FORMS]
+        shown = tree if rows is None else f"auto, {rows} rows"
+        pilots = ", ".join(str(s["pilot_calls"]) for s in pair) if rows is not None else ""
+        lines.append(
+            f"| {steps} | {pair[0]['config']['num_samples']} | {shown} | "
+            + " | ".join(f"{s['speedup']:.2f}" for s in pair)
+            + f" | {percent_gain(pair[-1]['speedup'], pair[0]['speedup'])} | {pilots} |"
+        )
+    return "\n".join(lines)

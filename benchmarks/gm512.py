@@ -1,4 +1,12 @@
-"""The draft-tree authors' benchmark, gm512: every cell of their table and more, against the peer table."""
+"""The draft-tree authors' benchmark, gm512: every cell of their table and more, against the peer table.
+
+Each cell: `trajectories` trajectories in one batch, nearest-sibling prefetch (`leaves`: also the leaves
+evaluated). Speedup = 28 / target calls per trajectory, the warm-up call counted, as in algorithms.md section 5;
+*authors* is that table (the draft-tree authors' code, 500 trajectories). Wall-clock per trajectory is the whole
+batch's time over the number of trajectories. The authors' cells run again at their trajectory counts (seed 1),
+so that both estimates' standard errors are small next to AGREEMENT. The drafting floor: the d = 512 normals of
+each drafted internal node, which exactness needs every one of, drawn with torch's generator, and m^p + s xi.
+"""
 
 from __future__ import annotations
 
@@ -116,58 +124,11 @@ def x0_gains(by_key: dict) -> list[float]:
     return [by_key[("x0", *key[1:])]["speedup"] - s["speedup"] for key, s in by_key.items() if key[0] == "out"]
 
 
-def engine_line(verifier: str, s: dict) -> str:
-    theirs = peer.side_by_side()[(verifier, 4, 4, False)]
-    return (
-        f"- Engine speed, {verifier} (4, 4): {s['wall_ms_per_sample']:.2f} ms per trajectory here (side by "
-        f"side with the authors' code under the same load, algorithms.md section 5: "
-        f"{theirs.ours_ms:.0f} ms against their {theirs.ms:.0f} ms, {theirs.ms / theirs.ours_ms:.0f}x less); "
-        f"{100 * s['non_target_fraction']:.0f}% of the wall-clock is outside the target call: drafting "
-        f"{s['draft_s'] / s['wall_s']:.0%} (mostly the d = 512 normals of each of the 84 drafted internal "
-        f"nodes: exactness needs every one), verification {s['verify_s'] / s['wall_s']:.0%}, the rest "
-        f"{1 - (s['target_s'] + s['draft_s'] + s['verify_s']) / s['wall_s']:.0%}."
-    )
-
-
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     base = dict(model="gm512", num_samples=trajectories, seed=0, device="cpu")
-    lines = [
-        f"`gm512` (d = 512, 5 components, flow matching with churn 0.06, T = 30: 28 stochastic steps), "
-        f"{trajectories} trajectories a cell, one batch, nearest-sibling prefetch (`leaves`: also the leaves "
-        "evaluated). Speedup = 28 / target calls per trajectory, the warm-up call counted, as in "
-        "algorithms.md section 5; *authors* is that table (the draft-tree authors' code, 500 trajectories, "
-        f"standard error about 0.006x; ours has about {0.006 * (500 / trajectories) ** 0.5:.3f}x). Wall-clock "
-        "per trajectory is the whole batch's time over the number of trajectories.",
-        "",
-        "| freeze | verifier | (K, L) | leaves | rows/round | speedup | authors | difference | acceptance | ms/trajectory | not in target call |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
     theirs = peer.their_table()
     by_key = cells(trajectories, quick)
-    for (freeze, verifier, k, depth, leaves), s in by_key.items():
-        ref = (
-            theirs[(verifier, k, depth, leaves)].speedup
-            if freeze == "out" and (verifier, k, depth, leaves) in theirs
-            else None
-        )
-        diff = f"{s['speedup'] - ref:+.2f}" if ref else ""
-        lines.append(
-            f"| {freeze} | {verifier} | ({k}, {depth}) | {'yes' if leaves else 'no'} | {s['rows_per_round']} | "
-            f"{s['speedup']:.2f} | {ref or ''} | {diff} | "
-            f"{s['acceptance']:.3f} | {s['wall_ms_per_sample']:.2f} | {100 * s['non_target_fraction']:.0f}% |"
-        )
     plain = run_cell(SamplerConfig(pilot=True, **base, method="target"))
-    lines += ["", f"Plain target sampling: {plain['wall_ms_per_sample']:.2f} ms per trajectory, 30 target calls."]
-
-    # the authors' cells again with the authors' trajectory counts, so that the two estimates' standard
-    # errors are small next to AGREEMENT
-    lines += [
-        "",
-        "The authors' cells with their trajectory counts (freeze out, seed 1):",
-        "",
-        "| verifier | (K, L) | leaves | trajectories | speedup | authors | difference |",
-        "|---|---|---|---|---|---|---|",
-    ]
     agree = []
     for key, row in theirs.items():
         if quick and key not in set(cell_keys(quick)):
@@ -184,35 +145,6 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
                 "authors": row.speedup,
             }
         )
-        lines.append(
-            f"| {key[0]} | ({key[1]}, {key[2]}) | {'yes' if key[3] else 'no'} | {row.trajectories} | {ours:.2f} | "
-            f"{row.speedup} | {ours - row.speedup:+.2f} |"
-        )
-    worst = max(abs(a["speedup"] - a["authors"]) for a in agree)
-    wins = rank_wins(by_key)
-    lines += [
-        "",
-        f"- Against the authors' table ({len(agree)} cells at their trajectory counts): largest difference "
-        f"{worst:.3f}x ({'within' if worst <= AGREEMENT else 'OUTSIDE'} {AGREEMENT}x).",
-        f"- Rank-aware beats D-GRS on the same tree in {sum(r > d for r, d in wins)} of {len(wins)} "
-        f"cells (mean gain {statistics.mean(r - d for r, d in wins):+.3f}x).",
-        f"- Freezing x0-hat instead of the network output: mean gain {statistics.mean(x0_gains(by_key)):+.3f}x "
-        f"over all cells; RMC chain L = 5 {by_key[('out', 'rmc', 1, 5, False)]['speedup']:.2f}x -> "
-        f"{by_key[('x0', 'rmc', 1, 5, False)]['speedup']:.2f}x (algorithms.md section 2: 1.94x -> 2.23x, "
-        "standard error about 0.03x).",
-    ]
-    lines += [engine_line(verifier, by_key[("out", verifier, 4, 4, False)]) for verifier in ("dgrs", "rank")]
-    floor = drafting_floor(trajectories, Topology.uniform(4, 4))
-    lines.append(
-        f"- Why not under 25% here: alone, the target call on the {floor['rows']} rows of a (4, 4) round takes "
-        f"{floor['target_ms']:.1f} ms; the drafting no exact sampler of this tree can skip, drawing (with torch's "
-        f"generator) the d = 512 normals of its {floor['drafted']} drafted internal nodes and forming m^p + s xi, "
-        f"takes {floor['draft_ms']:.1f} ms "
-        f"(medians of 20). That alone is {floor['share']:.0%} of the pair: the closed-form target costs less "
-        f"per row than drawing one state, so no exact sampler gets the share outside the target call under 25% on "
-        f"gm512. Plain target sampling spends {plain['non_target_fraction']:.0%} of its wall-clock outside the target "
-        f"call. With a network target the share is small (the digits section below)."
-    )
     results = {
         "trajectories": trajectories,
         "cells": [
@@ -221,6 +153,90 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
         ],
         "plain": plain,
         "authors_cells": agree,
-        "drafting_floor": floor,
+        "drafting_floor": drafting_floor(trajectories, Topology.uniform(4, 4)),
     }
-    return "\n".join(lines), results
+    return render(results), results
+
+
+def render(results: dict) -> str:
+    """The section's body from its saved results alone (and the peer table, benchmarks/peer.py)."""
+    trajectories, plain, agree, floor = (
+        results[k] for k in ("trajectories", "plain", "authors_cells", "drafting_floor")
+    )
+    by_key = {_key(c): c for c in results["cells"]}
+    theirs = peer.their_table()
+    lines = [
+        "`gm512`: d = 512, 5 components, flow matching, churn 0.06, T = 30; speedup = 28 stochastic steps / "
+        "target calls per trajectory.",
+        "",
+        "| freeze | verifier | (K, L) | leaves | rows/round | speedup | authors | difference | acceptance | "
+        "ms/trajectory | not in target call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (freeze, verifier, k, depth, leaves), s in by_key.items():
+        ref = (
+            theirs[(verifier, k, depth, leaves)].speedup
+            if freeze == "out" and (verifier, k, depth, leaves) in theirs
+            else None
+        )
+        diff = f"{s['speedup'] - ref:+.2f}" if ref else ""
+        lines.append(
+            f"| {freeze} | {verifier} | ({k}, {depth}) | {'yes' if leaves else 'no'} | {s['rows_per_round']} | "
+            f"{s['speedup']:.2f} | {ref or ''} | {diff} | "
+            f"{s['acceptance']:.3f} | {s['wall_ms_per_sample']:.2f} | {100 * s['non_target_fraction']:.0f}% |"
+        )
+    lines += [
+        "",
+        "| plain target sampling | ms/trajectory | target calls | not in target call |",
+        "|---|---|---|---|",
+        f"| {trajectories} trajectories | {plain['wall_ms_per_sample']:.2f} | {plain['target_calls']} | "
+        f"{plain['non_target_fraction']:.0%} |",
+        "",
+        "### The authors' cells at their trajectory counts (freeze out, seed 1)",
+        "",
+        "| verifier | (K, L) | leaves | trajectories | speedup | authors | difference |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for a in agree:
+        lines.append(
+            f"| {a['verifier']} | ({a['k']}, {a['depth']}) | {'yes' if a['leaves'] else 'no'} | {a['trajectories']} | "
+            f"{a['speedup']:.2f} | {a['authors']} | {a['speedup'] - a['authors']:+.2f} |"
+        )
+    worst = max(abs(a["speedup"] - a["authors"]) for a in agree)
+    wins = rank_wins(by_key)
+    lines += [
+        "",
+        "| comparison | cells | result |",
+        "|---|---|---|",
+        f"| standard error of a cell's speedup | {trajectories} trajectories (the authors: 500) | about "
+        f"{0.006 * (500 / trajectories) ** 0.5:.3f}x (the authors: about 0.006x) |",
+        f"| against the authors' table, largest difference | {len(agree)} at their trajectory counts | "
+        f"{worst:.3f}x ({'within' if worst <= AGREEMENT else 'OUTSIDE'} {AGREEMENT}x) |",
+        f"| rank-aware beats D-GRS on the same tree | {sum(r > d for r, d in wins)} of {len(wins)} | mean gain "
+        f"{statistics.mean(r - d for r, d in wins):+.3f}x |",
+        f"| freezing x0-hat instead of the network output | all | mean gain {statistics.mean(x0_gains(by_key)):+.3f}x |",
+        "| the same, RMC chain L = 5, in algorithms.md section 2 | | 1.94x -> 2.23x (standard error about 0.03x) |",
+        "",
+        "| (4, 4), freeze out | ours side by side with the authors' code (ms/trajectory, algorithms.md section 5) | "
+        "theirs | x less | drafting | verification | the rest |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for verifier in ("dgrs", "rank"):
+        s, side = by_key[("out", verifier, 4, 4, False)], peer.side_by_side()[(verifier, 4, 4, False)]
+        lines.append(
+            f"| {verifier} | {side.ours_ms:.0f} | {side.ms:.0f} | {side.ms / side.ours_ms:.0f}x | "
+            f"{s['draft_s'] / s['wall_s']:.0%} | {s['verify_s'] / s['wall_s']:.0%} | "
+            f"{1 - (s['target_s'] + s['draft_s'] + s['verify_s']) / s['wall_s']:.0%} |"
+        )
+    lines += [
+        "",
+        "| a (4, 4) round alone (medians of 20) | rows | target call ms | drafted internal nodes | least drafting ms | "
+        "drafting's share of the pair |",
+        "|---|---|---|---|---|---|",
+        f"| {trajectories} trajectories | {floor['rows']} | {floor['target_ms']:.1f} | {floor['drafted']} | "
+        f"{floor['draft_ms']:.1f} | {floor['share']:.0%} |",
+        "",
+        "The closed-form target costs less per row than drawing one state, so no exact sampler here spends under "
+        "25% outside the target call.",
+    ]
+    return "\n".join(lines)

@@ -89,13 +89,14 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 
 
 def render(results: dict) -> str:
+    """The section's body from its saved results alone. Three plans from one pilot: the stepwise draft with its
+    network levels priced at their steps (specdemo/trees/auto.py), the same with the network's cost spread over
+    every step, and the frozen forms alone; the time objective keeps the one of fewer planned seconds (*kept*)."""
     rows = results["rows"]
     lines = [
         f"The digits UNet, class 3, `--draft digits-draft --freeze auto --tree auto --budget {BUDGET} --objective "
-        "time`, block verification. Three plans from one pilot: the stepwise draft with its network levels priced "
-        "at their steps (specdemo/trees/auto.py), the same with the network's cost spread over every step, and the "
-        "frozen forms alone; the time objective keeps the one of fewer planned seconds (*kept*). Wall-clock: the "
-        f"median of {results['repeats']} alternating runs of each plan.",
+        "time`, block verification; of three plans from one pilot, the time objective *kept* one.",
+        f"Wall-clock: the median of {results['repeats']} alternating runs of each plan.",
         "",
         "| steps | batch | plan | network steps | network_level_s ms | level_s ms | planned s | wall-clock s | "
         "calls / trajectory | draft-network calls |",
@@ -112,20 +113,16 @@ def render(results: dict) -> str:
     cells = {}
     for r in rows:
         cells.setdefault((r["steps"], r["batch"]), {})[r["plan"]] = r
-    lines.append("")
+    lines += [
+        "",
+        "| steps | batch | wall-clock, spread over priced at their steps | the fastest plan |",
+        "|---|---|---|---|",
+    ]
     for (steps, batch), cell in cells.items():
         at, spread = cell[AT_STEPS], cell[SPREAD]
-        kept = next(r for r in cell.values() if r["kept"])
         fastest = min(cell.values(), key=lambda r: r["wall_s"])
         lines.append(
-            f"- {steps} steps, batch {batch}: priced at their steps {at['wall_s']:.3f} s against "
-            f"{spread['wall_s']:.3f} s spread ({spread['wall_s'] / at['wall_s']:.2f}x; planned "
-            f"{at['planned_s']:.3f} s and {spread['planned_s']:.3f} s); kept: {kept['plan']}, "
-            f"{kept['wall_s']:.3f} s"
-            + (
-                ", the fastest of the three."
-                if fastest is kept
-                else f"; the fastest was {fastest['plan']}, {fastest['wall_s']:.3f} s."
-            )
+            f"| {steps} | {batch} | {spread['wall_s'] / at['wall_s']:.2f}x | "
+            f"{fastest['plan']}{' (*kept*)' if fastest['kept'] else ''} |"
         )
     return "\n".join(lines)

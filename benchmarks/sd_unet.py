@@ -8,6 +8,15 @@ tokenizer and VAE are tiny (the encoder as wide as SD's text embeddings, 768), s
 called while sampling. The section is a GPU run (scripts/gpu_check.sh): on a CPU a UNet of this size is
 too slow for auto's pilots. Without CUDA it says "pending";
 `quick` runs a small UNet of the same kind on the CPU, for a smoke test.
+
+The pipeline folder holds SD 1.5's scheduler config (PNDMScheduler, scaled-linear betas 0.00085 to 0.012); the
+library samples it with its DDPM kernel. Rows: plain target sampling; a chain of 4 drafts by the frozen network
+output (the default freeze), verified by RMC; and `tree="auto"` with the device's defaults (planned for
+wall-clock), its pilots cut to PILOT_SAMPLES trajectories (32 by default) so that they stay affordable at this
+size. Speedup is the calls ratio against plain sampling (stochastic steps over the target calls spent on them,
+auto's pilot apart); wall-clock is the sampling itself (pilots and kernel set-up apart), each row against the
+plain sampler in the same process (on CUDA the median of 3 runs). With random weights, acceptance follows how
+the network's output moves from step to step, which training changes.
 """
 
 from __future__ import annotations
@@ -137,28 +146,6 @@ def rows_on(device: str, folder: str, target, steps: int, repeats: int) -> list[
     ]
 
 
-def table(runs: list[dict], device: str) -> list[str]:
-    lines = []
-    for r in runs:
-        acceptance = "" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
-        lines.append(
-            f"| {device} | {r['name']} | {r['target_calls']} | {r['speedup']:.2f} | {r['rows_per_call']:.1f} | "
-            f"{acceptance} | {r['wall_s']:.2f} | {r['vs_plain']:.2f}x |"
-        )
-    return lines
-
-
-def pilot_line(runs: list[dict], device: str) -> str:
-    auto = next(r for r in runs if r["name"] == AUTO)
-    if not auto["pilot_calls"]:
-        return f"- {device}: auto's plan came from the plan cache (no pilot ran)."
-    return (
-        f"- {device}: auto's pilot ({auto['config']['pilot_samples']} trajectories a pilot chain) took "
-        f"{auto['pilot_calls']} target calls and {auto['pilot_s']:.1f} s with the cost measurement and planning; "
-        f"counting those calls, auto's speedup is {auto['speedup_total']:.2f}x (speedup_total)."
-    )
-
-
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | None]:
     """trajectories: unused (batch 1). On CUDA, fp16; without it, "pending" (quick: QUICK_UNET at
     QUICK_STEPS steps on the CPU, for a smoke test)."""
@@ -172,35 +159,43 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | N
         parameters = sum(p.numel() for p in target.pipeline.unet.parameters())
         runs = rows_on(device, folder, target, steps, 3 if device == "cuda" else 1)
     name = torch.cuda.get_device_name() + ", fp16" if device == "cuda" else "CPU, fp32"
-    shape = "x".join(map(str, target.shape))
-    size = (
-        f"Stable Diffusion 1.5's configuration ({parameters / 1e6:.0f}M parameters: blocks 320, 640, 1280, 1280, "
-        f"two layers a block, cross-attention to 768-wide text embeddings) on {shape} latents (512x512 images)"
-        if not quick
-        else f"a small configuration of the same kind, for a smoke run ({parameters / 1e6:.2f}M "
-        f"parameters, {shape} latents)"
-    )
+    results = {"device": name, "parameters": parameters, "steps": steps, "runs": runs}
+    return render(results), results
+
+
+def render(results: dict) -> str:
+    """The section's body from its saved results alone."""
+    config = QUICK_UNET if results["steps"] == QUICK_STEPS else SD15_UNET
+    size = config["sample_size"]
+    device, runs = results["device"], results["runs"]
     lines = [
-        f"A UNet2DConditionModel of {size}, with **random weights** "
-        "(seed 0), saved as a StableDiffusionPipeline folder with SD 1.5's scheduler config (PNDMScheduler, "
-        "scaled-linear betas 0.00085 to 0.012) and a tiny random text encoder and VAE, and loaded by the library's "
-        f'own loader. Batch 1, {steps} DDPM steps (the library\'s kernel for that scheduler), prompt "{PROMPT}", '
-        f"guidance {GUIDANCE} (each target call is one UNet call of twice its rows). The weights are random: the "
-        "calls ratio shows the engine on a network of this size and shape, not what trained SD 1.5 weights give "
-        "(acceptance follows how the network's output moves from step to step, which training changes).",
+        "A UNet2DConditionModel of Stable Diffusion 1.5's configuration"
+        + (" (a small one, for a smoke run)" if config is QUICK_UNET else "")
+        + ", with **random weights**: the calls ratio shows the engine at this size, not trained SD 1.5 weights.",
         "",
-        "Rows: plain target sampling; a chain of 4 drafts by the frozen network output (the default freeze), "
-        'verified by RMC; and `tree="auto"` with the device\'s defaults (planned for wall-clock), its pilots cut to '
-        f"{PILOT_SAMPLES} trajectories (`pilot_samples={PILOT_SAMPLES}`, 32 by default) so that they stay "
-        "affordable at this size. Speedup is the calls ratio against plain sampling (stochastic steps over the "
-        "target calls spent on them, auto's pilot apart); wall-clock is the sampling itself (pilots and kernel "
-        "set-up apart), each row against the plain sampler in the same process"
-        + (" (median of 3 runs)." if device == "cuda" else "."),
+        "| parameters | blocks | cross-attention | latents | scheduler | steps | batch | prompt | guidance | "
+        "auto's pilots | wall-clock |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| {results['parameters'] / 1e6:.{0 if config is SD15_UNET else 2}f}M | "
+        f"{', '.join(map(str, config['block_out_channels']))}, {config['layers_per_block']} layers a block | "
+        f"{config['cross_attention_dim']}-wide text embeddings | {config['in_channels']}x{size}x{size}"
+        + (f" ({8 * size}x{8 * size} images)" if config is SD15_UNET else "")
+        + " | SD 1.5's PNDMScheduler config (scaled-linear betas "
+        f"{SD15_SCHEDULER['beta_start']} to {SD15_SCHEDULER['beta_end']}), the library's DDPM kernel "
+        f"| {results['steps']} | 1 | {PROMPT} | {GUIDANCE} (each target call one UNet call of twice its rows) | "
+        f"`pilot_samples={PILOT_SAMPLES}` (32 by default) | "
+        + ("median of 3 runs" if device.endswith("fp16") else "one run")
+        + " |",
         "",
-        "| device | method | target calls | speedup | rows/call | acceptance | wall-clock s | vs plain |",
-        "|---|---|---|---|---|---|---|---|",
-        *table(runs, name),
-        "",
-        pilot_line(runs, name),
+        "| device | method | target calls | speedup | rows/call | acceptance | wall-clock s | vs plain | pilot calls | "
+        "pilot s | speedup_total |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    return "\n".join(lines), {"device": name, "parameters": parameters, "steps": steps, "runs": runs}
+    for r in runs:
+        acceptance = "" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
+        pilot = f"{r['pilot_calls']} | {r['pilot_s']:.1f} | {r['speedup_total']:.2f}" if r["name"] == AUTO else " | | "
+        lines.append(
+            f"| {device} | {r['name']} | {r['target_calls']} | {r['speedup']:.2f} | {r['rows_per_call']:.1f} | "
+            f"{acceptance} | {r['wall_s']:.2f} | {r['vs_plain']:.2f}x | {pilot} |"
+        )
+    return "\n".join(lines)
