@@ -35,7 +35,7 @@ class DigitClassifier:
         x_train, x_test, y_train, y_test = train_test_split(
             digits.data, digits.target, test_size=test_size, stratify=digits.target, random_state=seed
         )
-        # gamma=0.001 is the standard setting for these 0..16 pixel values (about 99% accuracy).
+        # gamma=0.001 is the standard setting for these 0..16 pixel values (its accuracy: docs/benchmarks.md, quality).
         self.svm = SVC(gamma=0.001).fit(x_train, y_train)
         self.held_out_accuracy = float(self.svm.score(x_test, y_test))
 

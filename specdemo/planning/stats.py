@@ -208,8 +208,8 @@ def _pilot(problem: Problem, draft: Draft, cancel: Cancel | None) -> tuple[Delta
     """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain.
     PILOT_DEPTH, not the deepest level a plan may reach: a chain's deep levels are reached only by
     the trajectories whose draft fits best, so their deltas flatter the wider trees a plan builds
-    (on gm512, a pilot as deep as the horizon, 28, planned trees 2% slower than a pilot of 12). Its streams
-    are pilot_seed's, not the run's."""
+    (on gm512, a pilot as deep as the horizon planned slower trees than one of PILOT_DEPTH). Its streams are
+    pilot_seed's, not the run's."""
     c = problem.config
     if c.draft_bias:
         draft = BiasedDraft(draft, c.draft_bias)

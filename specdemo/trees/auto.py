@@ -41,8 +41,8 @@ Block verification (verifiers/block.py) weighs a chain as a whole: where it stop
 node's delta and u, not on one level's acceptance. Its plans are fans (K, 1, ..., 1), K <= 4 (a chain
 at K = 1; on a whole tree the root's child is chosen by rank-aware selection and its chain weighed
 with that child's ratio against the selection's density: block_fan_stop_probabilities; trees that
-branch below the root add 0.5% to 1.5% in expectation on the digits model at 96 rows, short of paying
-for their planning: docs/experiments/branching.md), whose shape
+branch below the root add too little in expectation to pay for their planning: docs/experiments/branching.md),
+whose shape
 minimises
 
     V(n, k) = price(1 - k + K (L - 1 + leaves), L) + sum_{j < L} P(eta = j) V(n + j + 1, 0) + P(eta = L) V(n + L, leaves),
@@ -52,10 +52,9 @@ deltas at (n + d - 1, d), u_d ~ N(0, 1) (the drafted node under its draft), the 
 every L. For a chain truncated at L the weights h_0..h_{L-1} do not change and h_L = p_L, so
 P(eta = j | L) = E[h_j prod_{j < i < L} (1 - h_i) (1 - p_L)] for j < L and E[p_L] for j = L.
 The pilot is verified node by node, so its deltas at depth d come from chains whose first d - 1
-levels were accepted, and depths are drawn independently: the plan's expected calls were within
-6% of the measured ones on the digits model within 16 and 48 rows (docs/benchmarks.md, block section);
-at 96 rows and 100 steps they are about a fifth low (9.81 against 12.4 calls with the frozen draft): the
-pilot's deepest cells at the last steps are sparse and `pooled` widens them over easier earlier steps
+levels were accepted, and depths are drawn independently. The plan's expected calls against the measured
+ones are in docs/benchmarks.md (block section): close within few rows, low at many rows and few steps, where
+the pilot's deepest cells at the last steps are sparse and `pooled` widens them over easier earlier steps
 (docs/algorithms.md, section 3).
 """
 

@@ -16,7 +16,7 @@ import torch
 from ..config import TOPOLOGY_HELP
 from ..errors import SpecdemoError
 
-MAX_DEPTH = 128  # at 1,000 steps, with 95-97% of nodes accepted, chains still gain past depth 64
+MAX_DEPTH = 128  # at 1,000 steps, where nearly every node is accepted, chains still gain past depth 64
 MAX_NODES = 4096
 MAX_TEXT = 600  # characters of a topology string (a chain of MAX_DEPTH written out takes 255)
 
