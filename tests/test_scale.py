@@ -98,7 +98,9 @@ def test_two_processes_sample_with_the_main_processes_plan(tmp_path):
     one = cli(*args, "--out", str(tmp_path / "one.npz"), launcher=[sys.executable])
     assert first["plan_source"] == "online" and first["pilot_calls"] == 0
     assert two["processes"] == 2 and two["plan_source"] == "runs" and one["plan_source"] == "cache"
-    assert one["objective"] == "time" and one["planned_s"] == two["planned_s"]
+    # planning weighs the plan against plain sampling with seconds measured while the two processes ran (a
+    # loaded machine may decline it): whichever it chose, the record holds it, and the single process takes it
+    assert (one["tree"], one["planned_s"], one["objective"]) == (two["tree"], two["planned_s"], two["objective"])
     a, b = np.load(tmp_path / "one.npz")["samples"], np.load(tmp_path / "two.npz")["samples"]
     np.testing.assert_array_equal(a, b)
     assert one["target_rows"] == two["target_rows"]
