@@ -181,17 +181,22 @@ def check_inputs(**settings):
     check_click(config, target, limits)
 
 
+def _click(settings: dict, request: gr.Request | None, progress) -> Comparison:
+    """The click's runs at `settings` (run_comparison checks the click's limits first), cancelled with the
+    session or past limits.max_seconds; whether other visitors' runs shared the machine meanwhile."""
+    config, target, draft_target, limits = make_config(settings)
+    with cancellable(request, limits.max_seconds) as cancel:
+        # the session keeps the trace of the first KEPT_TRAJECTORIES only: a few MB whatever the samples
+        comp = _compute(config, target, draft_target, progress, limits, cancel)
+        comp.shared = was_shared(cancel) or runs_going() > 1
+    return comp
+
+
 @readable_errors
 def sample(request: gr.Request | None, **settings) -> dict:
     """The /sample endpoint (api.py): the click's runs at `settings`, those left None at the page's values
     for the model; their headline, plan and costs as JSON, with no figure."""
-    from .runner import check_click
-
-    config, target, draft_target, limits = make_config(with_page_defaults(settings))
-    check_click(config, target, limits)
-    with cancellable(request, limits.max_seconds) as cancel:
-        comp = _compute(config, target, draft_target, lambda fraction, desc=None: None, limits, cancel)
-        comp.shared = was_shared(cancel) or runs_going() > 1
+    comp = _click(with_page_defaults(settings), request, lambda fraction, desc=None: None)
     return {"headline": headline(comp), "plan": plan_text(comp), "runs": [r.summary() for r in comp.runs]}
 
 
@@ -212,11 +217,7 @@ def run(request: gr.Request | None = None, progress=gr.Progress(), **settings):
 
     progress(0, desc="loading the model")
     t0 = time.perf_counter()
-    config, target, draft_target, limits = make_config(settings)
-    with cancellable(request, limits.max_seconds) as cancel:
-        # the session keeps the trace of the first KEPT_TRAJECTORIES only: a few MB whatever the samples
-        comp = _compute(config, target, draft_target, progress, limits, cancel)
-        comp.shared = was_shared(cancel) or runs_going() > 1
+    comp = _click(settings, request, progress)
     t, k = F.pick_round(comp.trace)
     n_rounds = max(len(F.trajectory_rounds(comp.trace, t)), 1)
     out = (
@@ -229,7 +230,7 @@ def run(request: gr.Request | None = None, progress=gr.Progress(), **settings):
         gr.Slider(minimum=1, maximum=max(n_rounds, 2), value=k, step=1, interactive=n_rounds > 1),
         tree_offer(comp),
     )
-    log.info("run %s took %.2f s", config.to_dict(), time.perf_counter() - t0)
+    log.info("run %s took %.2f s", comp.config.to_dict(), time.perf_counter() - t0)
     return out
 
 
