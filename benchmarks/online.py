@@ -2,8 +2,8 @@
 
 Three tables. First runs: the command line in new processes, one sample, each run with a new empty plan cache
 (`--tree auto --replan`), plain sampling alternated with it; and at 100 steps the same first run with
-`--pilot`. Steady state: calls of a run planned from the deltas the first runs left, against a run planned
-from pilots, same seed and calls objective.
+`--pilot`. Steady state: calls of a run planned from what the first runs learnt (the tree and the freeze table;
+for a fixed tree the table alone), against a run planned from pilots, same seed and calls objective.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ STEADY = (
     ("digits, 100 steps, 16 rows", "digits", 100, 32, {"budget": 16}),
     ("digits, 1,000 steps, 16 rows", "digits", 1000, 32, {"budget": 16}),
     ("gm512, 85 rows", "gm512", None, 300, {"budget": 85}),
+    ("digits, 100 steps, topology 3,2,1", "digits", 100, 32, {"tree": "3,2,1", "verifier": "dgrs"}),
 )
 
 
@@ -76,22 +77,25 @@ def first_runs(steps: int, repeats: int, pilot: bool) -> dict:
 
 
 def steady(model: str, steps: int | None, trajectories: int, settings: dict) -> dict:
-    """Calls per trajectory of a run planned from pilots and of one planned from the deltas an online first run
-    of as many trajectories left (seed 1; the compared runs seed 0), calls objective."""
-    base = dict(
-        model=model,
-        steps=steps,
-        num_samples=trajectories,
-        device="cpu",
-        method="tree",
-        tree="auto",
-        objective="calls",
-        pilot_samples=min(32, trajectories),
+    """Calls per trajectory of a run planned from pilots and of one planned from what a first run of as many
+    trajectories learnt (seed 1; the compared runs seed 0), calls objective, --freeze auto: the tree and the
+    table (--tree auto), or the table alone (a fixed tree in `settings`); and how many steps the two tables
+    give the same form."""
+    base = {
+        "model": model,
+        "steps": steps,
+        "num_samples": trajectories,
+        "device": "cpu",
+        "method": "tree",
+        "tree": "auto",
+        "freeze": "auto",
+        "objective": "calls",
+        "pilot_samples": min(32, trajectories),
         **settings,
-    )
+    }
     if model == "digits":
         base["class_label"] = 3
-    out = {}
+    out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         piloted = build(SamplerConfig(**base, seed=0, pilot=True, cache_dir="off"))
         out["pilot"] = float(piloted.run().cost.calls_per_trajectory.mean())
@@ -100,7 +104,9 @@ def steady(model: str, steps: int | None, trajectories: int, settings: dict) -> 
         learnt = build(SamplerConfig(**base, seed=0, cache_dir=tmp))
         assert learnt.plan_source == "runs", learnt.plan_source
         out["learnt"] = float(learnt.run().cost.calls_per_trajectory.mean())
-        out["planned"] = {"pilot": piloted.tree.expected_calls, "learnt": learnt.tree.expected_calls}
+        if base["tree"] == "auto":
+            out["planned"] = {"pilot": piloted.tree.expected_calls, "learnt": learnt.tree.expected_calls}
+        out["same_form"] = float((piloted.draft.forms == learnt.draft.forms).float().mean())
     return out
 
 
@@ -182,17 +188,18 @@ def report_text(results: dict) -> str:
                 )
     lines += [
         "",
-        "### Steady state (calls objective; the learnt plan from an online first run of as many "
-        "trajectories, seed 1; compared runs seed 0)",
+        "### Steady state (target calls a sample; calls objective, `--freeze auto`; the learnt plan from a first "
+        "run of as many trajectories, seed 1; compared runs seed 0)",
         "",
-        "| setting | trajectories | online first run | planned from pilots | planned from the runs | "
-        "learnt against pilot |",
-        "|---|---|---|---|---|---|",
+        "| setting | trajectories | first run | planned from pilots | planned from the runs | "
+        "learnt against pilot | steps of the same form |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in results["steady"]:
+        same = f"{100 * row['same_form']:.0f}%" if "same_form" in row else ""
         lines.append(
             f"| {row['label']} | {row['trajectories']} | {row['online']:.2f} | {row['pilot']:.2f} | "
-            f"{row['learnt']:.2f} | {100 * (row['learnt'] / row['pilot'] - 1):+.1f}% |"
+            f"{row['learnt']:.2f} | {100 * (row['learnt'] / row['pilot'] - 1):+.1f}% | {same} |"
         )
     lines += [
         "",

@@ -189,6 +189,22 @@ MUTATIONS = [
         short=True,
     ),
     Mutation(
+        "a table learnt from runs samples from the learning runs' own streams",
+        "specdemo/planning/__init__.py",
+        "_planned",
+        'problem = replace(problem, plan_source="runs", learnt=True)',
+        'problem = replace(problem, plan_source="runs")',
+        ("tests/planning/test_forms.py", "-k", "fixed_tree_learns"),
+    ),
+    Mutation(
+        "the forms are priced one step off the committed path",
+        "specdemo/planning/forms.py",
+        "committed_paths",
+        "n = rnd.step[a] + rnd.node_depth[node]",
+        "n = np.minimum(rnd.step[a] + rnd.node_depth[node] + 1, num_steps - 1)",
+        ("tests/planning/test_forms.py", "-k", "priced_deltas"),
+    ),
+    Mutation(
         "a known root's first-level delta taken as computed (rounding), not 0",
         "specdemo/sampling/driver.py",
         "_Batch.walk",

@@ -161,7 +161,8 @@ class SamplerConfig:
     )
     pilot_samples: int = setting(
         32,
-        "trajectories whose deltas plan --tree auto: measured by the setting's runs, or with --pilot by each pilot run",
+        "trajectories whose deltas plan --tree auto and --freeze auto: measured by the setting's runs, or with "
+        "--pilot by each pilot run",
         metavar="P",
     )
     num_samples: int = setting(16, "samples to draw", metavar="M")

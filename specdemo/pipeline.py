@@ -20,7 +20,18 @@ from .kernels import Kernel
 from .limits import Cancel, Limits
 from .models import Target, resolve_target
 from .parallel import Broadcast, process_state
-from .planning import Plan, call_seconds, call_sizes, learn, learnt_seed, observe, plan
+from .planning import (
+    Plan,
+    call_seconds,
+    call_sizes,
+    learn,
+    learn_forms,
+    learns_table,
+    learnt_seed,
+    observe,
+    plan,
+    to_price,
+)
 from .resolve import PlanRequest, Settings, resolve
 from .sampling import Cost, SampleResult, sample
 from .sampling.graphs import launched
@@ -54,9 +65,11 @@ class Problem:
     )
     cost_model: CostModel | None = None  # what a round costs, for the time objective
     # for calibrated settings: "pilot", "runs" (planned from earlier runs' deltas), "cache", "shipped", "online"
-    # (no plan yet: the online plan, whose runs learn) or "default" (a fixed tree, --freeze auto's first table)
+    # (no plan yet: the online plan, whose runs learn) or "default" (a fixed tree, --freeze auto's first table
+    # until the runs have priced its forms)
     plan_source: str | None = None
     learnt: bool = False  # the plan was learnt from the setting's runs (stream_seed)
+    learning_table: bool = False  # the run's paths price --freeze auto's forms for later runs (planning.learn_forms)
     plain_s: float | None = None  # the expected seconds of plain sampling an auto topology was weighed against
     declined: Problem | None = None  # the planned problem plain sampling was expected to beat (tree is then ())
     measured_s: float | None = None  # what runs under the plan took per batch of slots (planning.observe)
@@ -87,14 +100,19 @@ class Problem:
         """Sample every trajectory, or only trajectories `indices` (a process's share). with_pilot:
         charge this build's pilot runs to the run's cost (pilot_calls, pilot_s, speedup_total). learn_deltas:
         keep what the run measured for the setting's later runs (planning.learn under the online plan; else
-        planning.observe, its seconds under a plan priced by time); False for a run that repeats
+        planning.observe, its seconds under a plan priced by time; planning.learn_forms, --freeze auto's forms
+        priced along its paths, while the table is being learnt); False for a run that repeats
         trajectories already kept."""
         num = self.config.num_samples if indices is None else len(indices)
         cond = self.cond if indices is None else {k: v[list(indices)] for k, v in self.cond.items()}
-        learns = learn_deltas and self.plan_source == "online" and _learning_process()
+        trajectories = range(num) if indices is None else indices
+        learns = learn_deltas and self.plan_source == "online" and not learns_table(self) and _learning_process()
+        priced = to_price(self, trajectories) if learn_deltas and self.learning_table and _learning_process() else []
         traced = kwargs.pop("trace", False)
         assert self.tree is not None  # planning settles an auto tree before a run
-        if learns and not traced:  # learning reads the deltas alone: no node states kept on the host
+        if priced:  # the forms are priced along the committed paths: their states and outputs, of those alone
+            kwargs.update(trace_states=True, trace_outputs=True, trace_only=None if traced else priced)
+        elif learns and not traced:  # learning reads the deltas alone: no node states kept on the host
             kwargs["trace_states"] = False
         result = sample(
             self.network,
@@ -111,13 +129,18 @@ class Problem:
             device=self.device,
             dtype=self.dtype,
             max_batch=self.config.max_batch,
-            trace=traced or learns,
+            trace=traced or learns or bool(priced),
             **kwargs,
         )
         if learns:  # the run's deltas plan the setting's later runs (planning.learn)
-            learn(self, result.trace, range(num) if indices is None else indices)
-            result.trace = result.trace if traced else None
-        elif (
+            learn(self, result.trace, trajectories)
+        if priced:  # and its paths the table (planning.learn_forms)
+            position = {i: p for p, i in enumerate(trajectories)}
+            rows = [position[i] for i in priced]
+            learn_forms(self, result.trace, priced, {k: v[rows] for k, v in cond.items()})
+        if not traced:
+            result.trace = None
+        if not (learns or priced) and (
             learn_deltas
             and not traced
             and self.plain_s is not None

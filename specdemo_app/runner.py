@@ -463,6 +463,7 @@ def run_comparison(
                             tree=Topology.parse(chain_cfg.tree),
                             verifier=get_verifier("rmc"),
                             plan_source=None,
+                            learning_table=False,
                         ),
                     )
                 )  # it learns nothing

@@ -21,7 +21,8 @@ the model exact at the frozen node; lambda = 0 is freeze x0. Where the data law 
 (a well-separated Gaussian mixture) the draft follows x0-hat exactly down the drafted path.
 
 With freeze="auto" (FrozenPerStep) a per-step table chooses which form drafts at each step (planning fills it
-from a pilot run of each form with --pilot, else the fitted Gaussian at every step: x0-hat wins where the denoised estimate moves slowly, its extrapolation where it
+with the fitted Gaussian at every step until the runs have priced each form along their paths, or from a
+pilot run of each form with --pilot: x0-hat wins where the denoised estimate moves slowly, its extrapolation where it
 drifts, the fitted Gaussian where x0-hat moves with the state, the raw output near the end of a
 flow-matching schedule, where x0-hat tracks the state).
 

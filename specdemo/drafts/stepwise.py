@@ -3,7 +3,7 @@
 
 Which draft fits best changes along the sampling path. On the digits model x0-hat frozen drafts the
 early steps best (x0-hat moves little there, less than the draft network misses by) and the corrected
-draft network the late ones. A per-step table (filled by the pipeline from a pilot run of each form,
+draft network the late ones. A per-step table (filled by planning from the runs or from a pilot of each form,
 specdemo/planning/) says which one forms m^p at each step n:
 
     m^p_n(y) = the frozen draft's m^p_n(y)                     where forms[n] is one of its forms

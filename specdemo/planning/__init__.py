@@ -2,23 +2,27 @@
 
 An auto topology (--tree auto) is planned per step from measured deltas (planner.py, with trees/auto.py's
 programme); the time objective prices each round with the target's measured cost of a call by its rows and
-the driver's own cost (costs.py). The deltas come, by default, from the setting's own runs (stats.py): until
+the driver's own cost (costs.py). The deltas come, by default, from the setting's own runs: until
 config.pilot_samples trajectories have been measured, a run samples with the online plan (a block chain as
 deep as the budget, a fixed draft form: planner.online_problem) and adds the deltas of its verified paths to
-the plan cache (stats.learn); the run after that plans from them and stores the plan. No run pays a pilot.
-With --pilot, pilot runs measure them before the first run instead, and --freeze auto picks, per step, what
-the frozen draft freezes from a pilot of each form. Plans and statistics are kept per setting in the plan
-cache (cache.py); plans of the app's default settings ship with the package (specdemo/plans/).
+the plan cache (stats.learn); the run after that plans from them and stores the plan. Under --freeze auto the
+runs price each draft form along their committed paths instead (forms.py), for every topology of the model:
+a fixed tree's runs learn its per-step table too. No run pays a pilot. With --pilot, pilot runs measure
+them before the first run instead, one of each form under --freeze auto. Plans and statistics are kept per
+setting in the plan cache (cache.py); plans of the app's default settings ship with the package
+(specdemo/plans/).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from ..drafts import BiasedDraft, Draft, FrozenPerStep, StepwiseDraft
 from ..limits import Cancel
+from ..resolve import AUTO_FORMS, PILOT_DEPTH
 from ..sampling import Cost
 from ..trees import Topology, TopologyPlan
 from ..trees.auto import DeltaStats
@@ -26,8 +30,10 @@ from ..trees.cost_model import CostModel
 from ..verifiers import Verifier, get_verifier
 from .cache import SHIPPED_PLANS, cache_folder, key_name, load_plan, plan_from_dict, plan_key, plan_to_dict, store_plan
 from .costs import call_seconds, call_sizes, plain_seconds
+from .forms import learn_forms, learns_table, load_forms, replanned, table_wanted, to_price
+from .forms import options as forms_options
 from .planner import auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options
-from .stats import AUTO_FORMS, PILOT_DEPTH, draft_options, learn, learnt_seed, load_stats, observe
+from .stats import draft_options, learn, learnt_seed, load_stats, observe
 
 if TYPE_CHECKING:
     from ..parallel import Broadcast
@@ -45,6 +51,8 @@ __all__ = [
     "draft_options",
     "key_name",
     "learn",
+    "learn_forms",
+    "learns_table",
     "learnt_seed",
     "load_stats",
     "observe",
@@ -52,6 +60,7 @@ __all__ = [
     "plan_key",
     "plan_tree",
     "planned_options",
+    "to_price",
 ]
 
 
@@ -64,7 +73,8 @@ class Plan:
     """What planning settles for a problem, each field the Problem's of that name, which the pipeline applies
     (Problem.planned): the tree (a fixed one, the online plan or an auto topology), the draft (with its
     freeze table) and the verifier; plan_source:
-    "pilot", "runs", "cache", "shipped", "online" or "default" (a fixed tree, --freeze auto's first table),
+    "pilot", "runs", "cache", "shipped", "online" or "default" (a fixed tree, --freeze auto's first table:
+    learning_table, the run prices the forms for later runs),
     None where nothing was planned; the cost model (time objective), the measured deltas and the pilot's cost
     when this build measured them, the seconds planning took, whether the plan was learnt from runs
     (Problem.stream_seed), and under the time objective the expected seconds of plain sampling, the candidate
@@ -76,6 +86,7 @@ class Plan:
     draft: Draft | None
     verifier: Verifier | None
     plan_source: str | None = None
+    learning_table: bool = False
     cost_model: CostModel | None = None
     stats: DeltaStats | None = None
     pilot: Cost | None = None
@@ -113,24 +124,27 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         return _with_bias(_plain_if_faster(_from_record(problem, record, source, auto_tree, auto_freeze)))
     folder = cache_folder(c.cache_dir)
     key = plan_key(problem)
-    kept = None if c.replan else load_stats(key, folder)
+    learnt = None if c.replan else _learnt(problem, key, folder)
     # a shipped plan is the default of a setting this cache has measured nothing of: once its runs keep
-    # statistics here (--replan learns anew), they plan it, not the shipped plan --replan set aside
-    stored = None if c.replan else load_plan(key, folder, shipped=kept is None)
-    learnt = None if c.pilot or stored is not None or not auto_tree else kept
+    # statistics here (--replan learns anew), they plan it, not the shipped plan --replan set aside (the
+    # forms are kept for every topology at once: there, once its own --replan priced them)
+    own = replanned(problem) if learns_table(problem) else learnt is not None
+    stored = None if c.replan else load_plan(key, folder, shipped=not own)
+    # a fixed tree plans from runs only its --freeze auto table
+    from_runs = not c.pilot and learnt is not None and learnt[1] >= c.pilot_samples and (auto_tree or auto_freeze)
     if stored is not None:
         problem = _from_record(problem, *stored, auto_tree, auto_freeze)
-    elif c.pilot or (learnt is not None and learnt[1] >= c.pilot_samples):
+    elif c.pilot or from_runs:
         t0 = time.perf_counter()
         if c.pilot:
             pilot, options = draft_options(problem, auto_freeze, cancel)
-            stats, draft = options[0]
-            problem = replace(problem, draft=draft, stats=stats, pilot=pilot, plan_source="pilot")
+            problem = replace(problem, pilot=pilot, plan_source="pilot")
         else:
-            assert learnt is not None  # the condition above
-            stats, draft = learnt[0], online_draft(problem, auto_freeze)
-            options = [(stats, draft)]
-            problem = replace(problem, draft=draft, stats=stats, plan_source="runs", learnt=True)
+            assert learnt is not None  # from_runs
+            options = learnt[0]()
+            problem = replace(problem, plan_source="runs", learnt=True)
+        stats, draft = options[0]
+        problem = replace(problem, draft=draft, stats=stats)
         if auto_tree:
             problem = best_plan(planned_options(problem, options, cancel), c.objective)
         if auto_tree and c.objective == "time":
@@ -162,9 +176,21 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
     else:
         stored = ({"online": True}, "online")
         problem = online_problem(problem, auto_tree, auto_freeze)
+        problem = replace(problem, learning_table=learns_table(problem) and table_wanted(problem))
     if share is not None:
         share.send(stored)
     return _with_bias(_plain_if_faster(problem))
+
+
+def _learnt(problem: Problem, key: dict, folder) -> tuple[Callable[[], list[tuple[DeltaStats, Draft]]], int] | None:
+    """What the setting's runs measured: how to make the draft options from it (made only where planned from
+    it), and how many trajectories measured it. Under --freeze auto the forms priced along the runs' paths
+    (forms.py), else the deltas of their verified paths under the configured draft (stats.learn)."""
+    if learns_table(problem):
+        priced = load_forms(problem)
+        return None if priced is None else (lambda: forms_options(problem, priced[0]), priced[1])
+    kept = load_stats(key, folder)
+    return None if kept is None else (lambda: [(kept[0], online_draft(problem, False))], kept[1])
 
 
 def _plain_if_faster(problem: Problem) -> Problem:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 PLAN_FORMAT = "specdemo-plan/6"
 SHIPPED_PLANS = Path(__file__).parents[1] / "plans"
+KEPT_PER_CELL = 64  # deltas a stored statistics record keeps per (step, depth): DeltaStats.pooled reads 24
 
 
 def cache_folder(setting: str | None) -> Path | None:
@@ -127,3 +128,24 @@ def plan_from_dict(d: dict) -> TopologyPlan:
         objective=d["objective"],
         name=d["name"],
     )
+
+
+def parse_cell(text: str) -> tuple[int, int]:
+    """A stored cell "n,d": (step, depth)."""
+    n, d = (int(v) for v in text.split(","))
+    return n, d
+
+
+def index_ranges(indices: set[int]) -> list[list[int]]:
+    """Trajectory indices as [first, last + 1) runs: a run's range(num_samples) is kept as one."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    return runs
+
+
+def range_indices(ranges: list[list[int]]) -> set[int]:
+    return {i for first, stop in ranges for i in range(first, stop)}

@@ -33,7 +33,12 @@ def online_form(problem: Problem) -> int:
     online), else the output."""
     if isinstance(problem.draft, NetworkDraft):
         return RESIDUAL
-    return FORMS["gaussian"] if problem.kernel.has_denoised else FORMS["out"]
+    return online_frozen_form(problem.kernel)
+
+
+def online_frozen_form(kernel) -> int:
+    """online_form among the frozen forms alone."""
+    return FORMS["gaussian"] if kernel.has_denoised else FORMS["out"]
 
 
 def online_draft(problem: Problem, auto_freeze: bool) -> Draft:

@@ -10,24 +10,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.special import ndtr
 
-from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, NetworkDraft, frozen_draft
-from ..drafts.frozen import FORMS
-from ..drafts.stepwise import RESIDUAL
+from ..drafts import BiasedDraft, Draft
 from ..limits import Cancel
-from ..resolve import AUTO_FORMS, PILOT_DEPTH
+from ..resolve import PILOT_DEPTH
 from ..sampling import Cost, sample
 from ..trees import Topology
 from ..trees.auto import DeltaStats
 from ..verifiers import get_verifier
-from .cache import cache_folder, key_name, load_plan, plan_key, store_plan
-from .planner import auto_draft
+from .cache import (
+    KEPT_PER_CELL,
+    cache_folder,
+    index_ranges,
+    key_name,
+    load_plan,
+    parse_cell,
+    plan_key,
+    range_indices,
+    store_plan,
+)
+from .forms import candidates, options
 
 if TYPE_CHECKING:
     from ..pipeline import Problem
-
-KEPT_PER_CELL = 64  # deltas a stored statistics record keeps per (step, depth): DeltaStats.pooled reads 24
 
 
 def learnt_seed(seed: int) -> int:
@@ -69,14 +74,8 @@ def _stats_record(key: dict, folder: Path | None) -> dict | None:
     return None if stored is None else stored[0]
 
 
-def _cell(text: str) -> tuple[int, int]:
-    """A stored cell "n,d": (step, depth)."""
-    n, d = (int(v) for v in text.split(","))
-    return n, d
-
-
 def _stats_of(record: dict) -> tuple[DeltaStats, int]:
-    deltas = {_cell(cell): values for cell, values in record["deltas"].items()}
+    deltas = {parse_cell(cell): values for cell, values in record["deltas"].items()}
     return DeltaStats(deltas, int(record["num_steps"])), int(record["trajectories"])
 
 
@@ -96,7 +95,7 @@ def learn(problem: Problem, trace, indices: Sequence[int]) -> None:
     stats, count = _stats_of(record) if record is not None else (DeltaStats({}, problem.kernel.num_steps), 0)
     learnt = {} if record is None else record.get("learnt", {})
     seed = str(problem.stream_seed)
-    known = _indices(learnt.get(seed, []))
+    known = range_indices(learnt.get(seed, []))
     new = set(indices) - known
     if not new:
         return  # a repeat: every trajectory's deltas are kept already
@@ -113,7 +112,7 @@ def learn(problem: Problem, trace, indices: Sequence[int]) -> None:
         {
             "num_steps": stats.num_steps,
             "trajectories": count + len(new),
-            "learnt": {**learnt, seed: _ranges(known | new)},
+            "learnt": {**learnt, seed: index_ranges(known | new)},
             "deltas": {
                 f"{n},{d}": [float(f"{v:.5g}") for v in values[:KEPT_PER_CELL]]
                 for (n, d), values in sorted(stats.deltas.items())
@@ -121,21 +120,6 @@ def learn(problem: Problem, trace, indices: Sequence[int]) -> None:
         },
         folder,
     )
-
-
-def _ranges(indices: set[int]) -> list[list[int]]:
-    """Trajectory indices as [first, last + 1) runs: a run's range(num_samples) is kept as one."""
-    runs: list[list[int]] = []
-    for i in sorted(indices):
-        if runs and runs[-1][1] == i:
-            runs[-1][1] = i + 1
-        else:
-            runs.append([i, i + 1])
-    return runs
-
-
-def _indices(ranges: list[list[int]]) -> set[int]:
-    return {i for first, stop in ranges for i in range(first, stop)}
 
 
 MEASURED_RUNS = 8  # a plan's measured seconds: the running mean of at most this many runs
@@ -165,43 +149,17 @@ def draft_options(
     problem: Problem, auto_freeze: bool, cancel: Cancel | None = None
 ) -> tuple[Cost, list[tuple[DeltaStats, Draft]]]:
     """The pilots' cost and the drafts they leave to choose from, each with its deltas. With --freeze
-    auto, one pilot for each form the frozen draft can take (AUTO_FORMS: the output, x0-hat, its
-    extrapolation in time, the fitted Gaussian), and with a draft network one for that network corrected
-    by the target's residual; the first option drafts each step with the form of highest mean
-    acceptance (a tie goes to the earlier form). Where that gives some steps to the network, the second
-    drafts with the frozen forms alone: a network level costs a draft call, which the time objective
-    weighs (planned_options)."""
-    assert problem.draft is not None and problem.config.start is not None  # a speculative method's, resolved
+    auto, one pilot for each candidate form (forms.candidates), chosen among per step by forms.options."""
+    assert problem.draft is not None  # a speculative method's
     if not auto_freeze:
         stats, cost = _pilot(problem, problem.draft, cancel)
         return cost, [(stats, problem.draft)]
-    n_steps = problem.kernel.num_steps
-    candidates: list[tuple[int, Draft]] = [
-        (FORMS[mode], frozen_draft(mode, start=problem.config.start)) for mode in AUTO_FORMS
-    ]
-    if isinstance(problem.draft, NetworkDraft):
-        candidates.append((RESIDUAL, CorrectedNetworkDraft(problem.draft.network, problem.draft.name)))
-    pilots = [_pilot(problem, draft, cancel) for _, draft in candidates]
-    acceptance = np.array([[_mean_acceptance(stats, m) for m in range(n_steps)] for stats, _ in pilots])
-    options = []
-    for kinds in (len(candidates), len(AUTO_FORMS)):  # every form, then the frozen forms alone
-        table = tuple(candidates[i][0] for i in acceptance[:kinds].argmax(0).tolist())
-        stats = DeltaStats(
-            {
-                k: v
-                for (form, _), (st, _) in zip(candidates, pilots, strict=True)
-                for k, v in st.deltas.items()
-                if table[k[0]] == form
-            },
-            n_steps,
-        )
-        options.append((stats, auto_draft(problem, table)))
-        if RESIDUAL not in table:
-            break
+    drafts = candidates(problem)
+    pilots = [_pilot(problem, draft, cancel) for _, draft in drafts]
     cost = pilots[0][1]
     for more in pilots[1:]:
         cost = _add_costs(cost, more[1])
-    return cost, options
+    return cost, options(problem, [(form, stats) for (form, _), (stats, _) in zip(drafts, pilots, strict=True)])
 
 
 def _pilot(problem: Problem, draft: Draft, cancel: Cancel | None) -> tuple[DeltaStats, Cost]:
@@ -232,12 +190,6 @@ def _pilot(problem: Problem, draft: Draft, cancel: Cancel | None) -> tuple[Delta
         cancel=cancel,
     )
     return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
-
-
-def _mean_acceptance(stats: DeltaStats, step: int) -> float:
-    """Mean single-child acceptance 2 Phi(-delta/2) of the nodes verified at `step`, all depths."""
-    deltas = [v for (s, _), vals in stats.deltas.items() if s == step for v in vals]
-    return float(np.mean(2 * ndtr(-np.asarray(deltas) / 2))) if deltas else 0.0
 
 
 def _add_costs(a: Cost, b: Cost) -> Cost:

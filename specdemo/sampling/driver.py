@@ -225,6 +225,8 @@ class _Batch:
         keep_steps,
         trace,
         trace_states,
+        trace_outputs,
+        trace_only,
         max_batch,
     ):
         self.network, self.kernel, self.shape = network, kernel, tuple(shape)
@@ -298,7 +300,8 @@ class _Batch:
         self.keep = sorted(set(keep_steps))
         self.states: dict[int, torch.Tensor] = {}
         self.trace: list[RoundTrace] | None = [] if trace else None
-        self.trace_states = trace_states
+        self.trace_states, self.trace_outputs = trace_states, trace_outputs
+        self.trace_only = None if trace_only is None else np.asarray(trace_only, dtype=np.int64)
         self.refill(list(range(slots)))
 
     # ---------------------------------------------------------------- buffers
@@ -732,7 +735,9 @@ class _Batch:
             self._keep_path(part.ws, slots, n0, walk, tree)
         for slots, tree, leaves, walk, part in decided.traces:
             assert self.trace is not None  # rounds are recorded only into a trace
-            self.trace.append(round_trace(self, part.ws, slots, tree, leaves, walk))
+            record = round_trace(self, part.ws, slots, tree, leaves, walk)
+            if record.trajectories.size:  # none where trace_only names none of the round's
+                self.trace.append(record)
 
     def gathered(self, plan: RoundPlan, decided: Decided, field: str, buffer, out: torch.Tensor) -> torch.Tensor:
         """Rows (A, D) gathered from each slot's part, at the mailboxes' `field` rows of buffer(ws)."""
@@ -978,6 +983,8 @@ def sample(
     keep_steps: Sequence[int] = (),
     trace: bool = False,
     trace_states: bool = True,
+    trace_outputs: bool = False,
+    trace_only: Sequence[int] | None = None,
     callback: Callable[[dict], None] | None = None,
     max_batch: int | None = None,
     cancel: Cancel | None = None,
@@ -991,7 +998,10 @@ def sample(
     indices name the trajectories (their random streams); default range(num_samples). cond holds
     per-trajectory conditioning (B, ...) passed row by row to the networks (class labels).
     keep_steps: also return the states at these steps (the whole path is exact, not only Y_N).
-    trace: record every round (RoundTrace), with node states unless trace_states is False.
+    trace: record every round (RoundTrace), with node states unless trace_states is False, and with the
+    target's outputs at the nodes where trace_outputs (what planning.forms learns a freeze table from);
+    trace_only: record these trajectories alone (a learning run's node values are read back for those it
+    learns from, not the whole batch).
     callback receives a dict after every round (for progress bars: "progress" in [0, 1]).
     max_batch: at most this many trajectories in flight; a finished one frees its slot for the
     next (continuous batching). Default: all at once.
@@ -1024,6 +1034,8 @@ def sample(
             keep_steps,
             trace,
             trace_states,
+            trace_outputs,
+            trace_only,
             max_batch,
         )
         try:

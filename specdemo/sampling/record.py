@@ -30,7 +30,9 @@ class RoundTrace:
     round began (a warm-up or an evaluated leaf; the first level is then exact); depth (A,):
     speculated depth L_b; parent (M + 1,), node_depth (M + 1,): the shared topology, the
     corrected slot's parent per trajectory in corrected_parent (A,), -1 when none;
-    states (A, M + 1, *shape) or None; status (A, M + 1) codes of STATUS_NAMES;
+    states (A, M + 1, *shape) or None; outputs (A, M + 1, *shape) or None: the target's output at the
+    nodes where the round knew it (evaluated, or a known root), NaN elsewhere; status (A, M + 1) codes of
+    STATUS_NAMES;
     evaluated (A, M + 1) bool: the target was called there; delta (A, M + 1) at verified nodes
     (NaN elsewhere); node_accept_prob (A, M + 1) the verifier's closed-form acceptance at verified
     nodes; child_accept_prob (A, M + 1): the probability each examined child was accepted with
@@ -53,15 +55,17 @@ class RoundTrace:
     child_accept_prob: np.ndarray
     committed_steps: np.ndarray
     states: np.ndarray | None = None
+    outputs: np.ndarray | None = None
 
     def restricted(self, keep: np.ndarray) -> RoundTrace:
         """The record of the trajectories selected by keep (A,) bool."""
         per_trajectory = {
             f.name: getattr(self, f.name)[keep]
             for f in fields(self)
-            if f.name not in ("round", "parent", "node_depth", "states")
+            if f.name not in ("round", "parent", "node_depth", "states", "outputs")
         }
-        return replace(self, **per_trajectory, states=None if self.states is None else self.states[keep])
+        pick = lambda values: None if values is None else values[keep]
+        return replace(self, **per_trajectory, states=pick(self.states), outputs=pick(self.outputs))
 
     def to_json(self) -> dict:
         # NaN is not JSON: unverified nodes' values become null
@@ -77,7 +81,9 @@ class RoundTrace:
 
 def round_trace(run, ws, slots: np.ndarray, tree, leaves: bool, walk) -> RoundTrace:
     """The RoundTrace of the trajectories in `slots` that shared `tree` in a committed round: the
-    walk's record (verifiers/base.py WalkTrace), with the nodes' states read from the workspace."""
+    walk's record (verifiers/base.py WalkTrace), with the nodes' states and target outputs read from the
+    workspace where the run keeps them (trace_states, trace_outputs); of the trajectories in trace_only alone
+    where the run names some."""
     t = tables(tree)
     a, full = slots.size, t.num_nodes  # node `full`: the corrected draw's slot
     corrected, ends = walk.corrected, walk.end_depth
@@ -94,13 +100,7 @@ def round_trace(run, ws, slots: np.ndarray, tree, leaves: bool, walk) -> RoundTr
     evaluated = np.zeros((a, full + 1), dtype=bool)
     evaluated[:, :full] = t.node_depth[None] <= (t.depth if leaves else t.depth - 1)
     evaluated[:, 0] = ~known
-    states = None
-    if run.trace_states:
-        rows = torch.from_numpy(np.arange(full)[None] * ws.capacity + slots[:, None]).to(run.device)
-        states = np.full((a, full + 1, *run.shape), np.nan, dtype=np.float32)
-        states[:, :full] = ws.x_flat[rows].view(a, full, *run.shape).float().cpu().numpy()
-        states[corrected, full] = run.y[torch.from_numpy(slots[corrected]).to(run.device)].float().cpu().numpy()
-    return RoundTrace(
+    record = RoundTrace(
         round=run.cost.rounds,
         trajectories=np.asarray(run.indices)[run.slot_traj[slots]],
         step=n0,
@@ -115,5 +115,23 @@ def round_trace(run, ws, slots: np.ndarray, tree, leaves: bool, walk) -> RoundTr
         node_accept_prob=extend(w.node_accept_prob, np.nan),
         child_accept_prob=extend(w.child_accept_prob, np.nan),
         committed_steps=ends,
-        states=states,
     )
+    if run.trace_only is not None:  # the node values of these trajectories alone are read back
+        keep = np.isin(record.trajectories, run.trace_only)
+        record, slots, corrected, evaluated = record.restricted(keep), slots[keep], corrected[keep], evaluated[keep]
+        a = slots.size
+    if not (run.trace_states or run.trace_outputs) or not a:
+        return record
+    rows = torch.from_numpy(np.arange(full)[None] * ws.capacity + slots[:, None]).to(run.device)
+    read = lambda plane: plane[rows].view(a, full, *run.shape).float().cpu().numpy()
+    if run.trace_states:
+        record.states = np.full((a, full + 1, *run.shape), np.nan, dtype=np.float32)
+        record.states[:, :full] = read(ws.x_flat)
+        record.states[corrected, full] = run.y[torch.from_numpy(slots[corrected]).to(run.device)].float().cpu().numpy()
+    if run.trace_outputs:
+        held = evaluated.copy()
+        held[:, 0] = True  # a known root's output is in the root's row too (call_target copies it there)
+        record.outputs = np.full((a, full + 1, *run.shape), np.nan, dtype=np.float32)
+        record.outputs[:, :full] = read(ws.out_flat)
+        record.outputs[~held] = np.nan
+    return record

@@ -130,3 +130,23 @@ def test_a_tree_cut_short_near_the_end_is_recorded_as_the_shorter_tree():
         assert np.isfinite(rt.states[corrected, -1]).all() and np.isnan(rt.states[~corrected, -1]).all()
         truncated += int(depth < 3) * len(rt.trajectories)
     assert truncated > 0
+
+
+def test_traced_outputs_are_the_targets_at_the_nodes_the_round_knew_and_trace_only_keeps_those_named():
+    """trace_outputs: the target's output at every evaluated node and at a known root (a prefetched leaf's),
+    NaN elsewhere; trace_only records the named trajectories alone and leaves the samples as they were."""
+    target, kernel, net = gm16_ddpm(20)
+    plain = run(net, kernel, target.shape, 6, "tree-dgrs", seed=2)
+    result = run(net, kernel, target.shape, 6, "tree-dgrs", seed=2, trace=True, trace_outputs=True, trace_only=[1, 4])
+    assert torch.equal(result.samples, plain.samples)
+    assert {t for rt in result.trace for t in rt.trajectories.tolist()} == {1, 4}
+    held = 0
+    for rt in result.trace:
+        known = np.isfinite(rt.outputs).all(axis=tuple(range(2, rt.outputs.ndim)))
+        assert np.array_equal(known, rt.evaluated | (np.arange(known.shape[1]) == 0)[None])
+        a, node = np.nonzero(known)
+        steps = torch.from_numpy(rt.step[a] + rt.node_depth[node])
+        expected = net(torch.from_numpy(rt.states[a, node]), steps)
+        assert torch.allclose(torch.from_numpy(rt.outputs[a, node]), expected, rtol=1e-4, atol=1e-5)
+        held += len(a)
+    assert held > 20

@@ -1,0 +1,293 @@
+"""--freeze auto's per-step table and the draft choice, learnt from runs with no call of the target
+(docs/algorithms.md section 6, "The freeze table learnt from runs").
+
+A run that traces its target outputs (sample(trace_outputs=True)) knows, along each trajectory's committed
+path, the state x_n and the target's output at most steps n. From those alone each draft form can be priced
+as a pilot of that form would: frozen at a committed step f, its mean at the committed state x_m, m = f + k,
+against the target's mean there gives delta = ||m^q_m(x_m) - m^p_m(x_m)|| / s_m, cell (m, k), the pilot's
+cell of a level k below a frozen node (DeltaStats). Unlike a pilot's, these deltas are not conditioned on
+the levels above being accepted: every committed step counts at every distance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from scipy.special import ndtr
+
+from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, NetworkDraft, frozen_draft
+from ..drafts.frozen import FORMS
+from ..drafts.stepwise import RESIDUAL, StepwiseDraft
+from ..resolve import AUTO_FORMS, PILOT_DEPTH
+from ..sampling.record import ACCEPTED, ROOT
+from ..trees.auto import DeltaStats
+from .cache import (
+    KEPT_PER_CELL,
+    cache_folder,
+    index_ranges,
+    key_name,
+    load_plan,
+    parse_cell,
+    plan_key,
+    range_indices,
+    store_plan,
+)
+from .planner import auto_draft, online_form, online_frozen_form
+
+if TYPE_CHECKING:
+    from ..pipeline import Problem
+
+PAIRS_A_CHUNK = 4096  # frozen nodes priced at once (each with PILOT_DEPTH levels)
+FORM_NAMES = {**FORMS, "residual": RESIDUAL}
+
+
+def candidates(problem: Problem) -> list[tuple[int, Draft]]:
+    """The drafts --freeze auto chooses among per step: each frozen form (AUTO_FORMS: the output, x0-hat,
+    its extrapolation in time, the fitted Gaussian), and with a draft network that network corrected by the
+    target's residual (RESIDUAL)."""
+    assert problem.config.start is not None  # resolve() settles it
+    drafts: list[tuple[int, Draft]] = [
+        (FORMS[mode], frozen_draft(mode, start=problem.config.start)) for mode in AUTO_FORMS
+    ]
+    network = _draft_network(problem.draft)
+    if network is not None:
+        drafts.append((RESIDUAL, CorrectedNetworkDraft(network.network, network.name)))
+    return drafts
+
+
+def _draft_network(draft: Draft | None) -> NetworkDraft | None:
+    """The setting's draft network: the draft as built, or within the draft planning made of it (a stepwise
+    draft, under a bias)."""
+    if isinstance(draft, BiasedDraft):
+        draft = draft.base
+    if isinstance(draft, StepwiseDraft):
+        return draft.network
+    return draft if isinstance(draft, NetworkDraft) else None
+
+
+def options(problem: Problem, measured: list[tuple[int, DeltaStats]]) -> list[tuple[DeltaStats, Draft]]:
+    """The drafts to plan with from each candidate form's deltas (a pilot's, or learnt), each with the deltas
+    of its table: the first drafts each step with the form of highest mean acceptance (a tie goes to the
+    earlier form; a step no form measured keeps planner.online_form, or online_frozen_form). Where that gives
+    some steps to the network, the second drafts with the frozen forms alone: a network level costs a draft call, which the
+    time objective weighs (planner.planned_options)."""
+    n_steps = problem.kernel.num_steps
+    acceptance = np.stack([mean_acceptance(stats) for _, stats in measured])
+    frozen_kinds = sum(form != RESIDUAL for form, _ in measured)
+    chosen = []
+    for kinds in (len(measured), frozen_kinds):  # every form, then the frozen forms alone
+        best = acceptance[:kinds].argmax(0)
+        measured_any = np.isfinite(acceptance[:kinds]).any(0)
+        fallback = online_form(problem) if kinds == len(measured) else online_frozen_form(problem.kernel)
+        table = tuple(measured[i][0] if seen else fallback for i, seen in zip(best.tolist(), measured_any, strict=True))
+        stats = DeltaStats(
+            {k: v for form, st in measured for k, v in st.deltas.items() if table[k[0]] == form},
+            n_steps,
+        )
+        chosen.append((stats, auto_draft(problem, table)))
+        if RESIDUAL not in table:
+            break
+    return chosen
+
+
+def mean_acceptance(stats: DeltaStats) -> np.ndarray:
+    """(N,): per step, the mean single-child acceptance 2 Phi(-delta/2) of the nodes verified there, all
+    depths; -inf where none was (no form wins there on this account)."""
+    sums, counts = np.zeros(stats.num_steps), np.zeros(stats.num_steps)
+    for (step, _), values in stats.deltas.items():
+        sums[step] += (2 * ndtr(-np.asarray(values) / 2)).sum()
+        counts[step] += len(values)
+    return np.where(counts > 0, sums / np.maximum(counts, 1), -np.inf)
+
+
+def committed_paths(trace, trajectories: Sequence[int], num_steps: int, shape) -> tuple[np.ndarray, np.ndarray]:
+    """The states and target outputs (T, N, *shape) of `trajectories` at each step of their committed paths
+    (a round's root and its accepted nodes), NaN where the trace has none (a plain step, a committed leaf
+    whose output no round computed)."""
+    row = {t: i for i, t in enumerate(trajectories)}
+    states = np.full((len(trajectories), num_steps, *shape), np.nan, dtype=np.float32)
+    outputs = np.full_like(states, np.nan)
+    for rnd in trace:
+        assert rnd.states is not None and rnd.outputs is not None  # a run traced for learning keeps both
+        committed = (rnd.status == ROOT) | (rnd.status == ACCEPTED)
+        committed &= np.isin(rnd.trajectories, trajectories)[:, None]
+        a, node = np.nonzero(committed)
+        t = np.array([row[i] for i in rnd.trajectories[a].tolist()], dtype=np.int64)
+        n = rnd.step[a] + rnd.node_depth[node]
+        states[t, n] = rnd.states[a, node]
+        out = rnd.outputs[a, node]
+        known = np.isfinite(out).all(tuple(range(1, out.ndim)))
+        outputs[t[known], n[known]] = out[known]  # a step committed twice (a leaf, then a root) keeps its output
+    return states, outputs
+
+
+def form_deltas(
+    kernel, drafts: list[tuple[int, Draft]], states: np.ndarray, outputs: np.ndarray, cond: dict, device, dtype
+) -> list[tuple[int, DeltaStats]]:
+    """Each draft's deltas (each `drafts` entry a form and its draft) at cells (m, k), k = 1..PILOT_DEPTH,
+    priced along the committed paths `states` and `outputs` (T, N, *shape), computed on `device` in `dtype`
+    (module docstring). cond: each path's conditioning (T, ...). The frozen value takes the node one step
+    above the frozen one as its `earlier` (the line's and the Gaussian's second point) where the path has
+    it."""
+    n_steps = kernel.num_steps
+    flat = lambda a: a.reshape(*a.shape[:2], -1)
+    has = np.isfinite(flat(states)).all(2) & np.isfinite(flat(outputs)).all(2)  # (T, N)
+    t_f, f = np.nonzero(has[:, : n_steps - 1])
+    levels = np.arange(1, PILOT_DEPTH + 1)
+    scales = kernel.scales.numpy()
+    on = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
+    measured = []
+    for form, draft in drafts:
+        cells: list[np.ndarray] = []  # (step, depth, delta) per level and chunk
+        for lo in range(0, len(f), PAIRS_A_CHUNK):
+            t, n = t_f[lo : lo + PAIRS_A_CHUNK], f[lo : lo + PAIRS_A_CHUNK]
+            m = np.minimum(n[None] + levels[:, None], n_steps - 1)  # (D, P): the step of each level's node
+            valid = (n[None] + levels[:, None] < n_steps) & has[t[None], m] & (scales[m] > 0)
+            if not valid.any():
+                continue
+            above = np.maximum(n - 1, 0)
+            with_above = has[t, above] & (n > 0)
+            lift = with_above.reshape(-1, *[1] * (states.ndim - 2))
+            earlier = (
+                on(np.where(lift, outputs[t, above], outputs[t, n])),
+                on(np.where(lift, states[t, above], states[t, n])),
+                torch.from_numpy(np.where(with_above, above, n)).to(device),
+            )
+            rows = {k: v[torch.from_numpy(t).to(v.device)].to(device) for k, v in cond.items()}
+            with torch.inference_mode():
+                frozen = draft.frozen_value(
+                    kernel,
+                    on(outputs[t, n]),
+                    on(states[t, n]),
+                    torch.from_numpy(n).to(device),
+                    earlier=earlier,
+                    cond=rows,
+                )
+                steps = torch.from_numpy(m).to(device)
+                means = draft.for_round(kernel, steps, frozen, rows)
+                for d in np.nonzero(valid.any(1))[0].tolist():
+                    x_m, out_m = on(states[t, m[d]]), on(outputs[t, m[d]])
+                    gap = (kernel.mean(out_m, x_m, steps[d]) - means(d, x_m[None])[0]).flatten(1).double().norm(dim=1)
+                    keep = valid[d]
+                    step = m[d][keep]
+                    cells.append(np.stack([step, np.full_like(step, d + 1), gap.cpu().numpy()[keep] / scales[step]]))
+        measured.append((form, DeltaStats(_grouped(cells), n_steps)))
+    return measured
+
+
+def _grouped(cells: list[np.ndarray]) -> dict[tuple[int, int], list[float]]:
+    """(3, K) arrays of (step, depth, delta) as DeltaStats' cells, each cell's deltas in the order given."""
+    if not cells:
+        return {}
+    step, depth, delta = np.concatenate(cells, 1)
+    order = np.lexsort((depth, step))  # stable: a cell keeps its deltas' order
+    key = np.stack([step[order], depth[order]]).astype(np.int64)
+    starts = np.flatnonzero(np.any(np.diff(key, prepend=-1, axis=1) != 0, 0))
+    groups = np.split(delta[order], starts[1:])
+    return {(int(key[0, i]), int(key[1, i])): g.tolist() for i, g in zip(starts, groups, strict=True)}
+
+
+def forms_key(problem: Problem) -> dict:
+    """Where a setting's learnt form deltas are kept: the plan's key without what they do not depend on (the
+    tree, verifier, budget, prefetch, objective, pilot size, batch and launch), so that every topology of a
+    model, draft and kernel learns one table."""
+    drop = ("tree", "method", "verifier", "budget", "prefetch", "objective", "pilot_samples", "batch", "launch")
+    return {**{k: v for k, v in plan_key(problem).items() if k not in drop}, "record": "forms"}
+
+
+def load_forms(problem: Problem) -> tuple[list[tuple[int, DeltaStats]], int] | None:
+    """Each candidate form's learnt deltas and how many trajectories measured them."""
+    record = _forms_record(problem)
+    if record is None:
+        return None
+    n_steps = int(record["num_steps"])
+    measured = [
+        (FORM_NAMES[name], DeltaStats({parse_cell(c): v for c, v in cells.items()}, n_steps))
+        for name, cells in record["deltas"].items()
+    ]
+    return measured, int(record["trajectories"])
+
+
+def learns_table(problem: Problem) -> bool:
+    """Whether the setting learns its --freeze auto table from runs (this module) rather than deltas under a
+    fixed draft (stats.learn): --freeze auto on a kernel with x0-hat (without it the output is the only
+    form)."""
+    return problem.request is not None and problem.request.freeze and problem.kernel.has_denoised
+
+
+def table_wanted(problem: Problem) -> bool:
+    """Whether a run of the setting should trace what its table is learnt from: a writable cache holds fewer
+    than config.pilot_samples of its trajectories (or --replan starts them again)."""
+    if cache_folder(problem.config.cache_dir) is None:
+        return False
+    learnt = None if problem.config.replan else load_forms(problem)
+    return learnt is None or learnt[1] < problem.config.pilot_samples
+
+
+def replanned(problem: Problem) -> bool:
+    """Whether this setting's runs learn the forms anew since its --replan: a plan shipped for it is then set
+    aside, as where its runs keep statistics of their own (stats.learn). Another topology's runs learning the
+    table leave a shipped plan the default."""
+    record = _forms_record(problem)
+    return record is not None and key_name(plan_key(problem)) in record.get("replanned", [])
+
+
+def to_price(problem: Problem, trajectories: Sequence[int]) -> list[int]:
+    """The trajectories of a run (by index) whose paths learn_forms should price: those its seed has not priced
+    yet, at most as many as config.pilot_samples still needs (under --replan, as if none were priced)."""
+    record = None if problem.config.replan else _forms_record(problem)
+    count = 0 if record is None else int(record["trajectories"])
+    known = set() if record is None else range_indices(record.get("learnt", {}).get(str(problem.stream_seed), []))
+    return sorted(set(trajectories) - known)[: max(problem.config.pilot_samples - count, 0)]
+
+
+def learn_forms(problem: Problem, trace, priced: Sequence[int], cond: dict) -> None:
+    """Add the form deltas along the paths of the run's trajectories `priced` (to_price's; cond: their
+    conditioning, in that order) to the setting's record, kept per seed as stats.learn keeps its
+    trajectories; --replan starts the record again and removes the setting's plan; a cache that cannot be
+    written is skipped."""
+    folder = cache_folder(problem.config.cache_dir)
+    if folder is None or not priced:
+        return
+    record = None if problem.config.replan else _forms_record(problem)
+    count = 0 if record is None else int(record["trajectories"])
+    learnt = {} if record is None else record.get("learnt", {})
+    seed = str(problem.stream_seed)
+    kernel = problem.kernel
+    states, outputs = committed_paths(trace, priced, kernel.num_steps, problem.target.shape)
+    bias = problem.config.draft_bias
+    drafts = [(form, BiasedDraft(draft, bias) if bias else draft) for form, draft in candidates(problem)]
+    measured = form_deltas(kernel, drafts, states, outputs, cond, problem.device, problem.dtype)
+    if problem.config.replan:  # the setting's plan goes with the deltas it was made from (as stats.learn's)
+        try:
+            (folder / key_name(plan_key(problem))).unlink(missing_ok=True)
+        except OSError:
+            pass
+    kept = {} if record is None else record["deltas"]
+    # the settings whose own runs learn anew: a plan shipped for them is set aside (replanned)
+    anew = [key_name(plan_key(problem))] if problem.config.replan else [] if record is None else record.get("replanned", [])
+    names = {v: k for k, v in FORM_NAMES.items()}
+    for form, stats in measured:
+        cells = kept.setdefault(names[form], {})
+        for (n, d), values in stats.deltas.items():
+            cell = cells.setdefault(f"{n},{d}", [])
+            cell.extend(float(f"{v:.5g}") for v in values[: KEPT_PER_CELL - len(cell)])
+    store_plan(
+        forms_key(problem),
+        {
+            "num_steps": kernel.num_steps,
+            "trajectories": count + len(priced),
+            "learnt": {**learnt, seed: index_ranges(range_indices(learnt.get(seed, [])) | set(priced))},
+            "deltas": kept,
+            "replanned": anew,
+        },
+        folder,
+    )
+
+
+def _forms_record(problem: Problem) -> dict | None:
+    stored = load_plan(forms_key(problem), cache_folder(problem.config.cache_dir), shipped=False)
+    return None if stored is None else stored[0]
