@@ -190,7 +190,8 @@ def _learnt(problem: Problem, key: dict, folder) -> tuple[Callable[[], list[tupl
         priced = load_forms(problem)
         return None if priced is None else (lambda: forms_options(problem, priced[0]), priced[1])
     kept = load_stats(key, folder)
-    return None if kept is None else (lambda: [(kept[0], online_draft(problem, False))], kept[1])
+    auto_freeze = problem.request is not None and problem.request.freeze  # on a kernel without x0-hat
+    return None if kept is None else (lambda: [(kept[0], online_draft(problem, auto_freeze))], kept[1])
 
 
 def _plain_if_faster(problem: Problem) -> Problem:

@@ -40,7 +40,8 @@ from .planner import auto_draft, online_form, online_frozen_form
 if TYPE_CHECKING:
     from ..pipeline import Problem
 
-PAIRS_A_CHUNK = 4096  # frozen nodes priced at once (each with PILOT_DEPTH levels)
+PAIRS_A_CHUNK = 4096  # frozen nodes priced at once (each with PILOT_DEPTH levels) ...
+STATES_A_CHUNK = 1 << 24  # ... and at most this many state values over their levels (a draft network's call)
 FORM_NAMES = {**FORMS, "residual": RESIDUAL}
 
 
@@ -117,6 +118,8 @@ def committed_paths(trace, trajectories: Sequence[int], num_steps: int, shape) -
         a, node = np.nonzero(committed)
         t = np.array([row[i] for i in rnd.trajectories[a].tolist()], dtype=np.int64)
         n = rnd.step[a] + rnd.node_depth[node]
+        inside = n < num_steps  # an accepted leaf at step N is the sample: no step of the path
+        t, n, a, node = t[inside], n[inside], a[inside], node[inside]
         states[t, n] = rnd.states[a, node]
         out = rnd.outputs[a, node]
         known = np.isfinite(out).all(tuple(range(1, out.ndim)))
@@ -137,15 +140,17 @@ def form_deltas(
     has = np.isfinite(flat(states)).all(2) & np.isfinite(flat(outputs)).all(2)  # (T, N)
     t_f, f = np.nonzero(has[:, : n_steps - 1])
     levels = np.arange(1, PILOT_DEPTH + 1)
-    scales = kernel.scales.numpy()
+    runs = kernel.stochastic_run_lengths().numpy()
+    chunk = max(1, min(PAIRS_A_CHUNK, STATES_A_CHUNK // (PILOT_DEPTH * int(np.prod(states.shape[2:])))))
     on = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
     measured = []
     for form, draft in drafts:
         cells: list[np.ndarray] = []  # (step, depth, delta) per level and chunk
-        for lo in range(0, len(f), PAIRS_A_CHUNK):
-            t, n = t_f[lo : lo + PAIRS_A_CHUNK], f[lo : lo + PAIRS_A_CHUNK]
+        for lo in range(0, len(f), chunk):
+            t, n = t_f[lo : lo + chunk], f[lo : lo + chunk]
             m = np.minimum(n[None] + levels[:, None], n_steps - 1)  # (D, P): the step of each level's node
-            valid = (n[None] + levels[:, None] < n_steps) & has[t[None], m] & (scales[m] > 0)
+            # a round rooted at f + 1 drafts as many levels as stochastic steps follow (r[f + 1])
+            valid = (levels[:, None] <= runs[n + 1][None]) & has[t[None], m]
             if not valid.any():
                 continue
             above = np.maximum(n - 1, 0)
@@ -173,7 +178,8 @@ def form_deltas(
                     gap = (kernel.mean(out_m, x_m, steps[d]) - means(d, x_m[None])[0]).flatten(1).double().norm(dim=1)
                     keep = valid[d]
                     step = m[d][keep]
-                    cells.append(np.stack([step, np.full_like(step, d + 1), gap.cpu().numpy()[keep] / scales[step]]))
+                    scale = kernel.scales.numpy()[step]
+                    cells.append(np.stack([step, np.full_like(step, d + 1), gap.cpu().numpy()[keep] / scale]))
         measured.append((form, DeltaStats(_grouped(cells), n_steps)))
     return measured
 
@@ -268,7 +274,10 @@ def learn_forms(problem: Problem, trace, priced: Sequence[int], cond: dict) -> N
             pass
     kept = {} if record is None else record["deltas"]
     # the settings whose own runs learn anew: a plan shipped for them is set aside (replanned)
-    anew = [key_name(plan_key(problem))] if problem.config.replan else [] if record is None else record.get("replanned", [])
+    kept_before = record if record is not None else _forms_record(problem)  # under --replan, for its list alone
+    anew = [] if kept_before is None else kept_before.get("replanned", [])
+    if problem.config.replan:
+        anew = sorted({*anew, key_name(plan_key(problem))})
     names = {v: k for k, v in FORM_NAMES.items()}
     for form, stats in measured:
         cells = kept.setdefault(names[form], {})

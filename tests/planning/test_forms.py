@@ -19,7 +19,7 @@ from specdemo.drafts.stepwise import RESIDUAL, StepwiseDraft
 from specdemo.planning import cache as plan_cache
 from specdemo.planning import forms, key_name, plan_key
 from specdemo.planning.forms import committed_paths, form_deltas, load_forms
-from specdemo.sampling import sample
+from specdemo.sampling import ACCEPTED, sample
 from specdemo.trees import Topology
 from specdemo.verifiers import get_verifier
 
@@ -40,15 +40,23 @@ FIXED = dict(
 )
 
 
-@pytest.mark.parametrize("form", ["out", "x0"])
-def test_the_priced_deltas_are_the_drivers_where_the_draft_froze_the_step_above_the_root(form):
-    problem = build(SamplerConfig(model="gm2d", kernel="ddpm", steps=40, device="cpu", cache_dir="off"))
+@pytest.fixture(scope="module")
+def gm2d():
+    return build(SamplerConfig(model="gm2d", kernel="ddpm", steps=40, device="cpu", cache_dir="off"))
+
+
+@pytest.mark.parametrize("form", ["out", "x0", "x0-linear", "gaussian"])
+def test_the_priced_deltas_are_the_drivers_where_the_draft_froze_the_step_above_the_root(gm2d, form):
+    """Under the parent prefetch the driver freezes the node one step above the next root. The forms with a
+    second point (x0-linear, gaussian) take it from the same call, the frozen node's parent, where the frozen
+    node was not its round's root (its round committed two steps or more); the pricing takes the step above
+    along the path, which is the same node there."""
     draft = frozen_draft(form, start="warm")
-    kernel = problem.kernel
+    kernel = gm2d.kernel
     run = sample(
-        problem.network,
+        gm2d.network,
         kernel,
-        problem.target.shape,
+        gm2d.target.shape,
         6,
         tree=Topology.chain(4),
         draft=draft,
@@ -60,19 +68,41 @@ def test_the_priced_deltas_are_the_drivers_where_the_draft_froze_the_step_above_
     )
     compared = 0
     for trajectory in range(6):
-        states, outputs = committed_paths(run.trace, [trajectory], kernel.num_steps, problem.target.shape)
+        states, outputs = committed_paths(run.trace, [trajectory], kernel.num_steps, gm2d.target.shape)
         [(_, priced)] = form_deltas(kernel, [(FORMS[form], draft)], states, outputs, {}, "cpu", torch.float32)
         rounds = [r.restricted(r.trajectories == trajectory) for r in run.trace]
         rounds = [r for r in rounds if r.trajectories.size]
-        for rnd in rounds[1:]:  # the first round froze the warm-up's output at its own root
-            if rnd.root_known[0]:
+        for before, rnd in zip(rounds, rounds[1:], strict=False):  # the first round froze the warm-up's output
+            if rnd.root_known[0] or (draft.frozen_history and before.committed_steps[0] < 2):
                 continue
             for node in np.flatnonzero(~np.isnan(rnd.delta[0])):
                 depth = int(rnd.node_depth[node])
                 cell = (int(rnd.step[0]) + depth, depth + 1)
                 assert priced.deltas[cell] == pytest.approx([rnd.delta[0, node]], rel=1e-4, abs=1e-6)
                 compared += 1
-    assert compared >= 40
+    assert compared >= 25
+
+
+def test_an_accepted_leaf_at_the_last_step_is_no_step_of_the_path(gm2d):
+    """A round may keep a leaf at step N, the sample itself (a kernel whose last step is stochastic); the path
+    ends at step N - 1."""
+    kernel = gm2d.kernel
+    run = sample(
+        gm2d.network,
+        kernel,
+        gm2d.target.shape,
+        4,
+        tree=Topology.chain(3),
+        draft=frozen_draft("x0"),
+        verifier=get_verifier("rmc"),
+        seed=1,
+        trace=True,
+        trace_outputs=True,
+    )
+    rnd = next(r for r in run.trace if (r.status[:, 2] == ACCEPTED).any())
+    last = replace(rnd, step=np.full_like(rnd.step, kernel.num_steps - 2))  # node 2 at step N
+    states, outputs = committed_paths([last], rnd.trajectories.tolist(), kernel.num_steps, gm2d.target.shape)
+    assert np.isfinite(states[:, -2]).all() and states.shape[1] == kernel.num_steps
 
 
 def test_a_fixed_tree_learns_its_table_from_its_runs_and_plans_it_without_a_pilot(tmp_path):
@@ -136,7 +166,8 @@ def test_the_table_is_not_learnt_without_a_writable_cache_or_once_planned(tmp_pa
 def test_a_run_under_a_learnt_table_is_exact(tmp_path):
     """10,000 trajectories under a table priced from a run of seed 2, drawn with seed 2 again (its streams are
     learnt_seed's), against plain sampling; the same test fails on a run that accepts every draft
-    (test_learning.py)."""
+    (test_learning.py). Only 2,000 trajectories share the learning run's indices, too few for this test to
+    see shared streams: the stream seed is checked in test_a_fixed_tree_learns_its_table..."""
     law = dict(FIXED, steps=40, num_samples=10_000, pilot_samples=2_000, seed=2)
     config = SamplerConfig(**law, cache_dir=str(tmp_path))
     generate(replace(config, num_samples=2_000))
@@ -192,3 +223,6 @@ def test_a_shipped_plan_stays_the_default_until_its_own_replan(tmp_path, monkeyp
     assert build(auto).plan_source == "online"  # 4 of 8 trajectories priced since the replan
     generate(replace(auto, seed=4))
     assert build(auto).plan_source == "runs"
+    # another setting's --replan starts the forms again, and keeps this one's shipped plan set aside
+    generate(SamplerConfig(**FIXED, cache_dir=str(cache), replan=True))
+    assert forms.replanned(relearnt) and build(auto).plan_source == "cache"

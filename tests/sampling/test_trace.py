@@ -134,19 +134,26 @@ def test_a_tree_cut_short_near_the_end_is_recorded_as_the_shorter_tree():
 
 def test_traced_outputs_are_the_targets_at_the_nodes_the_round_knew_and_trace_only_keeps_those_named():
     """trace_outputs: the target's output at every evaluated node and at a known root (a prefetched leaf's),
-    NaN elsewhere; trace_only records the named trajectories alone and leaves the samples as they were."""
+    NaN elsewhere; trace_only records the named trajectories alone, as the whole trace holds them (slots taken
+    by other trajectories in turn: max_batch), and leaves the samples as they were."""
     target, kernel, net = gm16_ddpm(20)
-    plain = run(net, kernel, target.shape, 6, "tree-dgrs", seed=2)
-    result = run(net, kernel, target.shape, 6, "tree-dgrs", seed=2, trace=True, trace_outputs=True, trace_only=[1, 4])
-    assert torch.equal(result.samples, plain.samples)
-    assert {t for rt in result.trace for t in rt.trajectories.tolist()} == {1, 4}
+    options = dict(seed=2, trace=True, trace_outputs=True, max_batch=4)
+    whole = run(net, kernel, target.shape, 8, "tree-dgrs", **options)
+    named = run(net, kernel, target.shape, 8, "tree-dgrs", **options, trace_only=[1, 6])
+    assert torch.equal(whole.samples, named.samples)
+    assert {t for rt in named.trace for t in rt.trajectories.tolist()} == {1, 6}
+    kept = [rt.restricted(np.isin(rt.trajectories, [1, 6])) for rt in whole.trace]
+    kept = [rt for rt in kept if rt.trajectories.size]
+    assert len(kept) == len(named.trace)
     held = 0
-    for rt in result.trace:
+    for expected, rt in zip(kept, named.trace, strict=True):
+        for name in ("trajectories", "step", "status", "delta", "states", "outputs"):
+            assert np.array_equal(getattr(rt, name), getattr(expected, name), equal_nan=name != "trajectories")
         known = np.isfinite(rt.outputs).all(axis=tuple(range(2, rt.outputs.ndim)))
         assert np.array_equal(known, rt.evaluated | (np.arange(known.shape[1]) == 0)[None])
         a, node = np.nonzero(known)
         steps = torch.from_numpy(rt.step[a] + rt.node_depth[node])
-        expected = net(torch.from_numpy(rt.states[a, node]), steps)
-        assert torch.allclose(torch.from_numpy(rt.outputs[a, node]), expected, rtol=1e-4, atol=1e-5)
+        outputs = net(torch.from_numpy(rt.states[a, node]), steps)
+        assert torch.allclose(torch.from_numpy(rt.outputs[a, node]), outputs, rtol=1e-4, atol=1e-5)
         held += len(a)
     assert held > 20
