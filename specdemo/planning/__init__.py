@@ -30,7 +30,7 @@ from ..trees.cost_model import CostModel
 from ..verifiers import Verifier, get_verifier
 from .cache import SHIPPED_PLANS, cache_folder, key_name, load_plan, plan_from_dict, plan_key, plan_to_dict, store_plan
 from .costs import call_seconds, call_sizes, plain_seconds
-from .forms import learn_forms, learns_table, load_forms, replanned, table_wanted, to_price
+from .forms import learn_forms, learns_table, load_forms, priced_count, replanned, table_wanted, to_price
 from .forms import options as forms_options
 from .planner import auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options
 from .stats import draft_options, learn, learnt_seed, load_stats, observe
@@ -187,11 +187,17 @@ def _learnt(problem: Problem, key: dict, folder) -> tuple[Callable[[], list[tupl
     it), and how many trajectories measured it. Under --freeze auto the forms priced along the runs' paths
     (forms.py), else the deltas of their verified paths under the configured draft (stats.learn)."""
     if learns_table(problem):
-        priced = load_forms(problem)
-        return None if priced is None else (lambda: forms_options(problem, priced[0]), priced[1])
+        count = priced_count(problem)
+        return None if count is None else (lambda: _priced_options(problem), count)
     kept = load_stats(key, folder)
     auto_freeze = problem.request is not None and problem.request.freeze  # on a kernel without x0-hat
     return None if kept is None else (lambda: [(kept[0], online_draft(problem, auto_freeze))], kept[1])
+
+
+def _priced_options(problem: Problem) -> list[tuple[DeltaStats, Draft]]:
+    priced = load_forms(problem)
+    assert priced is not None  # priced_count read the record
+    return forms_options(problem, priced[0])
 
 
 def _plain_if_faster(problem: Problem) -> Problem:

@@ -12,6 +12,7 @@ the levels above being accepted: every committed step counts at every distance.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 from scipy.special import ndtr
 
 from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, NetworkDraft, frozen_draft
+from ..drafts.base import AffineLevels
 from ..drafts.frozen import FORMS
 from ..drafts.stepwise import RESIDUAL, StepwiseDraft
 from ..resolve import AUTO_FORMS, PILOT_DEPTH
@@ -30,7 +32,6 @@ from .cache import (
     index_ranges,
     key_name,
     load_plan,
-    parse_cell,
     plan_key,
     range_indices,
     store_plan,
@@ -129,8 +130,9 @@ def committed_paths(trace, trajectories: Sequence[int], num_steps: int, shape) -
 
 def form_deltas(
     kernel, drafts: list[tuple[int, Draft]], states: np.ndarray, outputs: np.ndarray, cond: dict, device, dtype
-) -> list[tuple[int, DeltaStats]]:
-    """Each draft's deltas (each `drafts` entry a form and its draft) at cells (m, k), k = 1..PILOT_DEPTH,
+) -> list[tuple[int, np.ndarray]]:
+    """Each draft's deltas (each `drafts` entry a form and its draft) as a (3, K) array of (m, k, delta),
+    k = 1..PILOT_DEPTH (as_stats makes DeltaStats of it),
     priced along the committed paths `states` and `outputs` (T, N, *shape), computed on `device` in `dtype`
     (module docstring). cond: each path's conditioning (T, ...). The frozen value takes the node one step
     above the frozen one as its `earlier` (the line's and the Gaussian's second point) where the path has
@@ -173,6 +175,8 @@ def form_deltas(
                 )
                 steps = torch.from_numpy(m).to(device)
                 means = draft.for_round(kernel, steps, frozen, rows)
+                if isinstance(means, AffineLevels):
+                    means = means.explicit()  # an output form's levels, made once for every level
                 for d in np.nonzero(valid.any(1))[0].tolist():
                     x_m, out_m = on(states[t, m[d]]), on(outputs[t, m[d]])
                     gap = (kernel.mean(out_m, x_m, steps[d]) - means(d, x_m[None])[0]).flatten(1).double().norm(dim=1)
@@ -180,20 +184,31 @@ def form_deltas(
                     step = m[d][keep]
                     scale = kernel.scales.numpy()[step]
                     cells.append(np.stack([step, np.full_like(step, d + 1), gap.cpu().numpy()[keep] / scale]))
-        measured.append((form, DeltaStats(_grouped(cells), n_steps)))
+        measured.append((form, np.concatenate(cells, 1) if cells else np.zeros((3, 0))))
     return measured
 
 
-def _grouped(cells: list[np.ndarray]) -> dict[tuple[int, int], list[float]]:
-    """(3, K) arrays of (step, depth, delta) as DeltaStats' cells, each cell's deltas in the order given."""
-    if not cells:
-        return {}
-    step, depth, delta = np.concatenate(cells, 1)
+def as_stats(cells: np.ndarray, num_steps: int) -> DeltaStats:
+    """DeltaStats of a (3, K) array of (step, depth, delta), each cell's deltas in the order given."""
+    step, depth, delta = cells
     order = np.lexsort((depth, step))  # stable: a cell keeps its deltas' order
-    key = np.stack([step[order], depth[order]]).astype(np.int64)
-    starts = np.flatnonzero(np.any(np.diff(key, prepend=-1, axis=1) != 0, 0))
-    groups = np.split(delta[order], starts[1:])
-    return {(int(key[0, i]), int(key[1, i])): g.tolist() for i, g in zip(starts, groups, strict=True)}
+    keys = zip(step[order].astype(np.int64).tolist(), depth[order].astype(np.int64).tolist(), strict=True)
+    grouped: dict[tuple[int, int], list[float]] = {}
+    for key, value in zip(keys, delta[order].tolist(), strict=True):  # one conversion: tens of thousands of cells
+        grouped.setdefault(key, []).append(value)
+    return DeltaStats(grouped, num_steps)
+
+
+def _kept(cells: np.ndarray) -> np.ndarray:
+    """The first KEPT_PER_CELL deltas of each (step, depth) cell, in their order, at 5 significant digits."""
+    step, depth, delta = cells
+    order = np.lexsort((depth, step))
+    key = step[order] * (PILOT_DEPTH + 1) + depth[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    rank = np.arange(key.size) - np.repeat(first, np.diff(np.r_[first, key.size]))
+    kept = np.sort(order[rank < KEPT_PER_CELL])
+    digits = 4 - np.floor(np.log10(np.maximum(np.abs(delta[kept]), 1e-300)))
+    return np.stack([step[kept], depth[kept], np.round(delta[kept] * 10.0**digits) / 10.0**digits])
 
 
 def forms_key(problem: Problem) -> dict:
@@ -204,17 +219,24 @@ def forms_key(problem: Problem) -> dict:
     return {**{k: v for k, v in plan_key(problem).items() if k not in drop}, "record": "forms"}
 
 
+def priced_count(problem: Problem) -> int | None:
+    """How many trajectories the setting's runs priced the forms along; None: none yet."""
+    record = _forms_record(problem)
+    return None if record is None else int(record["trajectories"])
+
+
 def load_forms(problem: Problem) -> tuple[list[tuple[int, DeltaStats]], int] | None:
     """Each candidate form's learnt deltas and how many trajectories measured them."""
     record = _forms_record(problem)
     if record is None:
         return None
     n_steps = int(record["num_steps"])
-    measured = [
-        (FORM_NAMES[name], DeltaStats({parse_cell(c): v for c, v in cells.items()}, n_steps))
-        for name, cells in record["deltas"].items()
-    ]
+    measured = [(FORM_NAMES[name], as_stats(_cells(cells), n_steps)) for name, cells in record["deltas"].items()]
     return measured, int(record["trajectories"])
+
+
+def _cells(stored: dict) -> np.ndarray:
+    return np.array([stored["step"], stored["depth"], stored["delta"]], dtype=np.float64).reshape(3, -1)
 
 
 def learns_table(problem: Problem) -> bool:
@@ -229,8 +251,8 @@ def table_wanted(problem: Problem) -> bool:
     than config.pilot_samples of its trajectories (or --replan starts them again)."""
     if cache_folder(problem.config.cache_dir) is None:
         return False
-    learnt = None if problem.config.replan else load_forms(problem)
-    return learnt is None or learnt[1] < problem.config.pilot_samples
+    count = None if problem.config.replan else priced_count(problem)
+    return count is None or count < problem.config.pilot_samples
 
 
 def replanned(problem: Problem) -> bool:
@@ -272,18 +294,19 @@ def learn_forms(problem: Problem, trace, priced: Sequence[int], cond: dict) -> N
             (folder / key_name(plan_key(problem))).unlink(missing_ok=True)
         except OSError:
             pass
-    kept = {} if record is None else record["deltas"]
+    kept = {} if record is None else dict(record["deltas"])
     # the settings whose own runs learn anew: a plan shipped for them is set aside (replanned)
     kept_before = record if record is not None else _forms_record(problem)  # under --replan, for its list alone
     anew = [] if kept_before is None else kept_before.get("replanned", [])
     if problem.config.replan:
         anew = sorted({*anew, key_name(plan_key(problem))})
     names = {v: k for k, v in FORM_NAMES.items()}
-    for form, stats in measured:
-        cells = kept.setdefault(names[form], {})
-        for (n, d), values in stats.deltas.items():
-            cell = cells.setdefault(f"{n},{d}", [])
-            cell.extend(float(f"{v:.5g}") for v in values[: KEPT_PER_CELL - len(cell)])
+    for form, cells in measured:
+        name = names[form]
+        both = np.concatenate([_cells(kept[name]), cells], 1) if name in kept else cells
+        step, depth, delta = _kept(both)
+        kept[name] = {"step": step.astype(np.int64).tolist(), "depth": depth.astype(np.int64).tolist()}
+        kept[name]["delta"] = delta.tolist()
     store_plan(
         forms_key(problem),
         {
@@ -297,6 +320,24 @@ def learn_forms(problem: Problem, trace, priced: Sequence[int], cond: dict) -> N
     )
 
 
+_READ: dict[Path, tuple[tuple[int, int], dict | None]] = {}  # a record file's (mtime, size) and its contents
+
+
 def _forms_record(problem: Problem) -> dict | None:
-    stored = load_plan(forms_key(problem), cache_folder(problem.config.cache_dir), shipped=False)
-    return None if stored is None else stored[0]
+    """The setting's forms record, read again only where its file changed (a build reads it several times,
+    and it holds tens of thousands of deltas). The caller must not change it."""
+    folder = cache_folder(problem.config.cache_dir)
+    if folder is None:
+        return None
+    key = forms_key(problem)
+    path = folder / key_name(key)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    held = _READ.get(path)
+    if held is None or held[0] != stamp:
+        stored = load_plan(key, folder, shipped=False)
+        held = _READ[path] = (stamp, None if stored is None else stored[0])
+    return held[1]

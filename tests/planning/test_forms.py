@@ -18,7 +18,7 @@ from specdemo.drafts.frozen import FORMS, FrozenPerStep
 from specdemo.drafts.stepwise import RESIDUAL, StepwiseDraft
 from specdemo.planning import cache as plan_cache
 from specdemo.planning import forms, key_name, plan_key
-from specdemo.planning.forms import committed_paths, form_deltas, load_forms
+from specdemo.planning.forms import as_stats, committed_paths, form_deltas, load_forms
 from specdemo.sampling import ACCEPTED, sample
 from specdemo.trees import Topology
 from specdemo.verifiers import get_verifier
@@ -69,7 +69,8 @@ def test_the_priced_deltas_are_the_drivers_where_the_draft_froze_the_step_above_
     compared = 0
     for trajectory in range(6):
         states, outputs = committed_paths(run.trace, [trajectory], kernel.num_steps, gm2d.target.shape)
-        [(_, priced)] = form_deltas(kernel, [(FORMS[form], draft)], states, outputs, {}, "cpu", torch.float32)
+        [(_, cells)] = form_deltas(kernel, [(FORMS[form], draft)], states, outputs, {}, "cpu", torch.float32)
+        priced = as_stats(cells, kernel.num_steps)
         rounds = [r.restricted(r.trajectories == trajectory) for r in run.trace]
         rounds = [r for r in rounds if r.trajectories.size]
         for before, rnd in zip(rounds, rounds[1:], strict=False):  # the first round froze the warm-up's output
