@@ -68,7 +68,7 @@ def first_runs(steps: int, repeats: int, pilot: bool) -> dict:
         name: {
             "calls": r[0]["target_calls"] + r[0]["pilot_calls"],
             "speedup_total": r[0].get("speedup_total"),
-            "wall_s": statistics.median(d["wall_s"] + d["pilot_s"] for d in r),
+            "wall_s": statistics.median(d["wall_s"] + d["pilot_s"] + d["learn_s"] for d in r),
             "runs": len(r),
         }
         for name, r in runs.items()
@@ -172,7 +172,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 def report_text(results: dict) -> str:
     lines = [
         "### First run, nothing cached (digits, one sample, `--tree auto --replan`, new processes, an empty "
-        f"cache each; median of {results['repeats']} wall-clocks, planning included)",
+        f"cache each; median of {results['repeats']} wall-clocks, planning and learning included)",
         "",
         "| steps | run | target calls (pilot included) | speedup_total | wall-clock s | against plain |",
         "|---|---|---|---|---|---|",

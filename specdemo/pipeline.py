@@ -132,6 +132,7 @@ class Problem:
             trace=traced or learns or bool(priced),
             **kwargs,
         )
+        t0 = time.perf_counter()
         if learns:  # the run's deltas plan the setting's later runs (planning.learn)
             learn(self, result.trace, trajectories)
         if priced:  # and its paths the table (planning.learn_forms)
@@ -148,6 +149,7 @@ class Problem:
             and _learning_process()
         ):
             observe(self, result.cost.wall_s, num)  # what the plan took (untraced), weighed against plain sampling
+        result.cost.learn_s = time.perf_counter() - t0
         if with_pilot and self.pilot is not None:
             result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s
         return result

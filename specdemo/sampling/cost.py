@@ -56,6 +56,7 @@ class Cost:
     warm_ups: int = 0  # warm-up rows: roots evaluated alone because their trajectory held no frozen output
     pilot_calls: int = 0  # sequential target calls of the pilot this run paid for (0: none, or a cached plan)
     pilot_s: float = 0.0  # its wall-clock, planning included
+    learn_s: float = 0.0  # after sampling, keeping what the run measured for later runs (specdemo.planning)
     processes_calls: int | None = None  # every process's target calls together (None: one process)
 
     @property
@@ -136,6 +137,7 @@ class Cost:
             "warm_ups": self.warm_ups,
             "pilot_calls": self.pilot_calls,
             "pilot_s": self.pilot_s,
+            "learn_s": self.learn_s,
         }
 
 

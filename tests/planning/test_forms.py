@@ -112,6 +112,7 @@ def test_a_fixed_tree_learns_its_table_from_its_runs_and_plans_it_without_a_pilo
     # nothing learnt: the fitted Gaussian at every step, no pilot; the run prices the forms along its paths
     assert first.plan_source == "default" and first.learning_table and first.pilot is None
     assert set(first.draft.forms.tolist()) == {FORMS["gaussian"]} and first_result.trace is None
+    assert first_result.cost.learn_s > 0 and first_result.cost.summary()["learn_s"] == first_result.cost.learn_s
     measured, count = load_forms(first)
     assert count == 4 and [form for form, _ in measured] == [FORMS[f] for f in ("out", "x0", "x0-linear", "gaussian")]
     assert all(sum(map(len, stats.deltas.values())) >= 30 for _, stats in measured)
