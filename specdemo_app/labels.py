@@ -186,7 +186,7 @@ def plan_text(comp: Comparison, max_segments: int = 7) -> str:
         "x0": "x0-hat",
         "x0-linear": "x0-hat extrapolated in time",
         "gaussian": "x0-hat of a fitted Gaussian",
-        "auto": "the form chosen per step (the fitted Gaussian until a plan chooses)",
+        "auto": "the form chosen per step (the fitted Gaussian until runs of these settings have priced each form)",
     }
     draft = (
         f"frozen draft keeping {freeze.get(c.freeze, c.freeze)}"

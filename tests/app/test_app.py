@@ -460,7 +460,7 @@ def test_auto_topology_on_a_2d_target_with_freeze_auto():
     assert comp.chosen.plan_source == "online" and "No plan yet" in out[1] and "no plan yet" in out[0]
     assert comp.runs[1].tree == f"1x{round(comp.plan.rows_per_round())}"
     assert comp.chosen.rows_per_round == pytest.approx(comp.plan.rows_per_round())
-    assert "the fitted Gaussian until a plan chooses" in out[1]
+    assert "the fitted Gaussian until runs of these settings have priced each form" in out[1]
     assert all(t.rows_per_round() <= 6 for t in comp.plan.trees if t.widths)
 
 
