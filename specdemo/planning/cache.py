@@ -102,6 +102,15 @@ def store_plan(key: dict, record: dict, folder: Path | None) -> None:
         pass
 
 
+def drop_plan(key: dict, folder: Path) -> None:
+    """Remove the record kept for this key (a plan whose deltas --replan starts again); a cache that cannot be
+    written is skipped, as store_plan skips it."""
+    try:
+        (folder / key_name(key)).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def plan_to_dict(plan: TopologyPlan) -> dict:
     return {
         "trees": [list(t.widths) for t in plan.trees],

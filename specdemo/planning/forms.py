@@ -29,6 +29,7 @@ from ..trees.auto import DeltaStats
 from .cache import (
     KEPT_PER_CELL,
     cache_folder,
+    drop_plan,
     index_ranges,
     key_name,
     load_plan,
@@ -142,7 +143,7 @@ def form_deltas(
     has = np.isfinite(flat(states)).all(2) & np.isfinite(flat(outputs)).all(2)  # (T, N)
     t_f, f = np.nonzero(has[:, : n_steps - 1])
     levels = np.arange(1, PILOT_DEPTH + 1)
-    runs = kernel.stochastic_run_lengths().numpy()
+    runs, scales = kernel.stochastic_run_lengths().numpy(), kernel.scales.numpy()
     chunk = max(1, min(PAIRS_A_CHUNK, STATES_A_CHUNK // (PILOT_DEPTH * int(np.prod(states.shape[2:])))))
     on = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
     measured = []
@@ -182,8 +183,7 @@ def form_deltas(
                     gap = (kernel.mean(out_m, x_m, steps[d]) - means(d, x_m[None])[0]).flatten(1).double().norm(dim=1)
                     keep = valid[d]
                     step = m[d][keep]
-                    scale = kernel.scales.numpy()[step]
-                    cells.append(np.stack([step, np.full_like(step, d + 1), gap.cpu().numpy()[keep] / scale]))
+                    cells.append(np.stack([step, np.full_like(step, d + 1), gap.cpu().numpy()[keep] / scales[step]]))
         measured.append((form, np.concatenate(cells, 1) if cells else np.zeros((3, 0))))
     return measured
 
@@ -280,7 +280,8 @@ def learn_forms(problem: Problem, trace, priced: Sequence[int], cond: dict) -> N
     folder = cache_folder(problem.config.cache_dir)
     if folder is None or not priced:
         return
-    record = None if problem.config.replan else _forms_record(problem)
+    existing = _forms_record(problem)
+    record = None if problem.config.replan else existing  # --replan keeps the other settings' marks alone
     count = 0 if record is None else int(record["trajectories"])
     learnt = {} if record is None else record.get("learnt", {})
     seed = str(problem.stream_seed)
@@ -289,16 +290,11 @@ def learn_forms(problem: Problem, trace, priced: Sequence[int], cond: dict) -> N
     bias = problem.config.draft_bias
     drafts = [(form, BiasedDraft(draft, bias) if bias else draft) for form, draft in candidates(problem)]
     measured = form_deltas(kernel, drafts, states, outputs, cond, problem.device, problem.dtype)
-    if problem.config.replan:  # the setting's plan goes with the deltas it was made from (as stats.learn's)
-        try:
-            (folder / key_name(plan_key(problem))).unlink(missing_ok=True)
-        except OSError:
-            pass
     kept = {} if record is None else dict(record["deltas"])
     # the settings whose own runs learn anew: a plan shipped for them is set aside (replanned)
-    kept_before = record if record is not None else _forms_record(problem)  # under --replan, for its list alone
-    anew = [] if kept_before is None else kept_before.get("replanned", [])
-    if problem.config.replan:
+    anew = [] if existing is None else existing.get("replanned", [])
+    if problem.config.replan:  # the setting's plan goes with the deltas it was made from (as stats.learn's)
+        drop_plan(plan_key(problem), folder)
         anew = sorted({*anew, key_name(plan_key(problem))})
     names = {v: k for k, v in FORM_NAMES.items()}
     for form, cells in measured:

@@ -21,8 +21,8 @@ from ..verifiers import get_verifier
 from .cache import (
     KEPT_PER_CELL,
     cache_folder,
+    drop_plan,
     index_ranges,
-    key_name,
     load_plan,
     parse_cell,
     plan_key,
@@ -103,10 +103,7 @@ def learn(problem: Problem, trace, indices: Sequence[int]) -> None:
     for cell, values in DeltaStats.from_traces(fresh, problem.kernel.num_steps).deltas.items():
         stats.deltas.setdefault(cell, []).extend(values)
     if problem.config.replan:
-        try:
-            (folder / key_name(key)).unlink(missing_ok=True)
-        except OSError:
-            pass  # a cache that cannot be written is skipped (store_plan skips it too)
+        drop_plan(key, folder)
     store_plan(
         stats_key(key),
         {
