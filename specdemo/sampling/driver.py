@@ -783,25 +783,26 @@ class _Batch:
 
     def _keep_path(self, ws: Workspace, slots: np.ndarray, n0: np.ndarray, walk, tree: Topology) -> None:
         """The kept steps a round committed: inner steps are accepted nodes (ancestors of the walk's node),
-        the last is the new state."""
+        the last is the new state. Every committed step n0 + j (j = 1..end depth) of every row at once: the
+        round's work does not grow with the number of kept steps."""
         t = tables(tree)
         ends = walk.end_depth
-        for m_step in self.keep:
-            j = m_step - n0
-            rows = np.flatnonzero((j >= 1) & (j <= ends))
-            if not rows.size:
-                continue
-            inner = j[rows] < ends[rows]
-            node = walk.node[rows]
-            for _ in range(int(t.depth)):  # climb to the ancestor at depth j
-                node = np.where(t.node_depth[node] > j[rows], t.parent[node], node)
-            x_rows = self.slot_tensor(node * ws.capacity + slots[rows])
-            values = torch.where(
-                torch.from_numpy(inner).to(self.device).view(-1, *[1] * len(self.shape)),
-                ws.x_flat[x_rows].view(-1, *self.shape),
-                self.y[self.slot_tensor(slots[rows])],
-            )
-            self.keep_state(slots[rows].tolist(), [m_step] * rows.size, values)
+        rows = np.repeat(np.arange(slots.size), ends)
+        j = np.arange(rows.size) - np.repeat(np.cumsum(ends) - ends, ends) + 1
+        wanted = np.isin(n0[rows] + j, self.keep)
+        rows, j = rows[wanted], j[wanted]
+        if not rows.size:
+            return
+        node = walk.node[rows]
+        for _ in range(int(t.depth)):  # climb to the ancestor at depth j
+            node = np.where(t.node_depth[node] > j, t.parent[node], node)
+        x_rows = self.slot_tensor(node * ws.capacity + slots[rows])
+        values = torch.where(
+            torch.from_numpy(j < ends[rows]).to(self.device).view(-1, *[1] * len(self.shape)),
+            ws.x_flat[x_rows].view(-1, *self.shape),
+            self.y[self.slot_tensor(slots[rows])],
+        )
+        self.keep_state(slots[rows].tolist(), (n0[rows] + j).tolist(), values)
 
     def finish(self) -> None:
         top = len(self.cost.examined_per_depth)
