@@ -110,10 +110,9 @@ def steady(model: str, steps: int | None, trajectories: int, settings: dict) -> 
     return out
 
 
-# the page's defaults on the digits model (tree auto, 100 steps, one sample) with one setting changed
-CLICKS = (
-    ("the defaults (a shipped plan)", {}),
-    *((f"topology {t}", {"tree": t}) for t in ("3,2,1", "2,2,1", "2x3", "4x4", "2,2,2,1,1", "1x5", "1x10")),
+# the page's defaults on the digits model (tree auto, 100 steps, one sample) with one setting changed: each
+# topology preset of the page (specdemo_app.settings.TREE_PRESETS), then these
+OTHER_CLICKS = (
     ("topology 3,2,1, verifier rank", {"tree": "3,2,1", "verifier": "rank"}),
     ("topology 3,2,1, verifier block", {"tree": "3,2,1", "verifier": "block"}),
     ("auto, verifier block", {"verifier": "block"}),
@@ -124,18 +123,21 @@ CLICKS = (
 
 
 def clicks(quick: bool) -> list[dict]:
-    """Seconds of each click of CLICKS through the app's runner (a first click loads the model), no plan cache."""
+    """Seconds of each click (the defaults, each topology preset, OTHER_CLICKS) through the app's runner (a first
+    click loads the model), no plan cache."""
     import torch
 
     from specdemo_app import controls, runner, settings
 
+    presets = tuple((f"topology {t}", {"tree": t}) for t, _ in settings.TREE_PRESETS if t != "auto")
+    every = (("the defaults (a shipped plan)", {}), *presets, *OTHER_CLICKS)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     values = settings.page_values("digits")
     page = {name: values[name] for name in controls.control_names()}
     out = []
     try:
-        for label, change in (("warm-up", {}),) + (CLICKS[:3] if quick else CLICKS):
+        for label, change in (("warm-up", {}),) + (every[:3] if quick else every):
             config, target, draft_target, limits = settings.make_config({**page, **change})
             t0 = time.perf_counter()
             comp = runner.run_comparison(config, target=target, draft_target=draft_target, limits=limits)

@@ -109,6 +109,7 @@ class Problem:
         learns = learn_deltas and self.plan_source == "online" and not learns_table(self) and _learning_process()
         priced = to_price(self, trajectories) if learn_deltas and self.learning_table and _learning_process() else []
         traced = kwargs.pop("trace", False)
+        asked = {k: kwargs.get(k, k == "trace_states") for k in ("trace_states", "trace_outputs")}
         assert self.tree is not None  # planning settles an auto tree before a run
         if priced:  # the forms are priced along the committed paths: their states and outputs, of those alone
             kwargs.update(trace_states=True, trace_outputs=True, trace_only=None if traced else priced)
@@ -141,6 +142,10 @@ class Problem:
             learn_forms(self, result.trace, priced, {k: v[rows] for k, v in cond.items()})
         if not traced:
             result.trace = None
+        elif priced:  # the caller's trace holds what it asked for, not what the pricing read
+            for record in result.trace or []:
+                record.states = record.states if asked["trace_states"] else None
+                record.outputs = record.outputs if asked["trace_outputs"] else None
         if not (learns or priced) and (
             learn_deltas
             and not traced

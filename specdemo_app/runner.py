@@ -20,6 +20,7 @@ import torch
 from specdemo import SamplerConfig, SpecdemoError, Target, build, get_verifier
 from specdemo.errors import WorkLimitError
 from specdemo.limits import Cancel, Limits
+from specdemo.models import AnalyticTarget
 from specdemo.pipeline import Problem
 from specdemo.resolve import Settings, method_of, resolve, resolve_device
 from specdemo.sampling import Cost, RoundTrace, SampleResult
@@ -426,7 +427,8 @@ def run_comparison(
     traced: int = 64,
 ) -> Comparison:
     """Run `config` (its method taken from its tree: chain, tree, or tree "auto" planned per step)
-    and its first `traced` trajectories again with a trace (for the views), then, with the same seed, the plain target sampler and, for a tree, the RMC chain
+    with a trace of its first `traced` trajectories for the views (recorded as it runs, or in a run of them
+    again: see below), then, with the same seed, the plain target sampler and, for a tree, the RMC chain
     at the same target rows per round (a plan's mean rows per round, rounded); for a block-verified
     chain, the same chains verified node by node (RMC). `limits` bound the runs together: their
     rows are checked before any work (check_click), and `cancel` (which carries the seconds
@@ -477,32 +479,45 @@ def run_comparison(
                 ("chain", replace(problem, config=replace(config, verifier="rmc"), verifier=get_verifier("rmc")))
             )
         others.append(("target", build(config.with_method("target"), target, limits=limits, cancel=cancel)))
-    stages = 2 + len(others)
+    shown = range(min(config.num_samples, traced))
+    views_kwargs = dict(
+        trace=True, trace_states=kind in ("plane", "image"), keep_steps=range(steps + 1) if kind == "plane" else ()
+    )
+    # A network's run records the views' rounds as it goes, where they are all its trajectories: recording adds
+    # 0-3% to a round of the digits network (0.96-1.03x, 2026-12-07), and running them again would double the
+    # click. An analytic target's run is timed untraced, as the baselines are (recording its rounds added 20-40%
+    # at one sample), and the shown trajectories run again, traced: their own streams give them the same draws
+    # (bit for bit: tests/test_reproducible.py).
+    views_in_run = len(shown) == config.num_samples and not isinstance(target, AnalyticTarget)
+    stages = len(others) + (1 if views_in_run else 2)
     plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
     clock = TimeLeft(
-        [plain_calls(p) if key == "target" else None for key, p in others] + [None], *plan_expects(problem)
-    )  # the views' run: about as many sequential calls as the first
-    # every run is timed untraced, as the baselines are (recording the rounds cost the chosen run up to 4x its
-    # time on the analytic targets); the first `traced` trajectories are then run again, traced, for the views:
-    # their own streams give them the same draws (bit for bit on the analytic targets: tests/test_reproducible.py)
-    result = problem.run(callback=stage_callback(progress, 0, 1 / stages, describe(problem), clock), cancel=cancel)
+        [plain_calls(p) if key == "target" else None for key, p in others] + ([] if views_in_run else [None]),
+        *plan_expects(problem),
+    )  # a views' run, where there is one: about as many sequential calls as the first
+    result = problem.run(
+        callback=stage_callback(progress, 0, 1 / stages, describe(problem), clock),
+        cancel=cancel,
+        **(views_kwargs if views_in_run else {}),
+    )
     runs = [_method_run(method, problem, result)]
     for i, (key, p) in enumerate(others, start=1):
         r = p.run(callback=stage_callback(progress, i / stages, (i + 1) / stages, describe(p), clock), cancel=cancel)
         runs.append(_method_run(key, p, r))
     timed_again(runs, [problem, *(p for _, p in others)], cancel)
     runs = runs[::-1]  # plain target first, the chosen run last
-    shown = range(min(config.num_samples, traced))
-    views = problem.run(
-        indices=shown,
-        learn_deltas=False,
-        trace=True,
-        trace_states=kind in ("plane", "image"),
-        keep_steps=range(steps + 1) if kind == "plane" else (),
-        cancel=cancel,
-        callback=stage_callback(
-            progress, 1 - 1 / stages, 1.0, f"the rounds of {len(shown)} trajectories for the views", clock
-        ),
+    views = (
+        result
+        if views_in_run
+        else problem.run(
+            indices=shown,
+            learn_deltas=False,
+            cancel=cancel,
+            callback=stage_callback(
+                progress, 1 - 1 / stages, 1.0, f"the rounds of {len(shown)} trajectories for the views", clock
+            ),
+            **views_kwargs,
+        )
     )
     paths = None
     if kind == "plane":

@@ -82,7 +82,7 @@ TREE_PRESETS = [
     ("3,2,1", "3,2,1: tree, 10 rows per round"),
     ("2,2,1", "2,2,1: small tree"),
     ("2x3", "2x3: binary tree, depth 3"),
-    ("4x4", "4x4: wide tree, depth 4"),
+    ("3x3", "3x3: wide tree, depth 3"),
     ("2,2,2,1,1", "2,2,2,1,1: branches, then a chain"),
     ("1x5", "1x5: chain of 5"),
     ("1x10", "1x10: chain of 10"),

@@ -20,10 +20,11 @@ import pytest
 import torch
 
 import app
-from specdemo import SpecdemoError, Topology
+from specdemo import SamplerConfig, SpecdemoError, Topology, build
 from specdemo import figures as F
 from specdemo.config import PLANNED_VERIFIERS
 from specdemo.figures.compare import short_label
+from specdemo.planning.forms import priced_count
 from specdemo_app import controls, curated, labels, loading, progress, runner, work
 from specdemo_app import handlers as H
 from specdemo_app import settings as S
@@ -368,6 +369,45 @@ def test_one_time_limit_covers_every_run_of_a_click(monkeypatch):
     monkeypatch.setenv("SPECDEMO_APP_MAX_SECONDS", "77")
     H.run(**click(tree="3,2,1"), progress=no_progress)
     assert len(seen) >= 4 and len({id(c) for c in seen}) == 1 and seen[0].seconds == 77
+
+
+def test_a_network_click_records_the_views_in_its_timed_run(tmp_path, monkeypatch):
+    """A network's click, all of whose trajectories the views show, runs its setting once, traced (while that
+    run also prices --freeze auto's forms): the views' rounds are the timed run's, the ones a traced run of
+    the same trajectories records, with the states the views ask for and no priced outputs. An analytic
+    target's click times its run untraced and runs the shown trajectories again, traced."""
+    runs = []
+    real_run = runner.Problem.run
+
+    def run(self, *args, **kwargs):
+        result = real_run(self, *args, **kwargs)
+        runs.append((self.config.method, kwargs.get("trace", False), result))
+        return result
+
+    monkeypatch.setattr(runner.Problem, "run", run)
+    folder = tiny_pipeline_folder(tmp_path / "unet")
+    config = SamplerConfig(
+        model=folder, tree="2,1", freeze="auto", steps=8, num_samples=3, class_label=2, seed=0, cache_dir=str(tmp_path)
+    )
+    comp = runner.run_comparison(config)
+    assert [(method, traced) for method, traced, _ in runs] == [("tree", True), ("chain", False), ("target", False)]
+    problem = build(config)
+    assert problem.learning_table and priced_count(problem) == 3  # the traced run priced the forms too
+    assert comp.trace is runs[0][2].trace and comp.chosen.samples.equal(runs[0][2].samples)
+    again = problem.run(trace=True, learn_deltas=False)
+    assert len(comp.trace) == len(again.trace) > 0
+    for shown, rerun in zip(comp.trace, again.trace, strict=True):
+        assert shown.outputs is None and shown.states is not None
+        assert np.array_equal(shown.status, rerun.status) and np.array_equal(shown.states, rerun.states, equal_nan=True)
+
+    runs.clear()
+    runner.run_comparison(SamplerConfig(model="gm2d", tree="2,1", steps=8, num_samples=3, seed=0, cache_dir="off"))
+    assert [(method, traced) for method, traced, _ in runs] == [
+        ("tree", False),
+        ("chain", False),
+        ("target", False),
+        ("tree", True),
+    ]
 
 
 def test_the_time_left_estimate():
@@ -1009,7 +1049,6 @@ def test_the_work_estimate_weighs_a_row_by_its_model(text_folders, monkeypatch):
 def test_a_clicks_bound_counts_the_draft_networks_pilot():
     """--freeze auto with a draft network pilots each frozen form and the corrected network: five runs of
     P trajectories, as the run's own limit counts them (specdemo.resolve)."""
-    from specdemo import SamplerConfig
     from specdemo.planning import AUTO_FORMS, PILOT_DEPTH
     from specdemo.resolve import resolve
 
