@@ -113,6 +113,7 @@ def steady(model: str, steps: int | None, trajectories: int, settings: dict) -> 
 # the page's defaults on the digits model (tree auto, 100 steps, one sample) with one setting changed: each
 # topology preset of the page (specdemo_app.settings.TREE_PRESETS), then these
 OTHER_CLICKS = (
+    ("topology 4x4, typed (85 rows a round; the preset was 4x4 until 2026-12-07)", {"tree": "4x4"}),
     ("topology 3,2,1, verifier rank", {"tree": "3,2,1", "verifier": "rank"}),
     ("topology 3,2,1, verifier block", {"tree": "3,2,1", "verifier": "block"}),
     ("auto, verifier block", {"verifier": "block"}),

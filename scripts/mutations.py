@@ -262,6 +262,14 @@ MUTATIONS = [
         "return self.cost.round_time(rows) if self.cost else 0.0",
         ("tests/planning/test_calibration.py", "-k", "network"),
     ),
+    Mutation(
+        "a traced run's seconds weighed against plain sampling with its trace's records",
+        "specdemo/pipeline.py",
+        "Problem.run",
+        "observe(self, result.cost.wall_s - result.cost.trace_s, num)",
+        "observe(self, result.cost.wall_s, num)",
+        ("tests/planning/test_calibration.py", "-k", "less_their_traces"),
+    ),
 ]
 
 LAYOUT = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT, tokenize.ENDMARKER}

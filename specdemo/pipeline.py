@@ -147,13 +147,9 @@ class Problem:
                 record.states = record.states if asked["trace_states"] else None
                 record.outputs = record.outputs if asked["trace_outputs"] else None
         if not (learns or priced) and (
-            learn_deltas
-            and not traced
-            and self.plain_s is not None
-            and isinstance(self.tree, TopologyPlan)
-            and _learning_process()
-        ):
-            observe(self, result.cost.wall_s, num)  # what the plan took (untraced), weighed against plain sampling
+            learn_deltas and self.plain_s is not None and isinstance(self.tree, TopologyPlan) and _learning_process()
+        ):  # what the plan took, less writing a trace's records, weighed against plain sampling
+            observe(self, result.cost.wall_s - result.cost.trace_s, num)
         result.cost.learn_s = time.perf_counter() - t0
         if with_pilot and self.pilot is not None:
             result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s

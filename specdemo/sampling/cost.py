@@ -57,6 +57,7 @@ class Cost:
     pilot_calls: int = 0  # sequential target calls of the pilot this run paid for (0: none, or a cached plan)
     pilot_s: float = 0.0  # its wall-clock, planning included
     learn_s: float = 0.0  # after sampling, keeping what the run measured for later runs (specdemo.planning)
+    trace_s: float = 0.0  # of wall_s, writing the rounds' records of a traced run (RoundTrace), on the host
     processes_calls: int | None = None  # every process's target calls together (None: one process)
 
     @property
@@ -138,6 +139,7 @@ class Cost:
             "pilot_calls": self.pilot_calls,
             "pilot_s": self.pilot_s,
             "learn_s": self.learn_s,
+            "trace_s": self.trace_s,
         }
 
 

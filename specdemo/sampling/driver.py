@@ -733,11 +733,16 @@ class _Batch:
             self.cost.warm_ups += plan.warm.size
         for slots, n0, walk, tree, part in decided.paths:
             self._keep_path(part.ws, slots, n0, walk, tree)
-        for slots, tree, leaves, walk, part in decided.traces:
-            assert self.trace is not None  # rounds are recorded only into a trace
-            record = round_trace(self, part.ws, slots, tree, leaves, walk)
-            if record.trajectories.size:  # none where trace_only names none of the round's
-                self.trace.append(record)
+        if decided.traces:
+            if self.device.type == "cuda":  # the records' own seconds, not those of the work queued before them
+                torch.cuda.current_stream(self.device).synchronize()
+            start = time.perf_counter()
+            for slots, tree, leaves, walk, part in decided.traces:
+                assert self.trace is not None  # rounds are recorded only into a trace
+                record = round_trace(self, part.ws, slots, tree, leaves, walk)
+                if record.trajectories.size:  # none where trace_only names none of the round's
+                    self.trace.append(record)
+            self.cost.trace_s += time.perf_counter() - start
 
     def gathered(self, plan: RoundPlan, decided: Decided, field: str, buffer, out: torch.Tensor) -> torch.Tensor:
         """Rows (A, D) gathered from each slot's part, at the mailboxes' `field` rows of buffer(ws)."""

@@ -15,7 +15,7 @@ from specdemo.config import PLANNED_VERIFIERS
 from specdemo.drafts import FrozenDraft, FrozenX0, StepwiseDraft
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
-from specdemo.planning import SHIPPED_PLANS, costs, key_name, plan_key, plan_tree, planner, stats
+from specdemo.planning import SHIPPED_PLANS, costs, key_name, load_plan, plan_key, plan_tree, planner, stats
 from specdemo.sampling import sample
 from specdemo.trees.auto import plan_topology
 from specdemo.trees.cost_model import CostModel
@@ -391,3 +391,27 @@ def test_driver_costs_leave_out_each_chains_first_run_and_a_lone_spike(piloted, 
     priced = costs.driver_costs(problem)
     assert runs == {1: 1 + costs.DRIVER_REPEATS, 8: 1 + costs.DRIVER_REPEATS}
     assert priced == {"round_s": pytest.approx(0.8), "level_s": pytest.approx(0.2), "network_level_s": 0.0}
+
+
+def test_runs_under_a_plan_keep_their_seconds_less_their_traces(tmp_path):
+    """The time objective: each run under a cached plan keeps what it took per batch of slots in the plan's
+    record (stats.observe, a running mean), a traced run less the seconds it spent writing its rounds'
+    records (Cost.trace_s, which an untraced run leaves at 0)."""
+    config = SamplerConfig(
+        pilot=True,
+        model="gm2d",
+        method="tree",
+        tree="auto",
+        steps=30,
+        num_samples=4,
+        device="cpu",
+        cache_dir=str(tmp_path),
+    )
+    built = build(config)
+    problem = built.declined or built  # the plan is measured where plain sampling was expected faster, too
+    assert problem.tree.objective == "time" and problem.slots >= 4
+    untraced, traced = problem.run(), problem.run(trace=True)
+    assert untraced.cost.trace_s == 0 and 0 < traced.cost.trace_s < traced.cost.wall_s
+    record, _ = load_plan(plan_key(problem), tmp_path)
+    kept = [untraced.cost.wall_s, traced.cost.wall_s - traced.cost.trace_s]
+    assert record["measured_runs"] == 2 and record["measured_s"] == pytest.approx(sum(kept) / 2, rel=1e-12)
