@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
 import torch
 
 from .config import SamplerConfig
@@ -33,7 +34,7 @@ from .planning import (
     to_price,
 )
 from .resolve import PlanRequest, Settings, resolve
-from .sampling import Cost, SampleResult, sample
+from .sampling import Cost, RoundTrace, SampleResult, sample
 from .sampling.graphs import launched
 from .trees import Topology, TopologyPlan
 from .trees.auto import DeltaStats
@@ -109,10 +110,12 @@ class Problem:
         learns = learn_deltas and self.plan_source == "online" and not learns_table(self) and _learning_process()
         priced = to_price(self, trajectories) if learn_deltas and self.learning_table and _learning_process() else []
         traced = kwargs.pop("trace", False)
-        asked = {k: kwargs.get(k, k == "trace_states") for k in ("trace_states", "trace_outputs")}
+        defaults = {"trace_states": True, "trace_outputs": False, "trace_only": None}  # sample's
+        asked = {k: kwargs.get(k, default) for k, default in defaults.items()}
         assert self.tree is not None  # planning settles an auto tree before a run
         if priced:  # the forms are priced along the committed paths: their states and outputs, of those alone
-            kwargs.update(trace_states=True, trace_outputs=True, trace_only=None if traced else priced)
+            only = None if traced and asked["trace_only"] is None else sorted({*priced, *(asked["trace_only"] or ())})
+            kwargs.update(trace_states=True, trace_outputs=True, trace_only=only)
         elif learns and not traced:  # learning reads the deltas alone: no node states kept on the host
             kwargs["trace_states"] = False
         result = sample(
@@ -143,9 +146,8 @@ class Problem:
         if not traced:
             result.trace = None
         elif priced:  # the caller's trace holds what it asked for, not what the pricing read
-            for record in result.trace or []:
-                record.states = record.states if asked["trace_states"] else None
-                record.outputs = record.outputs if asked["trace_outputs"] else None
+            result.trace = [_as_asked(record, asked) for record in result.trace or []]
+            result.trace = [record for record in result.trace if record.trajectories.size]
         if not (learns or priced) and (
             learn_deltas and self.plain_s is not None and isinstance(self.tree, TopologyPlan) and _learning_process()
         ):  # what the plan took, less writing a trace's records, weighed against plain sampling
@@ -154,6 +156,16 @@ class Problem:
         if with_pilot and self.pilot is not None:
             result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s
         return result
+
+
+def _as_asked(record: RoundTrace, asked: dict) -> RoundTrace:
+    """A round's record as a traced run's caller asked for it (sample's trace_states, trace_outputs, trace_only),
+    from the record of a run that also priced the forms."""
+    if asked["trace_only"] is not None:
+        record = record.restricted(np.isin(record.trajectories, np.asarray(asked["trace_only"], dtype=np.int64)))
+    record.states = record.states if asked["trace_states"] else None
+    record.outputs = record.outputs if asked["trace_outputs"] else None
+    return record
 
 
 def _learning_process() -> bool:

@@ -358,12 +358,17 @@ class _Batch:
             self.keep_state([slot], [0], self.y[slot : slot + 1])
         self.slot_traj_device.copy_(torch.from_numpy(self.slot_traj))
 
-    def keep_state(self, slots: list[int], steps: list[int], values: torch.Tensor) -> None:
-        """values (len(slots), *shape): the states of those slots' trajectories at those steps."""
-        for step in set(steps) & set(self.keep):
-            rows = [j for j, s in enumerate(steps) if s == step]
+    def keep_state(
+        self, slots: Sequence[int] | np.ndarray, steps: Sequence[int] | np.ndarray, values: torch.Tensor
+    ) -> None:
+        """values (len(slots), *shape): the states of those slots' trajectories at those steps (one write per
+        kept step among them)."""
+        steps_of = np.asarray(steps)
+        trajectories = self.slot_traj[np.asarray(slots, dtype=np.int64)]
+        for step in np.intersect1d(steps_of, self.keep).tolist():
+            rows = np.flatnonzero(steps_of == step)
             store = self.states.setdefault(step, torch.full_like(self.samples, float("nan")))
-            store[self.slot_tensor(self.slot_traj[[slots[j] for j in rows]])] = values[self.slot_tensor(rows)]
+            store[self.slot_tensor(trajectories[rows])] = values[self.slot_tensor(rows)]
 
     def start_cold(self, slots: np.ndarray) -> None:
         """Trajectories in their first speculative round take the draft's cold value (Draft.cold_value)
@@ -728,13 +733,14 @@ class _Batch:
         self.root_known[decided.known] = True
         if direct.size:
             self.n[direct] += 1
-            self.keep_state(direct.tolist(), self.n[direct].tolist(), self.y[self.slot_tensor(direct)])
+            self.keep_state(direct, self.n[direct], self.y[self.slot_tensor(direct)])
         if plan.warm.size:
             self.cost.warm_ups += plan.warm.size
         for slots, n0, walk, tree, part in decided.paths:
             self._keep_path(part.ws, slots, n0, walk, tree)
         if decided.traces:
-            if self.device.type == "cuda":  # the records' own seconds, not those of the work queued before them
+            if self.device.type == "cuda" and (self.trace_states or self.trace_outputs):
+                # records that read the device wait for the work queued before them: not theirs to count
                 torch.cuda.current_stream(self.device).synchronize()
             start = time.perf_counter()
             for slots, tree, leaves, walk, part in decided.traces:
@@ -789,7 +795,7 @@ class _Batch:
     def _keep_path(self, ws: Workspace, slots: np.ndarray, n0: np.ndarray, walk, tree: Topology) -> None:
         """The kept steps a round committed: inner steps are accepted nodes (ancestors of the walk's node),
         the last is the new state. Every committed step n0 + j (j = 1..end depth) of every row at once: the
-        round's work does not grow with the number of kept steps."""
+        round's work grows with the steps it commits, not with the number of kept steps."""
         t = tables(tree)
         ends = walk.end_depth
         rows = np.repeat(np.arange(slots.size), ends)
@@ -807,7 +813,7 @@ class _Batch:
             ws.x_flat[x_rows].view(-1, *self.shape),
             self.y[self.slot_tensor(slots[rows])],
         )
-        self.keep_state(slots[rows].tolist(), (n0[rows] + j).tolist(), values)
+        self.keep_state(slots[rows], n0[rows] + j, values)
 
     def finish(self) -> None:
         top = len(self.cost.examined_per_depth)

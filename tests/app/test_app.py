@@ -375,7 +375,8 @@ def test_a_network_click_records_the_views_in_its_timed_run(tmp_path, monkeypatc
     """A network's click, all of whose trajectories the views show, runs its setting once, traced (while that
     run also prices --freeze auto's forms): the views' rounds are the timed run's, the ones a traced run of
     the same trajectories records, with the states the views ask for and no priced outputs. An analytic
-    target's click times its run untraced and runs the shown trajectories again, traced."""
+    target's click, and a network's whose views show some of its trajectories, time the run untraced and run
+    the shown trajectories again, traced. The progress bar gives each run an equal share."""
     runs = []
     real_run = runner.Problem.run
 
@@ -385,12 +386,16 @@ def test_a_network_click_records_the_views_in_its_timed_run(tmp_path, monkeypatc
         return result
 
     monkeypatch.setattr(runner.Problem, "run", run)
+    monkeypatch.setenv("SPECDEMO_APP_TIMING_SECONDS", "0")  # one timing a run
     folder = tiny_pipeline_folder(tmp_path / "unet")
     config = SamplerConfig(
         model=folder, tree="2,1", freeze="auto", steps=8, num_samples=3, class_label=2, seed=0, cache_dir=str(tmp_path)
     )
-    comp = runner.run_comparison(config)
+    shares = []
+    comp = runner.run_comparison(config, progress=lambda share, text: shares.append((share, text)))
     assert [(method, traced) for method, traced, _ in runs] == [("tree", True), ("chain", False), ("target", False)]
+    rounds = [share for share, text in shares if "samples done" in text]  # three runs fill the bar, a third each
+    assert rounds == sorted(rounds) and {1 / 3, 2 / 3, 1.0} <= set(rounds)
     problem = build(config)
     assert problem.learning_table and priced_count(problem) == 3  # the traced run priced the forms too
     assert comp.trace is runs[0][2].trace and comp.chosen.samples.equal(runs[0][2].samples)
@@ -400,14 +405,13 @@ def test_a_network_click_records_the_views_in_its_timed_run(tmp_path, monkeypatc
         assert shown.outputs is None and shown.states is not None
         assert np.array_equal(shown.status, rerun.status) and np.array_equal(shown.states, rerun.states, equal_nan=True)
 
+    again_views = [("tree", False), ("chain", False), ("target", False), ("tree", True)]
+    runs.clear()  # the views show 2 of a network's 3 trajectories: they run again
+    runner.run_comparison(replace(config, cache_dir="off"), traced=2)
+    assert [(method, traced) for method, traced, _ in runs] == again_views and runs[-1][2].samples.shape[0] == 2
     runs.clear()
     runner.run_comparison(SamplerConfig(model="gm2d", tree="2,1", steps=8, num_samples=3, seed=0, cache_dir="off"))
-    assert [(method, traced) for method, traced, _ in runs] == [
-        ("tree", False),
-        ("chain", False),
-        ("target", False),
-        ("tree", True),
-    ]
+    assert [(method, traced) for method, traced, _ in runs] == again_views
 
 
 def test_the_time_left_estimate():

@@ -132,6 +132,20 @@ def test_a_fixed_tree_learns_its_table_from_its_runs_and_plans_it_without_a_pilo
     assert load_forms(first)[1] == 8  # no run learns once the table is planned
 
 
+def test_a_traced_learning_run_hands_its_caller_the_trace_it_asked_for(tmp_path):
+    """A run traced by its caller that also prices the forms prices every trajectory, and its trace holds what
+    the caller asked for: trace_only's trajectories, no states where trace_states is False, no outputs; the
+    same rounds and statuses as a run of the same seed that learns nothing."""
+    problem = build(SamplerConfig(**FIXED, cache_dir=str(tmp_path)))
+    result = problem.run(trace=True, trace_states=False, trace_only=[1, 2])
+    assert load_forms(problem)[1] == 4  # all four priced
+    plain = build(SamplerConfig(**FIXED, cache_dir="off")).run(trace=True, trace_states=False, trace_only=[1, 2])
+    assert len(result.trace) == len(plain.trace) > 0
+    for got, want in zip(result.trace, plain.trace, strict=True):
+        assert set(got.trajectories.tolist()) <= {1, 2} and got.states is None and got.outputs is None
+        assert np.array_equal(got.trajectories, want.trajectories) and np.array_equal(got.status, want.status)
+
+
 def test_every_topology_of_a_model_learns_one_table(tmp_path):
     """The forms do not depend on the tree or the verifier: a fixed tree's runs plan --tree auto's table too."""
     config = SamplerConfig(**{**FIXED, "num_samples": 8}, cache_dir=str(tmp_path))
