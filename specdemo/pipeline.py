@@ -146,8 +146,8 @@ class Problem:
         if not traced:
             result.trace = None
         elif priced:  # the caller's trace holds what it asked for, not what the pricing read
-            result.trace = [_as_asked(record, asked) for record in result.trace or []]
-            result.trace = [record for record in result.trace if record.trajectories.size]
+            records = (_as_asked(record, asked) for record in result.trace or [])
+            result.trace = [record for record in records if record.trajectories.size]
         if not (learns or priced) and (
             learn_deltas and self.plain_s is not None and isinstance(self.tree, TopologyPlan) and _learning_process()
         ):  # what the plan took, less writing a trace's records, weighed against plain sampling

@@ -297,7 +297,7 @@ class _Batch:
             accepted_per_depth=[0] * top,
         )
         self.clock = PhaseClock(self.device)
-        self.keep = sorted(set(keep_steps))
+        self.keep = np.unique(np.asarray(list(keep_steps), dtype=np.int64))  # sorted, once: read every round
         self.states: dict[int, torch.Tensor] = {}
         self.trace: list[RoundTrace] | None = [] if trace else None
         self.trace_states, self.trace_outputs = trace_states, trace_outputs
@@ -658,7 +658,7 @@ class _Batch:
             self.n[slots] = n0 + walk.end_depth
             self.round_ends.append(walk.end_depth)
             self.round_kept.append(walk.end_depth - corrected)
-            if self.keep:
+            if self.keep.size:
                 decided.paths.append((slots, n0, walk, tree, part))
             if self.trace is not None:
                 decided.traces.append((slots, tree, leaves, walk, part))
