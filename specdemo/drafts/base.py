@@ -80,6 +80,21 @@ class AffineLevels:
             m.addcmul_(_per_level(self.g, d, x), inner)
         return m
 
+    def at_levels(self, x: torch.Tensor) -> torch.Tensor:
+        """m^p_d(x[d]) for every depth d < D at once, x (D, A, *shape) holding depth d's nodes at x[d]: what
+        calling the draft at each depth in turn gives, in one pass (planning.forms prices every level so)."""
+        if self.output is not None:
+            return self.explicit().at_levels(x)
+        assert self.a is not None and self.b is not None  # an explicit draft's coefficients
+        depth = x.shape[0]
+        lift = lambda c: c[:depth].view(depth, -1, *[1] * (x.dim() - 2))  # (D, A) scalars against x
+        m = torch.addcmul(self.b[:depth], lift(self.a), x)  # b, o: one row for every depth, or a row each
+        if self.g is not None:
+            assert self.o is not None and self.h is not None and self.clip is not None  # g comes with h, o and clip
+            inner = torch.addcmul(self.o[:depth], lift(self.h), x).clamp_(-self.clip, self.clip)
+            m.addcmul_(lift(self.g), inner)
+        return m
+
 
 class LevelFunction:
     """A draft whose mean at depth d is any function of the nodes: level(d, x (P, A, *shape)) -> m^p

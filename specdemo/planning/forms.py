@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ..pipeline import Problem
 
 PAIRS_A_CHUNK = 4096  # frozen nodes priced at once (each with PILOT_DEPTH levels) ...
-STATES_A_CHUNK = 1 << 24  # ... and at most this many state values over their levels (a draft network's call)
+STATES_A_CHUNK = 1 << 22  # ... and at most this many state values over their levels (each level's nodes at once)
 FORM_NAMES = {**FORMS, "residual": RESIDUAL}
 
 
@@ -146,46 +146,50 @@ def form_deltas(
     runs, scales = kernel.stochastic_run_lengths().numpy(), kernel.scales.numpy()
     chunk = max(1, min(PAIRS_A_CHUNK, STATES_A_CHUNK // (PILOT_DEPTH * int(np.prod(states.shape[2:])))))
     on = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
-    measured = []
-    for form, draft in drafts:
-        cells: list[np.ndarray] = []  # (step, depth, delta) per level and chunk
-        for lo in range(0, len(f), chunk):
-            t, n = t_f[lo : lo + chunk], f[lo : lo + chunk]
-            m = np.minimum(n[None] + levels[:, None], n_steps - 1)  # (D, P): the step of each level's node
-            # a round rooted at f + 1 drafts as many levels as stochastic steps follow (r[f + 1])
-            valid = (levels[:, None] <= runs[n + 1][None]) & has[t[None], m]
-            if not valid.any():
-                continue
-            above = np.maximum(n - 1, 0)
-            with_above = has[t, above] & (n > 0)
-            lift = with_above.reshape(-1, *[1] * (states.ndim - 2))
-            earlier = (
-                on(np.where(lift, outputs[t, above], outputs[t, n])),
-                on(np.where(lift, states[t, above], states[t, n])),
-                torch.from_numpy(np.where(with_above, above, n)).to(device),
-            )
-            rows = {k: v[torch.from_numpy(t).to(v.device)].to(device) for k, v in cond.items()}
-            with torch.inference_mode():
-                frozen = draft.frozen_value(
-                    kernel,
-                    on(outputs[t, n]),
-                    on(states[t, n]),
-                    torch.from_numpy(n).to(device),
-                    earlier=earlier,
-                    cond=rows,
-                )
-                steps = torch.from_numpy(m).to(device)
-                means = draft.for_round(kernel, steps, frozen, rows)
-                if isinstance(means, AffineLevels):
-                    means = means.explicit()  # an output form's levels, made once for every level
-                for d in np.nonzero(valid.any(1))[0].tolist():
-                    x_m, out_m = on(states[t, m[d]]), on(outputs[t, m[d]])
-                    gap = (kernel.mean(out_m, x_m, steps[d]) - means(d, x_m[None])[0]).flatten(1).double().norm(dim=1)
-                    keep = valid[d]
-                    step = m[d][keep]
-                    cells.append(np.stack([step, np.full_like(step, d + 1), gap.cpu().numpy()[keep] / scales[step]]))
-        measured.append((form, np.concatenate(cells, 1) if cells else np.zeros((3, 0))))
-    return measured
+    cells: list[list[np.ndarray]] = [[] for _ in drafts]  # each draft's (step, depth, delta), a chunk at a time
+    for lo in range(0, len(f), chunk):
+        t, n = t_f[lo : lo + chunk], f[lo : lo + chunk]
+        m = np.minimum(n[None] + levels[:, None], n_steps - 1)  # (D, P): the step of each level's node
+        # a round rooted at f + 1 drafts as many levels as stochastic steps follow (r[f + 1])
+        valid = (levels[:, None] <= runs[n + 1][None]) & has[t[None], m]
+        if not valid.any():
+            continue
+        above = np.maximum(n - 1, 0)
+        with_above = has[t, above] & (n > 0)
+        lift = with_above.reshape(-1, *[1] * (states.ndim - 2))
+        earlier = (
+            on(np.where(lift, outputs[t, above], outputs[t, n])),
+            on(np.where(lift, states[t, above], states[t, n])),
+            torch.from_numpy(np.where(with_above, above, n)).to(device),
+        )
+        rows = {k: v[torch.from_numpy(t).to(v.device)].to(device) for k, v in cond.items()}
+        d, p = np.nonzero(valid)  # by level, then pair: the order the cells are kept in
+        step = m[d, p]
+        with torch.inference_mode():
+            out_f, x_f, f_steps = on(outputs[t, n]), on(states[t, n]), torch.from_numpy(n).to(device)
+            steps = torch.from_numpy(m).to(device)
+            x_m = on(states[t, m])  # (D, P, *shape): each level's nodes, and the target's mean there
+            target = kernel.mean(on(outputs[t, m]), x_m, steps)
+            for kept, (_, draft) in zip(cells, drafts, strict=True):
+                frozen = draft.frozen_value(kernel, out_f, x_f, f_steps, earlier=earlier, cond=rows)
+                drafted = _drafted(draft.for_round(kernel, steps, frozen, rows), x_m, valid.any(1))
+                gap = (target - drafted).flatten(2).double().norm(dim=2).cpu().numpy()
+                kept.append(np.stack([step, d + 1, gap[d, p] / scales[step]]))
+    return [
+        (form, np.concatenate(kept, 1) if kept else np.zeros((3, 0)))
+        for (form, _), kept in zip(drafts, cells, strict=True)
+    ]
+
+
+def _drafted(means, x: torch.Tensor, levels: np.ndarray) -> torch.Tensor:
+    """The draft's means m^p_d(x[d]) (D, P, *shape) at the levels d where `levels` holds, NaN at the others: an
+    affine draft's every level in one pass, a draft network's one call a level."""
+    if isinstance(means, AffineLevels):
+        return means.at_levels(x)
+    drafted = torch.full_like(x, torch.nan)
+    for d in np.nonzero(levels)[0].tolist():
+        drafted[d] = means(d, x[d][None])[0]
+    return drafted
 
 
 def as_stats(cells: np.ndarray, num_steps: int) -> DeltaStats:

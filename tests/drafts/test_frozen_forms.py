@@ -123,6 +123,32 @@ def test_freeze_gaussian_fits_a_gaussian_data_law(kernel):
     torch.testing.assert_close(kept, frozen)
 
 
+@pytest.mark.parametrize("clip", [None, 1.0])
+@pytest.mark.parametrize("form", ["out", "x0", "x0-linear", "gaussian", "auto table"])
+def test_every_level_at_once_is_each_level_in_turn(form, clip):
+    """AffineLevels.at_levels (how planning.forms prices a draft along a path) gives at x[d] what calling the
+    draft at depth d gives, for each form, with and without the kernel's clipping."""
+    kernel = DDPMKernel(
+        default_ddpm_scheduler(**({"clip_sample": True, "clip_sample_range": clip} if clip else {})), 40
+    )
+    shape, a, depth = (5,), 3, 6
+    g = torch.Generator().manual_seed(2)
+    table = (FORMS["x0"], FORMS["gaussian"], FORMS["out"], FORMS["x0-linear"]) * 10  # a form a step, in turn
+    draft = FrozenPerStep(table) if form == "auto table" else frozen_draft(form)
+    state = lambda *lead: torch.randn((*lead, *shape), generator=g, dtype=torch.float64)
+    x1, x0s = state(a), state(a)
+    s1 = torch.tensor([3, 9, 20])
+    out = lambda x, n: 0.5 * x + torch.randn(x.shape, generator=g, dtype=torch.float64)
+    frozen = draft.frozen_value(kernel, out(x1, s1), x1, s1, earlier=(out(x0s, s1 - 1), x0s, s1 - 1))
+    steps = s1[None] + torch.arange(depth)[:, None]
+    means = draft.for_round(kernel, steps, frozen, {})
+    x = state(depth, a)
+    at_once = means.at_levels(x)
+    assert at_once.shape == x.shape
+    for d in range(depth):
+        torch.testing.assert_close(at_once[d], means(d, x[d][None])[0], rtol=1e-12, atol=1e-12)
+
+
 def test_a_draft_network_corrected_by_the_residual_is_exact_where_the_residual_is_constant():
     """A draft network off the target by a constant output c: the residual kept at the frozen node is c,
     and the corrected draft is the target's mean at every level, state and step (the plain network is
