@@ -154,7 +154,9 @@ def test_every_topology_of_a_model_learns_one_table(tmp_path):
     config = SamplerConfig(**{**FIXED, "num_samples": 8}, cache_dir=str(tmp_path))
     generate(config)
     auto = build(replace(config, tree="auto", verifier="auto", budget=6))
-    assert auto.plan_source == "runs" and auto.learnt and isinstance(auto.draft, FrozenPerStep)
+    assert auto.plan_source == "runs" and auto.learnt
+    auto = auto.declined or auto  # the table is the plan's, whether or not plain sampling was expected faster
+    assert isinstance(auto.draft, FrozenPerStep)
     other = build(replace(config, tree="2,2", verifier="rmc"))
     assert other.plan_source == "runs" and torch.equal(other.draft.forms, auto.draft.forms)
 
