@@ -70,29 +70,25 @@ class AffineLevels:
     def __call__(self, d: int, x: torch.Tensor) -> torch.Tensor:
         if self.output is not None:
             return self.explicit()(d, x)
-        assert self.a is not None and self.b is not None  # an explicit draft's coefficients
-        b = self.b[min(d, self.b.shape[0] - 1)]
-        m = torch.addcmul(b, _per_level(self.a, d, x), x)
-        if self.g is not None:
-            assert self.o is not None and self.h is not None and self.clip is not None  # g comes with h, o and clip
-            o = self.o[min(d, self.o.shape[0] - 1)]
-            inner = torch.addcmul(o, _per_level(self.h, d, x), x).clamp_(-self.clip, self.clip)
-            m.addcmul_(_per_level(self.g, d, x), inner)
-        return m
+        return self._mean(lambda rows: rows[min(d, rows.shape[0] - 1)], lambda c: _per_level(c, d, x), x)
 
     def at_levels(self, x: torch.Tensor) -> torch.Tensor:
         """m^p_d(x[d]) for every depth d < D at once, x (D, A, *shape) holding depth d's nodes at x[d]: what
         calling the draft at each depth in turn gives, in one pass (planning.forms prices every level so)."""
         if self.output is not None:
             return self.explicit().at_levels(x)
-        assert self.a is not None and self.b is not None  # an explicit draft's coefficients
         depth = x.shape[0]
-        lift = lambda c: c[:depth].view(depth, -1, *[1] * (x.dim() - 2))  # (D, A) scalars against x
-        m = torch.addcmul(self.b[:depth], lift(self.a), x)  # b, o: one row for every depth, or a row each
+        return self._mean(lambda rows: rows[:depth], lambda c: c[:depth].view(depth, -1, *[1] * (x.dim() - 2)), x)
+
+    def _mean(self, rows, scalars, x: torch.Tensor) -> torch.Tensor:
+        """a x + b + g clip(h x + o) at nodes x: b and o (one row for every depth, or a row each) taken by `rows`,
+        the (L, A) scalars a, g and h shaped against x by `scalars`."""
+        assert self.a is not None and self.b is not None  # an explicit draft's coefficients
+        m = torch.addcmul(rows(self.b), scalars(self.a), x)
         if self.g is not None:
             assert self.o is not None and self.h is not None and self.clip is not None  # g comes with h, o and clip
-            inner = torch.addcmul(self.o[:depth], lift(self.h), x).clamp_(-self.clip, self.clip)
-            m.addcmul_(lift(self.g), inner)
+            inner = torch.addcmul(rows(self.o), scalars(self.h), x).clamp_(-self.clip, self.clip)
+            m.addcmul_(scalars(self.g), inner)
         return m
 
 

@@ -164,7 +164,7 @@ def form_deltas(
         )
         rows = {k: v[torch.from_numpy(t).to(v.device)].to(device) for k, v in cond.items()}
         d, p = np.nonzero(valid)  # by level, then pair: the order the cells are kept in
-        step = m[d, p]
+        step, drafted_levels = m[d, p], valid.any(1)
         with torch.inference_mode():
             out_f, x_f, f_steps = on(outputs[t, n]), on(states[t, n]), torch.from_numpy(n).to(device)
             steps = torch.from_numpy(m).to(device)
@@ -172,7 +172,7 @@ def form_deltas(
             target = kernel.mean(on(outputs[t, m]), x_m, steps)
             for kept, (_, draft) in zip(cells, drafts, strict=True):
                 frozen = draft.frozen_value(kernel, out_f, x_f, f_steps, earlier=earlier, cond=rows)
-                drafted = _drafted(draft.for_round(kernel, steps, frozen, rows), x_m, valid.any(1))
+                drafted = _drafted(draft.for_round(kernel, steps, frozen, rows), x_m, drafted_levels)
                 gap = (target - drafted).flatten(2).double().norm(dim=2).cpu().numpy()
                 kept.append(np.stack([step, d + 1, gap[d, p] / scales[step]]))
     return [
