@@ -173,7 +173,7 @@ def form_deltas(
             for kept, (_, draft) in zip(cells, drafts, strict=True):
                 frozen = draft.frozen_value(kernel, out_f, x_f, f_steps, earlier=earlier, cond=rows)
                 drafted = _drafted(draft.for_round(kernel, steps, frozen, rows), x_m, drafted_levels)
-                gap = (target - drafted).flatten(2).double().norm(dim=2).cpu().numpy()
+                gap = torch.linalg.vector_norm(drafted.sub_(target).flatten(2), dim=2).double().cpu().numpy()
                 kept.append(np.stack([step, d + 1, gap[d, p] / scales[step]]))
     return [
         (form, np.concatenate(kept, 1) if kept else np.zeros((3, 0)))

@@ -568,15 +568,17 @@ class _Batch:
     def account_call(self, plan: RoundPlan) -> None:
         """The call, per trajectory: a call with no row at a stochastic step is not counted
         (Schedule.stochastic_rows), nor a plain step's at a deterministic step (section 5)."""
-        slots, counts = np.unique(plan.call_slots[plan.call_real], return_counts=True)
+        rows_of = np.bincount(plan.call_slots[plan.call_real], minlength=self.slots)
+        slots = np.flatnonzero(rows_of)
         traj = self.slot_traj[slots]
         self.calls[traj] += 1
-        self.rows_used[traj] += counts
+        self.rows_used[traj] += rows_of[slots]
         counted = np.ones(slots.size, dtype=np.int64)
         n, known = self.n[slots], self.root_known[slots]
-        speculating = np.isin(slots, plan.spec)
+        role = np.zeros(self.slots, dtype=np.int8)  # by slot: 1 speculates, 2 takes a plain step
+        role[plan.spec], role[plan.direct] = 1, 2
+        speculating, direct = role[slots] == 1, role[slots] == 2
         counted[speculating] = self.schedule.stochastic_rows[n[speculating], known[speculating].view(np.uint8)]
-        direct = np.isin(slots, plan.direct)
         counted[direct & (self.scales_host[n] == 0)] = 0
         self.counted[traj] += counted
 
