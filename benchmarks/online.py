@@ -1,8 +1,8 @@
 """Section online: plans learnt from runs, against pilots (specdemo/planning/, docs/algorithms.md section 6).
 
 Three tables. First runs: the command line in new processes, one sample, each run with a new empty plan cache
-(`--tree auto --replan`), plain sampling alternated with it; and at 100 steps the same first run with
-`--pilot`. Steady state: calls of a run planned from what the first runs learnt (the tree and the freeze table;
+(`--tree auto --replan`), plain sampling alternated with it; and at 100 steps the same pair at torch's
+own threads (`--threads 0`), and the first run with `--pilot`. Steady state: calls of a run planned from what the first runs learnt (the tree and the freeze table;
 for a fixed tree the table alone), against a run planned from pilots, same seed and calls objective.
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 from specdemo.pipeline import SamplerConfig, build
 
 TITLE = "Plans without a pilot: learnt from the runs"
-REPEATS = 5
+REPEATS = 7
+THREADS_0 = ", torch's threads"  # the runs with `--threads 0`, beside the CLI's default one thread
 # (label, model, steps, trajectories, settings): the steady-state cells, the issue's three
 STEADY = (
     ("digits, 100 steps, 16 rows", "digits", 100, 32, {"budget": 16}),
@@ -53,26 +54,31 @@ def cli(steps: int, cache: Path, *extra: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def first_runs(steps: int, repeats: int, pilot: bool) -> dict:
-    """`repeats` first runs (each with an empty cache) alternated with plain sampling; with pilot, one piloted
-    first run too. Medians of wall-clock; calls are the same every time (the online plan is fixed)."""
-    runs: dict[str, list[dict]] = {"online": [], "plain": [], "pilot": []}
+def first_runs(steps: int, repeats: int, pilot: bool, torch_threads: bool) -> dict:
+    """`repeats` first runs (each with an empty cache) alternated with plain sampling, at the CLI's threads; with
+    torch_threads, as many pairs at torch's own (`--threads 0`); with pilot, one piloted first run too. Medians of
+    wall-clock; calls are the same every time (the online plan is fixed). Against plain: at the same threads."""
+    settings = {"": ()} | ({THREADS_0: ("--threads", "0")} if torch_threads else {})
+    runs: dict[str, list[dict]] = {}
     for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as tmp:
-            runs["online"].append(cli(steps, Path(tmp), "--tree", "auto", "--replan"))
-        runs["plain"].append(cli(steps, Path(tmp), "--method", "target"))
+        for suffix, threads in settings.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                runs.setdefault("online" + suffix, []).append(
+                    cli(steps, Path(tmp), "--tree", "auto", "--replan", *threads)
+                )
+            runs.setdefault("plain" + suffix, []).append(cli(steps, Path(tmp), "--method", "target", *threads))
     if pilot:
         with tempfile.TemporaryDirectory() as tmp:
-            runs["pilot"].append(cli(steps, Path(tmp), "--tree", "auto", "--replan", "--pilot"))
+            runs["pilot"] = [cli(steps, Path(tmp), "--tree", "auto", "--replan", "--pilot")]
     return {
         name: {
             "calls": r[0]["target_calls"] + r[0]["pilot_calls"],
             "speedup_total": r[0].get("speedup_total"),
             "wall_s": statistics.median(d["wall_s"] + d["pilot_s"] + d["learn_s"] for d in r),
+            "threads": r[0]["threads"],
             "runs": len(r),
         }
         for name, r in runs.items()
-        if r
     }
 
 
@@ -166,7 +172,10 @@ def clicks(quick: bool) -> list[dict]:
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
     repeats = 2 if quick else REPEATS
-    first = {steps: first_runs(steps, repeats, pilot=steps == 100) for steps in ((100,) if quick else (100, 1000))}
+    first = {
+        steps: first_runs(steps, repeats, pilot=steps == 100, torch_threads=steps == 100)
+        for steps in ((100,) if quick else (100, 1000))
+    }
     cells = STEADY[:1] if quick else STEADY
     steady_runs = [
         {"label": label, "trajectories": 8 if quick else count, **steady(model, steps, 8 if quick else count, settings)}
@@ -184,19 +193,22 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 def report_text(results: dict) -> str:
     lines = [
         "### First run, nothing cached (digits, one sample, `--tree auto --replan`, new processes, an empty "
-        f"cache each; median of {results['repeats']} wall-clocks, planning and learning included)",
+        f"cache each; median of {results['repeats']} wall-clocks, planning and learning included; at the CLI's "
+        "default one thread and, at 100 steps, at torch's own, `--threads 0`)",
         "",
-        "| steps | run | target calls (pilot included) | speedup_total | wall-clock s | against plain |",
-        "|---|---|---|---|---|---|",
+        "| steps | run | threads | target calls (pilot included) | speedup_total | wall-clock s | "
+        "against plain at its threads |",
+        "|---|---|---|---|---|---|---|",
     ]
     for steps, runs in results["first"].items():
-        plain = runs["plain"]["wall_s"]
-        for name in ("online", "pilot", "plain"):
+        for name in ("online", "pilot", "plain", "online" + THREADS_0, "plain" + THREADS_0):
             if name in runs:
                 r = runs[name]
+                plain = runs["plain" + (THREADS_0 if name.endswith(THREADS_0) else "")]["wall_s"]
                 total = "" if r["speedup_total"] is None else f"{r['speedup_total']:.2f}"
                 lines.append(
-                    f"| {steps} | {name} | {r['calls']} | {total} | {r['wall_s']:.3f} | {plain / r['wall_s']:.2f}x |"
+                    f"| {steps} | {name.removesuffix(THREADS_0)} | {r.get('threads', '')} | {r['calls']} | {total} | "
+                    f"{r['wall_s']:.3f} | {plain / r['wall_s']:.2f}x |"
                 )
     lines += [
         "",
