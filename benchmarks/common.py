@@ -39,8 +39,10 @@ def run_cell(config: SamplerConfig, repeats: int = 1, target=None, with_pilot: b
     summary["rows_per_round"] = (
         problem.tree.rows_per_round(problem.config.prefetch == "leaves") if problem.tree.widths else 1
     )
-    summary["planned_calls"] = problem.tree.expected_calls if isinstance(problem.tree, TopologyPlan) else None
+    plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
+    summary["planned_calls"] = plan.expected_calls if plan is not None and plan.predicts else None  # online: none
     summary["verifier"] = problem.verifier.name if problem.verifier else None  # the planner's, under verifier auto
+    summary["plan_source"] = problem.plan_source  # where an auto tree's plan came from (online, cache, pilot, ...)
     summary["config"] = config.to_dict()
     return summary
 

@@ -11,25 +11,29 @@ too slow for auto's pilots. Without CUDA it says "pending";
 
 The pipeline folder holds SD 1.5's scheduler config (PNDMScheduler, scaled-linear betas 0.00085 to 0.012); the
 library samples it with its DDPM kernel. Rows: plain target sampling; a chain of 4 drafts by the frozen network
-output (the default freeze), verified by RMC; and `tree="auto"` with the device's defaults (planned for
-wall-clock), its pilots cut to PILOT_SAMPLES trajectories (32 by default) so that they stay affordable at this
-size. Speedup is the calls ratio against plain sampling (stochastic steps over the target calls spent on them,
-auto's pilot apart); wall-clock is the sampling itself (pilots and kernel set-up apart), each row against the
-plain sampler in the same process (on CUDA the median of 3 runs). With random weights, acceptance follows how
-the network's output moves from step to step, which training changes.
+output (the default freeze), verified by RMC; and the first run of `tree="auto"` with the device's defaults: no
+plan cached (each run built anew with an empty plan cache), so it samples with the online plan and learns from
+its own rounds, no pilot (docs/algorithms.md, section 6). Speedup is the calls ratio against plain sampling
+(stochastic steps over the target calls spent on them); wall-clock is the sampling, and the total adds what
+planning and learning took (pilot_s and learn_s: everything counted but loading and the kernels' set-up, which
+plain sampling pays too), each row against the plain sampler and the chain in the same process (on CUDA the
+median of 3 runs). With random weights, acceptance follows how the network's output moves from step to step,
+which training changes.
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 from pathlib import Path
 
 import torch
 
 from specdemo.models import resolve_target
+from specdemo.pipeline import SamplerConfig
 from specdemo.sampling.cost import time_speedup
 
-from .common import image_rows, tiny_clip_tokenizer, tiny_vae
+from .common import image_rows, run_cell, tiny_clip_tokenizer, tiny_vae
 
 TITLE = "A Stable-Diffusion-sized UNet: calls and wall-clock"
 PENDING = (
@@ -38,13 +42,12 @@ PENDING = (
 )
 PROMPT = "a photograph of an astronaut riding a horse"
 GUIDANCE = 7.5  # SD 1.x's default: each target call is one UNet call of twice its rows
-PILOT_SAMPLES = 4  # against 32 by default: three pilot chains of 4 trajectories keep the pilot affordable
-PLAIN, CHAIN, AUTO = "plain target", "chain 1x4 rmc (freeze out)", f"auto, the defaults (pilot_samples {PILOT_SAMPLES})"
+PLAIN, CHAIN, AUTO = "plain target", "chain 1x4 rmc (freeze out)", "auto's first run, the defaults (empty plan cache)"
 CONFIGS = [
     (PLAIN, {"method": "target"}),
     (CHAIN, {"method": "chain", "tree": "1x4", "verifier": "rmc"}),
-    (AUTO, {"method": "tree", "tree": "auto", "pilot_samples": PILOT_SAMPLES}),
 ]
+AUTO_SETTINGS = {"method": "tree", "tree": "auto", "pilot": False}  # a plan learnt from the run, never piloted
 
 # Stable Diffusion 1.5's unet/config.json (stable-diffusion-v1-5/stable-diffusion-v1-5), written out: the
 # values diffusers' UNet2DConditionModel defaults to, with SD 1.5's sample size and CLIP ViT-L/14 width
@@ -134,16 +137,40 @@ def sd_sized_pipeline(folder: Path, quick: bool = False) -> str:
 
 
 def rows_on(device: str, folder: str, target, steps: int, repeats: int) -> list[dict]:
-    """Every configuration's summary on `device`, each against the plain sampler of the same process."""
-    configs = [(name, {**settings, "prompt": PROMPT, "guidance_scale": GUIDANCE}) for name, settings in CONFIGS]
-    rows = image_rows(
-        folder, steps, 1, device, configs, class_label=None, repeats=repeats, target=target, with_pilot=True
-    )
-    plain = rows[0][1]
-    return [
-        {**s, "name": name, "vs_plain": time_speedup(s["wall_s"], plain["wall_s"])}
-        for (name, _), (_, s) in zip(CONFIGS, rows, strict=True)
-    ]
+    """Every row's summary on `device`, in one process: the plain sampler and the chain as image_rows runs
+    them, and `repeats` first runs of auto."""
+    prompt = {"prompt": PROMPT, "guidance_scale": GUIDANCE}
+    configs = [(name, {**settings, **prompt}) for name, settings in CONFIGS]
+    rows = image_rows(folder, steps, 1, device, configs, class_label=None, repeats=repeats, target=target)
+    named = [{**summary, "name": name} for (name, _), (_, summary) in zip(configs, rows, strict=True)]
+    return [*named, {**first_run(device, folder, target, steps, repeats), "name": AUTO}]
+
+
+def total_s(run: dict) -> float:
+    """A row's seconds, everything counted: sampling, pilots and learning (results from before learning
+    after a run existed, 2026-12-04, have no learn_s: those runs learnt nothing after sampling)."""
+    return run["wall_s"] + run["pilot_s"] + run.get("learn_s", 0.0)
+
+
+def first_run(device: str, folder: str, target, steps: int, repeats: int) -> dict:
+    """auto's first run `repeats` times, each built anew with an empty plan cache: the first's summary, its
+    wall_s, pilot_s and learn_s the medians of the runs' (pilot_s is 0: no pilot runs)."""
+    runs = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as cache:
+            config = SamplerConfig(
+                model=folder,
+                steps=steps,
+                num_samples=1,
+                device=device,
+                seed=0,
+                prompt=PROMPT,
+                guidance_scale=GUIDANCE,
+                cache_dir=cache,
+                **AUTO_SETTINGS,
+            )
+            runs.append(run_cell(config, 1, target, with_pilot=True))
+    return {**runs[0], **{k: statistics.median(r[k] for r in runs) for k in ("wall_s", "pilot_s", "learn_s")}}
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | None]:
@@ -174,8 +201,8 @@ def render(results: dict) -> str:
         + ", with **random weights**: the calls ratio shows the engine at this size, not trained SD 1.5 weights.",
         "",
         "| parameters | blocks | cross-attention | latents | scheduler | steps | batch | prompt | guidance | "
-        "auto's pilots | wall-clock |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "wall-clock |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         f"| {results['parameters'] / 1e6:.{0 if config is SD15_UNET else 2}f}M | "
         f"{', '.join(map(str, config['block_out_channels']))}, {config['layers_per_block']} layers a block | "
         f"{config['cross_attention_dim']}-wide text embeddings | {config['in_channels']}x{size}x{size}"
@@ -183,19 +210,21 @@ def render(results: dict) -> str:
         + " | SD 1.5's PNDMScheduler config (scaled-linear betas "
         f"{SD15_SCHEDULER['beta_start']} to {SD15_SCHEDULER['beta_end']}), the library's DDPM kernel "
         f"| {results['steps']} | 1 | {PROMPT} | {GUIDANCE} (each target call one UNet call of twice its rows) | "
-        f"`pilot_samples={PILOT_SAMPLES}` (32 by default) | "
         + ("median of 3 runs" if device.endswith("fp16") else "one run")
         + " |",
         "",
-        "| device | method | target calls | speedup | rows/call | acceptance | wall-clock s | vs plain | pilot calls | "
-        "pilot s | speedup_total |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| device | method | target calls | speedup | rows/call | acceptance | sampling s | pilots and learning s | "
+        "total s | total vs plain | total vs chain | pilot calls | speedup_total |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    plain, chain = total_s(runs[0]), total_s(runs[1])
     for r in runs:
         acceptance = "" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
-        pilot = f"{r['pilot_calls']} | {r['pilot_s']:.1f} | {r['speedup_total']:.2f}" if r["name"] == AUTO else " | | "
+        total = total_s(r)
         lines.append(
             f"| {device} | {r['name']} | {r['target_calls']} | {r['speedup']:.2f} | {r['rows_per_call']:.1f} | "
-            f"{acceptance} | {r['wall_s']:.2f} | {r['vs_plain']:.2f}x | {pilot} |"
+            f"{acceptance} | {r['wall_s']:.2f} | {total - r['wall_s']:.2f} | {total:.2f} | "
+            f"{time_speedup(total, plain):.2f}x | {time_speedup(total, chain):.2f}x | {r['pilot_calls']} | "
+            f"{r['speedup_total']:.2f} |"
         )
     return "\n".join(lines)
