@@ -47,6 +47,25 @@ def run_cell(config: SamplerConfig, repeats: int = 1, target=None, with_pilot: b
     return summary
 
 
+def image_config(
+    model: str, steps: int, samples: int, device: str, class_label: int | None, **settings
+) -> SamplerConfig:
+    """A configuration of an image model's rows: seed 0, and an auto tree planned from pilots unless
+    `settings` say otherwise."""
+    return SamplerConfig(
+        **{
+            "pilot": True,
+            "model": model,
+            "steps": steps,
+            "num_samples": samples,
+            "device": device,
+            "seed": 0,
+            "class_label": class_label,
+            **settings,
+        }
+    )
+
+
 def image_rows(
     model: str,
     steps: int,
@@ -61,19 +80,7 @@ def image_rows(
     """Markdown cells (from the method on) and the run's summary per configuration (display name,
     settings), each against the plain sampler run first, all in one process (target, with_pilot: as
     run_cell's). The first configuration, the plain sampler, also runs once untimed before the rows."""
-    cfgs = [
-        SamplerConfig(
-            pilot=True,
-            model=model,
-            steps=steps,
-            num_samples=samples,
-            device=device,
-            seed=0,
-            class_label=class_label,
-            **settings,
-        )
-        for _, settings in configs
-    ]
+    cfgs = [image_config(model, steps, samples, device, class_label, **settings) for _, settings in configs]
     # the first run of a model in a process pays the device's lazy set-up (on CUDA the context, the
     # kernels' loading and autotuning, the clocks' ramp): an untimed run keeps it out of every row
     run_cell(cfgs[0], 1, target)

@@ -2,8 +2,9 @@
 
 Three tables. First runs: the command line in new processes, one sample, each run with a new empty plan cache
 (`--tree auto --replan`), plain sampling alternated with it; and at 100 steps the same pair at torch's
-own threads (`--threads 0`), and the first run with `--pilot`. Steady state: calls of a run planned from what the first runs learnt (the tree and the freeze table;
-for a fixed tree the table alone), against a run planned from pilots, same seed and calls objective.
+own threads (`--threads 0`), and the first run with `--pilot`. Steady state: calls of a run planned from
+what the first runs learnt (the tree and the freeze table; for a fixed tree the table alone), against a
+run planned from pilots, same seed and calls objective.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from specdemo.pipeline import SamplerConfig, build
 
 TITLE = "Plans without a pilot: learnt from the runs"
 REPEATS = 7
-THREADS_0 = ", torch's threads"  # the runs with `--threads 0`, beside the CLI's default one thread
+TORCH_THREADS_SUFFIX = ", torch's threads"  # the runs with `--threads 0`, beside the CLI's default one thread
 # (label, model, steps, trajectories, settings): the steady-state cells, the issue's three
 STEADY = (
     ("digits, 100 steps, 16 rows", "digits", 100, 32, {"budget": 16}),
@@ -58,7 +59,7 @@ def first_runs(steps: int, repeats: int, pilot: bool, torch_threads: bool) -> di
     """`repeats` first runs (each with an empty cache) alternated with plain sampling, at the CLI's threads; with
     torch_threads, as many pairs at torch's own (`--threads 0`); with pilot, one piloted first run too. Medians of
     wall-clock; calls are the same every time (the online plan is fixed). Against plain: at the same threads."""
-    settings = {"": ()} | ({THREADS_0: ("--threads", "0")} if torch_threads else {})
+    settings = {"": ()} | ({TORCH_THREADS_SUFFIX: ("--threads", "0")} if torch_threads else {})
     runs: dict[str, list[dict]] = {}
     for _ in range(repeats):
         for suffix, threads in settings.items():
@@ -201,13 +202,13 @@ def report_text(results: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for steps, runs in results["first"].items():
-        for name in ("online", "pilot", "plain", "online" + THREADS_0, "plain" + THREADS_0):
+        for name in ("online", "pilot", "plain", "online" + TORCH_THREADS_SUFFIX, "plain" + TORCH_THREADS_SUFFIX):
             if name in runs:
                 r = runs[name]
-                plain = runs["plain" + (THREADS_0 if name.endswith(THREADS_0) else "")]["wall_s"]
+                plain = runs["plain" + (TORCH_THREADS_SUFFIX if name.endswith(TORCH_THREADS_SUFFIX) else "")]["wall_s"]
                 total = "" if r["speedup_total"] is None else f"{r['speedup_total']:.2f}"
                 lines.append(
-                    f"| {steps} | {name.removesuffix(THREADS_0)} | {r.get('threads', '')} | {r['calls']} | {total} | "
+                    f"| {steps} | {name.removesuffix(TORCH_THREADS_SUFFIX)} | {r.get('threads', '')} | {r['calls']} | {total} | "
                     f"{r['wall_s']:.3f} | {plain / r['wall_s']:.2f}x |"
                 )
     lines += [

@@ -5,8 +5,8 @@ issue "Model families").
 The pipeline folder is built here and loaded by specdemo's own loader (models/latent.py): the UNet is
 SD 1.5's (860M parameters, 4x64x64 latents), the scheduler config SD 1.5's; the text encoder,
 tokenizer and VAE are tiny (the encoder as wide as SD's text embeddings, 768), since only the UNet is
-called while sampling. The section is a GPU run (scripts/gpu_check.sh): on a CPU a UNet of this size is
-too slow for auto's pilots. Without CUDA it says "pending";
+called while sampling. The section is a GPU run (scripts/gpu_check.sh): on a CPU a UNet of this size
+takes seconds a row. Without CUDA it says "pending";
 `quick` runs a small UNet of the same kind on the CPU, for a smoke test.
 
 The pipeline folder holds SD 1.5's scheduler config (PNDMScheduler, scaled-linear betas 0.00085 to 0.012); the
@@ -23,22 +23,20 @@ which training changes.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 from pathlib import Path
 
 import torch
 
 from specdemo.models import resolve_target
-from specdemo.pipeline import SamplerConfig
 from specdemo.sampling.cost import time_speedup
 
-from .common import image_rows, run_cell, tiny_clip_tokenizer, tiny_vae
+from .common import image_config, image_rows, run_cell, tiny_clip_tokenizer, tiny_vae
 
 TITLE = "A Stable-Diffusion-sized UNet: calls and wall-clock"
 PENDING = (
     "Pending: this section is a GPU run (scripts/gpu_check.sh), and no CUDA device was lent to the machine "
-    "that wrote this file. On a CPU a UNet of this size takes seconds a row and auto's pilots thousands of rows."
+    "that wrote this file. On a CPU a UNet of this size takes seconds a row."
 )
 PROMPT = "a photograph of an astronaut riding a horse"
 GUIDANCE = 7.5  # SD 1.x's default: each target call is one UNet call of twice its rows
@@ -153,24 +151,14 @@ def total_s(run: dict) -> float:
 
 
 def first_run(device: str, folder: str, target, steps: int, repeats: int) -> dict:
-    """auto's first run `repeats` times, each built anew with an empty plan cache: the first's summary, its
-    wall_s, pilot_s and learn_s the medians of the runs' (pilot_s is 0: no pilot runs)."""
+    """auto's first run `repeats` times, each built anew with an empty plan cache: the summary of the run
+    of median total_s (the lower of the middle two for an even count)."""
     runs = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as cache:
-            config = SamplerConfig(
-                model=folder,
-                steps=steps,
-                num_samples=1,
-                device=device,
-                seed=0,
-                prompt=PROMPT,
-                guidance_scale=GUIDANCE,
-                cache_dir=cache,
-                **AUTO_SETTINGS,
-            )
-            runs.append(run_cell(config, 1, target, with_pilot=True))
-    return {**runs[0], **{k: statistics.median(r[k] for r in runs) for k in ("wall_s", "pilot_s", "learn_s")}}
+            settings = {**AUTO_SETTINGS, "prompt": PROMPT, "guidance_scale": GUIDANCE, "cache_dir": cache}
+            runs.append(run_cell(image_config(folder, steps, 1, device, None, **settings), 1, target, with_pilot=True))
+    return sorted(runs, key=total_s)[(repeats - 1) // 2]
 
 
 def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict | None]:

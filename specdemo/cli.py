@@ -46,9 +46,10 @@ def sample_options() -> list[tuple[str, dict]]:
 
 
 # the process's own settings (not a run's): where sample writes, besides the JSON line on stdout, and its threads
-# on a CPU: runs that share the cores never oversubscribe them (on 2 cores beside a second 2-thread torch
-# process, the app's default click took over 120 s instead of 2.4 s: tests/conftest.py); a run alone on free
-# cores is faster at torch's own threads (docs/benchmarks.md, section online)
+# on a CPU, one thread a run: runs side by side oversubscribe the cores least (on 2 cores beside a second
+# 2-thread torch process, the app's default click took over 120 s instead of 2.4 s: tests/conftest.py). A run
+# alone took its calls of several rows faster at torch's own threads, its 1-row calls not (docs/benchmarks.md,
+# section online)
 CPU_THREADS = 1
 PROCESS_OPTIONS: tuple[tuple[str, dict], ...] = (
     (
@@ -57,10 +58,11 @@ PROCESS_OPTIONS: tuple[tuple[str, dict], ...] = (
             type=int,
             metavar="T",
             help=f"torch's CPU threads for the run, which the planner's costs are "
-            f"measured with too (default {CPU_THREADS} on a CPU, which runs "
-            "sharing the cores cannot oversubscribe; 0: torch's default, "
-            "faster for a run alone on free cores). The samples are the same "
-            "for the same seed, device, batch and threads",
+            f"measured with too (default {CPU_THREADS} on a CPU: runs side by "
+            "side oversubscribe the cores least; 0: torch's default, which "
+            "took a run's calls of several rows faster where it ran alone). "
+            "The samples are the same for the same seed, device, batch and "
+            "threads",
         ),
     ),
     ("--out", dict(metavar="FILE.npz", help="save `samples` (and the config and cost) here")),
