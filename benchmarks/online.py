@@ -202,13 +202,14 @@ def report_text(results: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for steps, runs in results["first"].items():
-        for name in ("online", "pilot", "plain", "online" + TORCH_THREADS_SUFFIX, "plain" + TORCH_THREADS_SUFFIX):
-            if name in runs:
-                r = runs[name]
-                plain = runs["plain" + (TORCH_THREADS_SUFFIX if name.endswith(TORCH_THREADS_SUFFIX) else "")]["wall_s"]
+        for suffix in ("", TORCH_THREADS_SUFFIX):
+            for kind in ("online", "pilot", "plain"):
+                if kind + suffix not in runs:
+                    continue
+                r, plain = runs[kind + suffix], runs["plain" + suffix]["wall_s"]
                 total = "" if r["speedup_total"] is None else f"{r['speedup_total']:.2f}"
                 lines.append(
-                    f"| {steps} | {name.removesuffix(TORCH_THREADS_SUFFIX)} | {r.get('threads', '')} | {r['calls']} | {total} | "
+                    f"| {steps} | {kind} | {r.get('threads', '')} | {r['calls']} | {total} | "
                     f"{r['wall_s']:.3f} | {plain / r['wall_s']:.2f}x |"
                 )
     lines += [

@@ -40,6 +40,7 @@ PENDING = (
 )
 PROMPT = "a photograph of an astronaut riding a horse"
 GUIDANCE = 7.5  # SD 1.x's default: each target call is one UNet call of twice its rows
+PROMPTED = {"prompt": PROMPT, "guidance_scale": GUIDANCE}  # every row's text conditioning
 PLAIN, CHAIN, AUTO = "plain target", "chain 1x4 rmc (freeze out)", "auto's first run, the defaults (empty plan cache)"
 CONFIGS = [
     (PLAIN, {"method": "target"}),
@@ -137,8 +138,7 @@ def sd_sized_pipeline(folder: Path, quick: bool = False) -> str:
 def rows_on(device: str, folder: str, target, steps: int, repeats: int) -> list[dict]:
     """Every row's summary on `device`, in one process: the plain sampler and the chain as image_rows runs
     them, and `repeats` first runs of auto."""
-    prompt = {"prompt": PROMPT, "guidance_scale": GUIDANCE}
-    configs = [(name, {**settings, **prompt}) for name, settings in CONFIGS]
+    configs = [(name, {**settings, **PROMPTED}) for name, settings in CONFIGS]
     rows = image_rows(folder, steps, 1, device, configs, class_label=None, repeats=repeats, target=target)
     named = [{**summary, "name": name} for (name, _), (_, summary) in zip(configs, rows, strict=True)]
     return [*named, {**first_run(device, folder, target, steps, repeats), "name": AUTO}]
@@ -156,7 +156,7 @@ def first_run(device: str, folder: str, target, steps: int, repeats: int) -> dic
     runs = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as cache:
-            settings = {**AUTO_SETTINGS, "prompt": PROMPT, "guidance_scale": GUIDANCE, "cache_dir": cache}
+            settings = {**AUTO_SETTINGS, **PROMPTED, "cache_dir": cache}
             runs.append(run_cell(image_config(folder, steps, 1, device, None, **settings), 1, target, with_pilot=True))
     return sorted(runs, key=total_s)[(repeats - 1) // 2]
 
