@@ -122,7 +122,9 @@ def _sample(args) -> int:
         if gathered is None:
             return 0  # the main process writes the outputs
         samples, cost = gathered
-    plan = problem.tree if isinstance(problem.tree, TopologyPlan) else None
+    # the plan made, whether it ran or was declined (--objective time: plain sampling was expected faster)
+    made = problem.declined.tree if problem.declined is not None else problem.tree
+    plan = made if isinstance(made, TopologyPlan) else None
     planned = plan if plan is not None and plan.predicts else None
     c = problem.config
     summary = {
@@ -140,6 +142,8 @@ def _sample(args) -> int:
         "plan_cached": problem.plan_source in ("cache", "shipped") if problem.plan_source else None,
         "planned_calls": planned.expected_calls if planned else None,
         "planned_s": planned.expected_s if planned else None,
+        "declined": problem.declined is not None,
+        "plain_s": problem.plain_s,
         "warmup_s": problem.warmup_s,
         "device": str(problem.device),
         "seed": c.seed,

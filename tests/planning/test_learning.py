@@ -178,6 +178,8 @@ def test_the_cli_reports_a_first_run_without_a_pilot_and_a_planned_second(tmp_pa
     assert first["plan_source"] == "online" and first["pilot_calls"] == 0 and first["planned_calls"] is None
     assert first["tree"] == "online(6 rows)" and first["verifier"] == "block"
     assert second["plan_source"] == "runs" and second["pilot_calls"] == 0 and second["planned_calls"] > 0
+    # on a model this cheap, plain sampling may be expected faster than the plan: the run then says so
+    assert second["declined"] == (second["tree"] == "none") == (second["plain_s"] <= second["planned_s"])
 
 
 def test_a_fixed_tree_with_freeze_auto_pays_no_pilot(tmp_path):
