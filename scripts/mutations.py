@@ -45,6 +45,15 @@ class Mutation:
 
 MUTATIONS = [
     Mutation(
+        "a trajectory's chain is cut by the acceptance its slot's earlier trajectory counted",
+        "specdemo/sampling/driver.py",
+        "_Batch.refill",
+        "self.examined[slot] = self.accepted[slot] = 0",
+        "pass",
+        ("tests/sampling/test_reach.py", "-k", "bitwise"),
+        short=True,
+    ),
+    Mutation(
         "a cold trajectory's kept plain-step output reads its slot's earlier trajectory's history",
         "specdemo/sampling/driver.py",
         "_Batch.freeze",
@@ -234,8 +243,8 @@ MUTATIONS = [
         "leaves evaluated at step N",
         "specdemo/sampling/driver.py",
         "Schedule.__init__",
-        "self.leaves = leaf_table & (self.depth > 0) & (steps[:, None] + self.depth < n_steps)",
-        "self.leaves = leaf_table & (self.depth > 0)",
+        "self.leaves = leaf_table[..., None] & (self.depth > 0) & (ends < n_steps)",
+        "self.leaves = leaf_table[..., None] & (self.depth > 0)",
         ("tests/sampling/test_intermediate_states.py", "-k", "within_the_steps"),
     ),
     Mutation(

@@ -203,9 +203,15 @@ def plan_text(comp: Comparison, max_segments: int = 7) -> str:
             f"(cut short near the end) · {draft}."
         )
     if chosen.plan_source == "online":
+        rows = (
+            f"at most {c.budget} target rows a round, each trajectory cutting it where its own rounds so far say "
+            "a level is rarely reached"
+            if comp.plan.rule is not None
+            else f"{c.budget} target rows a round"
+        )
         return (
             f"**No plan yet** for these settings: a chain `{comp.plan.trees[0]}` at every step (cut short near the "
-            f"end), {c.budget} target rows a round · {verifier} verifier · {draft}. The deltas of the first "
+            f"end), {rows} · {verifier} verifier · {draft}. The deltas of the first "
             f"{c.pilot_samples} trajectories run with these settings plan the later runs (no pilot)."
         )
     segments = plan_segments(comp.plan)

@@ -13,7 +13,7 @@ from ..drafts.frozen import FORMS
 from ..drafts.stepwise import RESIDUAL
 from ..errors import SpecdemoError
 from ..limits import Cancel
-from ..trees import Topology, TopologyPlan
+from ..trees import ReachRule, Topology, TopologyPlan
 from ..trees.auto import DeltaStats, plan_topology
 from ..trees.cost_model import CostModel
 from ..trees.topology import MAX_DEPTH
@@ -53,9 +53,13 @@ def online_draft(problem: Problem, auto_freeze: bool) -> Draft:
 def online_plan(problem: Problem) -> TopologyPlan:
     """The plan of a run that learns: at every step the block-verifiable chain of as many target rows as
     the budget (one level more where the root's output is known: that level costs no row), leaves not
-    evaluated. Under the calls objective no chain of at most that many rows commits more steps a
-    round; it is the same for every trajectory and every run, so the run's samples depend on nothing
-    measured."""
+    evaluated. Under the calls objective no chain of at most that many rows commits more steps a round,
+    and every trajectory takes it whole. Under the time objective each trajectory cuts it by its own
+    acceptance so far (ReachRule): a level costs a row whether or not the walk reaches it, and on a
+    device where a call of many rows costs many times a call of few (an SD-sized UNet on a GPU, and every
+    CPU), rows no walk reaches cost the run more than the levels they add. Either way a trajectory's chain
+    depends on nothing measured before the run, nor on the other trajectories, so its samples depend on
+    the seed alone."""
     budget, steps = problem.config.budget, problem.kernel.num_steps
     assert budget is not None  # --tree auto plans within a budget
     chain, known = Topology.chain(min(budget, MAX_DEPTH)), Topology.chain(min(budget + 1, MAX_DEPTH))
@@ -67,6 +71,7 @@ def online_plan(problem: Problem) -> TopologyPlan:
         expected_calls=math.nan,
         objective=problem.config.objective,
         name=f"online({budget} rows)",
+        rule=ReachRule() if problem.config.objective == "time" else None,
     )
 
 

@@ -158,39 +158,59 @@ POOL = WorkspacePool(POOL_BYTES)
 
 
 class Schedule:
-    """For every step n and root state k (its output known or not): the tree a round rooted there
-    uses (an index into `trees`: its plan's tree cut at the stochastic horizon) with whether its leaves
-    are evaluated, its depth, and whether its call has a row at a stochastic step."""
+    """For every step n, root state k (its output known or not) and cut c: the tree a round rooted there
+    uses (an index into `trees`: its plan's tree cut at the stochastic horizon, and under a plan's reach
+    rule at c + 1 target rows) with whether its leaves are evaluated, its depth, and whether its call has
+    a row at a stochastic step. A plan without a rule has one cut, c = 0, that cuts nothing."""
 
     def __init__(self, tree: Topology | TopologyPlan, kernel: Kernel, leaf_table: np.ndarray):
         n_steps = kernel.num_steps
         steps = np.arange(n_steps)
+        self.rule = tree.rule if isinstance(tree, TopologyPlan) else None
         planned = np.empty((n_steps, 2), dtype=object)
         for n in range(n_steps):
             for k in (0, 1):
                 planned[n, k] = tree.at(n, bool(k))
         full_depth = np.vectorize(lambda t: t.depth, otypes=[np.int64])(planned)
-        self.depth = np.minimum(full_depth, kernel.stochastic_run_lengths().numpy()[:n_steps, None])
+        horizon = np.minimum(full_depth, kernel.stochastic_run_lengths().numpy()[:n_steps, None])
+        # a chain of r target rows has r levels, r + 1 where the root's output is known (it costs no row)
+        rows = np.arange(1, tree.max_depth + 1) if self.rule is not None else np.array([tree.max_depth])
+        self.depth = np.minimum(horizon[..., None], rows[None, None, :] + np.arange(2)[None, :, None])
+        ends = steps[:, None, None] + self.depth
         # a leaf at step N is the sample itself: there is no step N for the network to evaluate
-        self.leaves = leaf_table & (self.depth > 0) & (steps[:, None] + self.depth < n_steps)
+        self.leaves = leaf_table[..., None] & (self.depth > 0) & (ends < n_steps)
+        # the trees, one per (planned tree, depth, leaves)
+        distinct = list(dict.fromkeys(planned.ravel().tolist()))
+        planned_id = np.vectorize({t: i for i, t in enumerate(distinct)}.__getitem__, otypes=[np.int64])(planned)
+        levels = int(self.depth.max()) + 1
+        keys = (planned_id[..., None] * levels + self.depth) * 2 + self.leaves
+        speculating = self.depth > 0
+        cells, first = np.unique(keys[speculating], return_inverse=True)
         self.trees: list[tuple[Topology, bool]] = []  # (tree cut at the horizon, leaves evaluated)
         index: dict[tuple[Topology, bool], int] = {}
-        self.tree_id = np.full((n_steps, 2), -1, dtype=np.int64)
-        for n in range(n_steps):
-            for k in (0, 1):
-                if self.depth[n, k]:
-                    key = (cut(planned[n, k], int(self.depth[n, k])), bool(self.leaves[n, k]))
-                    self.tree_id[n, k] = index.setdefault(key, len(self.trees))
-                    if self.tree_id[n, k] == len(self.trees):
-                        self.trees.append(key)
+        ids = np.empty(len(cells), dtype=np.int64)
+        for i, cell in enumerate(cells.tolist()):
+            (p, depth), leaves = divmod(cell // 2, levels), cell % 2
+            key = (cut(distinct[p], depth), bool(leaves))
+            ids[i] = index.setdefault(key, len(self.trees))
+            if ids[i] == len(self.trees):
+                self.trees.append(key)
+        self.tree_id = np.full(self.depth.shape, -1, dtype=np.int64)
+        self.tree_id[speculating] = ids[first.ravel()]
         # whether a round's call has a row at a stochastic step: its rows are at depths k (the root,
         # unless its output is known) to the last evaluated one; a call of deterministic-step rows only
         # (leaves at the last step under flow matching) serves that step as plain sampling's own call
         # does, and is counted on neither side of the speedup
         stochastic = np.cumsum(np.append(0, kernel.scales.numpy() > 0))  # stochastic steps before each step
-        first = steps[:, None] + np.arange(2)[None]
-        last = steps[:, None] + self.depth - (~self.leaves).astype(np.int64)  # the last evaluated row's step
-        self.stochastic_rows = stochastic[np.clip(last + 1, 0, n_steps)] > stochastic[np.minimum(first, n_steps)]
+        start = np.broadcast_to(steps[:, None, None] + np.arange(2)[None, :, None], self.depth.shape)
+        last = ends - (~self.leaves).astype(np.int64)  # the last evaluated row's step
+        self.stochastic_rows = stochastic[np.clip(last + 1, 0, n_steps)] > stochastic[np.minimum(start, n_steps)]
+
+    def cuts(self, accepted: np.ndarray, examined: np.ndarray) -> np.ndarray:
+        """Each trajectory's cut c, from the levels it accepted and examined in its rounds so far."""
+        if self.rule is None:
+            return np.zeros(accepted.shape, dtype=np.int64)
+        return self.rule.rows(accepted, examined, self.depth.shape[2]) - 1
 
 
 def cut(tree: Topology, depth: int) -> Topology:
@@ -278,6 +298,11 @@ class _Batch:
         self.has_frozen = np.zeros(slots, dtype=bool)
         self.fresh = np.zeros(slots, dtype=bool)  # a trajectory that has had no speculative round yet
         self.root_known = np.zeros(slots, dtype=bool)
+        # the levels each trajectory's rounds examined and accepted (a reach rule cuts its chains by them),
+        # and the cut of its round (Schedule.cuts)
+        self.examined = np.zeros(slots, dtype=np.int64)
+        self.accepted = np.zeros(slots, dtype=np.int64)
+        self.cut = np.zeros(slots, dtype=np.int64)
         self.slot_traj_device = torch.full((slots,), -1, dtype=torch.long, device=self.device)
         self.next_traj = 0
         self.calls = np.zeros(b, dtype=np.int64)
@@ -355,6 +380,7 @@ class _Batch:
             self.slot_traj[slot] = self.next_traj
             self.next_traj += 1
             self.n[slot], self.has_frozen[slot], self.root_known[slot], self.fresh[slot] = 0, False, False, True
+            self.examined[slot] = self.accepted[slot] = 0
             self.keep_state([slot], [0], self.y[slot : slot + 1])
         self.slot_traj_device.copy_(torch.from_numpy(self.slot_traj))
 
@@ -391,7 +417,8 @@ class _Batch:
         n, known = self.n[live], self.root_known[live]
         if self.trace is not None:
             self.root_known_before = self.root_known.copy()
-        cell = (n, known.view(np.uint8))
+        self.cut[live] = sched.cuts(self.accepted[live], self.examined[live])
+        cell = (n, known.view(np.uint8), self.cut[live])
         depth = sched.depth[cell]
         speculate = depth > 0
         warm = np.zeros_like(speculate)
@@ -578,7 +605,8 @@ class _Batch:
         role = np.zeros(self.slots, dtype=np.int8)  # by slot: 1 speculates, 2 takes a plain step
         role[plan.spec], role[plan.direct] = 1, 2
         speculating, direct = role[slots] == 1, role[slots] == 2
-        counted[speculating] = self.schedule.stochastic_rows[n[speculating], known[speculating].view(np.uint8)]
+        cell = (n[speculating], known[speculating].view(np.uint8), self.cut[slots[speculating]])
+        counted[speculating] = self.schedule.stochastic_rows[cell]
         counted[direct & (self.scales_host[n] == 0)] = 0
         self.counted[traj] += counted
 
@@ -658,6 +686,11 @@ class _Batch:
                 kept = slots[~corrected]
                 decided.known_rows(kept, walk.node[~corrected] * a + kept, part.index)
             self.n[slots] = n0 + walk.end_depth
+            # a level is examined where the walk reached it; at a known root the exact draft's first level
+            # is accepted by construction, and tells nothing
+            given = (self.root_known[slots] & self.exact_known).astype(np.int64)
+            self.examined[slots] += walk.end_depth - given
+            self.accepted[slots] += walk.end_depth - corrected - given
             self.round_ends.append(walk.end_depth)
             self.round_kept.append(walk.end_depth - corrected)
             if self.keep.size:

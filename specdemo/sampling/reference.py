@@ -54,6 +54,7 @@ def sample_one(
     y = kernel.prior(shape, generator, torch.device("cpu"), dtype)
     call = lambda x, n: network(x, torch.as_tensor(n), **{k: v.expand(len(n), *v.shape[1:]) for k, v in cond.items()})
     frozen, root_out, fresh = None, None, True  # root_out: the target's output at y, where known
+    accepted = examined = 0  # levels of this trajectory's rounds, which a plan's reach rule cuts its chains by
 
     def keep(out, x, n, above=None):
         """The frozen value from the output `out` at (x, n); above: (out, x, n) one node up, else the node itself."""
@@ -69,7 +70,8 @@ def sample_one(
     n = 0
     while n < steps:
         known = root_out is not None
-        depth = int(schedule.depth[n, int(known)])
+        cell = (n, int(known), int(schedule.cuts(np.array([accepted]), np.array([examined]))[0]))
+        depth = int(schedule.depth[cell])
         if not depth:  # a plain or deterministic step, with the target
             out = root_out if root_out is not None else call(y[None], [n])[0].to(dtype)
             if keeps_outputs and draft is not None and draft.cold_start and not draft.calls_network:
@@ -89,8 +91,8 @@ def sample_one(
                 frozen = keep(root_out, y, n)
                 continue
         fresh = False
-        t = tables(schedule.trees[schedule.tree_id[n, int(known)]][0])
-        leaves = bool(schedule.leaves[n, int(known)])
+        t = tables(schedule.trees[schedule.tree_id[cell]][0])
+        leaves = bool(schedule.leaves[cell])
         s = lambda node: float(kernel.scales[n + t.node_depth[node]])  # noqa: B023  (called this round) the scale the node's children were drawn with
         # draft, level by level: the children of node v at depth d are m^p_d(X_v) + s xi
         xi = torch.empty((t.num_nodes - 1, *shape), dtype=dtype).normal_(generator=generator)
@@ -150,6 +152,9 @@ def sample_one(
                     outs[v], x[v], n + int(t.node_depth[v]), (outs[above], x[above], n + int(t.node_depth[above]))
                 )
         root_out = outs[stop] if leaves and not corrected else None
+        given = int(known and draft.exact_at_known_root)  # a level accepted by construction tells nothing
+        examined += int(walk.end_depth[0]) - given
+        accepted += int(walk.end_depth[0]) - int(corrected) - given
         n += int(walk.end_depth[0])
     return y
 

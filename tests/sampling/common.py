@@ -7,7 +7,7 @@ from specdemo.drafts import FrozenGaussian, FrozenOutput, FrozenX0, FrozenX0Line
 from specdemo.kernels import DDPMKernel, FlowChurnKernel, default_ddpm_scheduler
 from specdemo.sampling import sample
 from specdemo.targets import gm16, gm512
-from specdemo.trees import Topology
+from specdemo.trees import ReachRule, Topology, TopologyPlan
 from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
 
 PLAIN = (Topology(()), None, None, "nearest")
@@ -24,7 +24,15 @@ def methods():
         "chain-x0-linear": (Topology.chain(4), ReflectionMaximalCoupling(), FrozenX0Linear(), "nearest"),
         "tree-rank-x0-linear-leaves": (Topology((2, 2)), RankAwareSelection(), FrozenX0Linear(), "leaves"),
         "chain-block-gaussian-cold": (Topology.chain(4), BlockVerification(), FrozenGaussian(start="cold"), "nearest"),
+        "online-reach": (reach_chain(8), BlockVerification(), FrozenGaussian(start="cold"), "nearest"),
     }
+
+
+def reach_chain(rows: int) -> TopologyPlan:
+    """The online plan's shape under the time objective: a chain of `rows` target rows at every step (a plan
+    of one step holds for every step), each trajectory cutting it by its own acceptance (ReachRule)."""
+    chain, known = Topology.chain(rows), Topology.chain(rows + 1)
+    return TopologyPlan((chain,), (False,), (known,), (False,), expected_calls=float("nan"), rule=ReachRule())
 
 
 def gm16_ddpm(steps=20):

@@ -25,16 +25,9 @@ from specdemo.targets import GaussianMixture, gm16
 from specdemo.trees import Topology, TopologyPlan
 from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
 
+from .common import reach_chain, row_by_row
+
 TRAJECTORIES = 24
-
-
-def row_by_row(network):
-    """The network one row at a time: a row's output cannot depend on the other rows of a call."""
-
-    def net(x, n, **cond):
-        return torch.cat([network(x[i : i + 1], n[i : i + 1]) for i in range(x.shape[0])])
-
-    return net
 
 
 def shifted(kernel):
@@ -108,8 +101,16 @@ CASES = {
         lambda k: StepwiseDraft(CorrectedNetworkDraft(shifted(k), "shifted"), [n % 5 for n in range(30)]),
         "auto",
     ),
+    # each trajectory cuts its chain by its own acceptance (the online plan under the time objective)
+    "online-reach-biased-refills": (
+        ddpm,
+        reach_chain(8),
+        BlockVerification,
+        lambda k: BiasedDraft(FrozenGaussian(start="cold"), 1.0),
+        "nearest",
+    ),
 }
-MAX_BATCH = {"plan-block-auto-refills": 3}
+MAX_BATCH = {"plan-block-auto-refills": 3, "online-reach-biased-refills": 5}
 
 
 def both(case: str, trajectories: int, seed: int):
