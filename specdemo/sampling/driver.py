@@ -174,7 +174,11 @@ class Schedule:
         full_depth = np.vectorize(lambda t: t.depth, otypes=[np.int64])(planned)
         horizon = np.minimum(full_depth, kernel.stochastic_run_lengths().numpy()[:n_steps, None])
         # a chain of r target rows has r levels, r + 1 where the root's output is known (it costs no row)
-        rows = np.arange(1, tree.max_depth + 1) if self.rule is not None else np.array([tree.max_depth])
+        if self.rule is not None:
+            assert isinstance(tree, TopologyPlan)  # a rule is a plan's
+            rows = np.arange(1, max(t.depth for t in tree.trees) + 1)  # the chains of a root not known
+        else:
+            rows = np.array([tree.max_depth])
         self.depth = np.minimum(horizon[..., None], rows[None, None, :] + np.arange(2)[None, :, None])
         ends = steps[:, None, None] + self.depth
         # a leaf at step N is the sample itself: there is no step N for the network to evaluate

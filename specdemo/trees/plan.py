@@ -18,12 +18,12 @@ class ReachRule:
     acceptance estimate is a^ = (A + prior_accepted) / (E + prior_examined), level j of a chain is
     reached with probability about a^(j - 1), and the round drafts the levels reached with probability
     at least `reach`: d = 1 + floor(ln reach / ln a^) target rows, within [1, most]. The prior, a
-    mean of 3/4 weighing as two levels, starts a trajectory on a short chain (8 rows at reach 1/8) and
-    gives way after a round or two. A trajectory's depth
-    depends on its own earlier draws alone, never on the round's own nor on other trajectories'."""
+    mean of 7/8 weighing as two levels, starts a trajectory on 16 rows at reach 1/8 (the whole chain of
+    the CPU's default budget, a quarter of the GPU's) and gives way after a round or two. A trajectory's
+    depth depends on its own earlier draws alone, never on the round's own nor on other trajectories'."""
 
     reach: float = 1 / 8
-    prior_accepted: float = 1.5
+    prior_accepted: float = 1.75
     prior_examined: float = 2.0
 
     def __post_init__(self):

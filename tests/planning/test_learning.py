@@ -178,7 +178,8 @@ def test_the_cli_reports_a_first_run_without_a_pilot_and_a_planned_second(tmp_pa
     assert first["plan_source"] == "online" and first["pilot_calls"] == 0 and first["planned_calls"] is None
     assert first["tree"] == "online(6 rows)" and first["verifier"] == "block"
     assert second["plan_source"] == "runs" and second["pilot_calls"] == 0 and second["planned_calls"] > 0
-    # on a model this cheap, plain sampling may be expected faster than the plan: the run then says so
+    # on a model this cheap, plain sampling may be expected faster than the plan: the run then says so (the
+    # runs' measured seconds decline a plan only once MEASURED_MIN runs measured it: not yet here)
     assert second["declined"] == (second["tree"] == "none") == (second["plain_s"] <= second["planned_s"])
 
 
@@ -242,11 +243,13 @@ def test_the_online_run_and_the_run_planned_from_it_are_exact(learnt, plain_samp
 def test_the_online_run_whose_trajectories_cut_their_chains_is_exact(plain_samples):
     """Under the time objective each trajectory cuts the online chain by its own acceptance so far
     (ReachRule): the chain of a round depends on the trajectory's earlier rounds, never on its own draws. The
-    draft is moved by one sigma, so that chains are cut (4.7 rows a call against 5.3 uncut, measured)."""
+    draft is moved by one sigma, so that chains are cut: 4.7 rows a call against 5.3 for the whole chains the
+    calls objective takes (measured)."""
     config = SamplerConfig(**{**EXACT, "objective": "time", "draft_bias": 1.0}, seed=4, cache_dir="off")
     result, problem = generate(config)
+    whole, _ = generate(replace(config, objective="calls"))
     assert problem.plan_source == "online" and problem.tree.rule is not None
-    assert result.cost.rows_per_call < 5
+    assert result.cost.rows_per_call < 0.95 * whole.cost.rows_per_call
     assert result.cost.speedup_total > 2.0
     assert min_pvalue_bonferroni(result.samples, plain_samples) > ALPHA
 

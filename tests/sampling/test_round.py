@@ -109,6 +109,8 @@ CASES = {
         lambda k: BiasedDraft(FrozenGaussian(start="cold"), 1.0),
         "nearest",
     ),
+    # ... started warm: known roots, whose exact first level the counts leave out
+    "online-reach-warm": (ddpm, reach_chain(8), BlockVerification, lambda k: FrozenGaussian(start="warm"), "nearest"),
 }
 MAX_BATCH = {"plan-block-auto-refills": 3, "online-reach-biased-refills": 5}
 
