@@ -41,8 +41,8 @@ DRAFTS = {
 }
 
 
-def cut_run(num_samples: int, draft: str = "poor", **kwargs):
-    """gm16 over 20 DDPM steps, the online chain of 8 rows cut by ReachRule, one of DRAFTS."""
+def cut_run(num_samples: int, draft: str = "poor", tree=None, **kwargs):
+    """gm16 over 20 DDPM steps, one of DRAFTS, and the online chain of 8 rows cut by ReachRule (or `tree`)."""
     target, kernel, net = gm16_ddpm(20)
     return (
         sample(
@@ -50,7 +50,7 @@ def cut_run(num_samples: int, draft: str = "poor", **kwargs):
             kernel,
             target.shape,
             num_samples,
-            tree=reach_chain(8),
+            tree=tree or reach_chain(8),
             verifier=BlockVerification(),
             draft=DRAFTS[draft](),
             seed=6,
@@ -102,16 +102,6 @@ def test_the_cut_saves_rows_where_drafts_are_poor():
     """Against the whole chain of 8 rows, the same poor draft: fewer target rows a trajectory, and at most
     a call or two more."""
     cut, _ = cut_run(24)
-    target, kernel, net = gm16_ddpm(20)
-    whole = sample(
-        row_by_row(net),
-        kernel,
-        target.shape,
-        24,
-        tree=Topology.chain(8),
-        verifier=BlockVerification(),
-        draft=BiasedDraft(FrozenGaussian(start="cold"), 1.5),
-        seed=6,
-    )
+    whole, _ = cut_run(24, tree=Topology.chain(8))
     assert cut.cost.rows_per_trajectory.mean() < 0.8 * whole.cost.rows_per_trajectory.mean()  # measured: 0.66
     assert cut.cost.calls_per_trajectory.mean() <= whole.cost.calls_per_trajectory.mean() + 2
