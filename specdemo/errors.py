@@ -1,4 +1,8 @@
-"""The exceptions users see: bad input, a setting's value refused, a run over the work limit."""
+"""The exceptions users see: bad input, a setting's value refused, a run over the work limit.
+
+Each one pickles with its fields: the app's ZeroGPU task raises them in a forked worker, and they come back
+to the server by pickle (specdemo_app/gpu.py).
+"""
 
 
 class SpecdemoError(ValueError):
@@ -6,6 +10,11 @@ class SpecdemoError(ValueError):
 
     The CLI prints it as one line and exits non-zero; the app shows it in the page.
     """
+
+    def __reduce__(self):
+        """Rebuilt from its message and fields, not by calling __init__ again (pickle's default for an
+        exception): a subclass's __init__ takes more than its message."""
+        return _restore, (type(self), self.args), self.__dict__
 
 
 class SettingError(SpecdemoError):
@@ -37,3 +46,9 @@ class WorkLimitError(SpecdemoError):
     def __init__(self, rows: int, limit: int, message: str):
         self.rows, self.limit = rows, limit
         super().__init__(message)
+
+
+def _restore(cls: type[SpecdemoError], args: tuple) -> SpecdemoError:
+    err = cls.__new__(cls)
+    err.args = args
+    return err

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .errors import SettingError, SpecdemoError, WorkLimitError
+from .shared_bytes import SharedBytes
 
 
 @dataclass(frozen=True)
@@ -96,32 +97,54 @@ class Cancelled(SpecdemoError):
 
 class Cancel:
     """A run's stop flag, which the sampling driver checks between rounds: `cancel()` from any
-    thread, or `seconds` after it was made."""
+    thread, or `seconds` after it was made.
+
+    Pickled, it travels to another process and stays the same flag (ZeroGPU runs the app's sampler in a
+    forked worker, its arguments pickled: specdemo_app/gpu.py). The first pickling moves the flag into
+    shared bytes (shared_bytes.py): `cancel()` on the original or on any copy is seen by all of them. A
+    copy keeps the deadline (the time left when it was pickled); once the original has gone, a new copy is
+    a flag of its own."""
+
+    _lock = threading.Lock()
 
     def __init__(self, seconds: float | None = None):
         self._event = threading.Event()
         self.seconds = seconds
         self._deadline = None if seconds is None else time.monotonic() + seconds
+        self._shared: SharedBytes | None = None  # made by the first pickling
 
     def __reduce__(self):
-        """A copy for another process (ZeroGPU runs the sampler in a forked worker): the time left,
-        not the flag; cancel() on the original does not reach the copy."""
+        with self._lock:
+            if self._shared is None:
+                shared = SharedBytes(1)
+                shared.view[0] = self._event.is_set()
+                self._shared = shared
         left = None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
-        return (Cancel, (left,))
+        return _attached, (self._shared, left, self.seconds)
 
     def cancel(self) -> None:
         self._event.set()
+        if self._shared is not None:
+            self._shared.view[0] = 1
 
     @property
     def cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._event.is_set() or (self._shared is not None and self._shared.view[0] == 1)
 
     def check(self) -> None:
         """Raise Cancelled when the run should stop."""
-        if self._event.is_set():
+        if self.cancelled:
             raise Cancelled("the run was cancelled")
         if self._deadline is not None and time.monotonic() >= self._deadline:
             raise Cancelled(
                 f"the run took longer than its limit of {self.seconds:g} s; use fewer samples, fewer "
                 "steps or a smaller tree"
             )
+
+
+def _attached(shared: SharedBytes, left: float | None, seconds: float | None) -> Cancel:
+    """A pickled Cancel's copy: the original's flag and deadline."""
+    cancel = Cancel(seconds)
+    cancel._deadline = None if left is None else time.monotonic() + left
+    cancel._shared = shared
+    return cancel

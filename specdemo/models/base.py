@@ -33,6 +33,10 @@ class Target:
         """The network for `kernel`, on `device` (analytic networks follow their inputs)."""
         raise NotImplementedError
 
+    def place(self, device, dtype=None) -> None:
+        """Put the networks on `device` now, as later runs there take them (ZeroGPU asks for its models on
+        the GPU before its first task); analytic networks have nothing to place."""
+
     def draft_mismatch(self, other: Target) -> str | None:
         """Why `other`'s network cannot draft for this target, or None when it can (targets that
         take draft networks only)."""

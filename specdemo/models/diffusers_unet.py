@@ -132,6 +132,9 @@ class DiffusersTarget(Target):
         """fp32 on CPU; fp16 on CUDA unless dtype says otherwise."""
         return UNetNetwork(placed(self.unet, self._moved, device, dtype), kernel)
 
+    def place(self, device, dtype=None):
+        placed(self.unet, self._moved, device, dtype)
+
     def draft_mismatch(self, other):
         """A draft network needs the target's sample shape, classes and noise schedule."""
         if type(other) is not type(self):

@@ -98,6 +98,9 @@ class TextToImageTarget(Target):
         with self._lock:  # one copy per placement, even when two runs ask at once
             return placed(self.pipeline, self._moved, device, dtype)
 
+    def place(self, device, dtype=None):
+        self.placed(device, dtype)
+
     def network(self, kernel, device=torch.device("cpu"), dtype=None):
         return GuidedNetwork(getattr(self.placed(device, dtype), self.denoiser_name), kernel, self.state_argument)
 
