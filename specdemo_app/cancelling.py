@@ -3,19 +3,25 @@ dropping its event (gradio_client's job.cancel(), a `cancels=` trigger), or by t
 counting the runs at a time by the work running, not by the queue's slots.
 
 A dropped event is noticed by a watcher thread that looks every WATCH_SECONDS, whatever phase the run is
-in (planning, sampling, decoding), and sets the run's flag, which each phase checks.
+in (planning, sampling, decoding), and sets the run's flag, which each phase checks. The flag is shared
+with the GPU task's copy of it, in the worker process on ZeroGPU (gpu.py); the same watcher relays the
+task's progress from its board to the page.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import gradio as gr
 from gradio.context import LocalContext
 
 from specdemo.limits import Cancel
+
+from .gpu import ProgressBoard
 
 RUNS_AT_ONCE = 2  # runs at once (the queue's concurrency limit, and the work slots below); the queue holds the others
 WATCH_SECONDS = 0.2  # how often a run's watcher looks whether gradio still runs its event
@@ -38,21 +44,28 @@ def was_shared(cancel: Cancel) -> bool:
 
 
 @contextmanager
-def cancellable(request: gr.Request | None, seconds: float | None):
-    """A run's stop flag: set by the Stop button and by closing the page (`stop`), by gradio's cancel
-    of the event (a watcher thread: event_alive), or `seconds` after the run started. The run holds one
-    of the WORK_SLOTS until it returns."""
-    cancel = Cancel(seconds)
+def cancellable(request: gr.Request | None, seconds: float | None, progress: Callable | None = None):
+    """A run's stop flag and progress board: the flag is set by the Stop button and by closing the page
+    (`stop`), by gradio's cancel of the event (a watcher thread: event_alive), or `seconds` after the run
+    started; the watcher relays the board's reports to `progress` (gr.Progress, in the event's context).
+    The run holds one of the WORK_SLOTS until it returns."""
+    cancel, board = Cancel(seconds), ProgressBoard()
     session = getattr(request, "session_hash", None) or ""
     event = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    relay = None
+    if progress is not None:
+        context = contextvars.copy_context()  # gr.Progress finds its event in the context it is called in
+        relay = lambda fraction, desc: context.run(progress, fraction, desc=desc)
     with WORK_SLOTS:
         with RUNNING_LOCK:
             RUNNING.setdefault(session, set()).add(cancel)
         done = threading.Event()
-        watcher = threading.Thread(target=_watch, args=(event, cancel, done), daemon=True, name="specdemo-watch")
+        watcher = threading.Thread(
+            target=_watch, args=(event, cancel, board, relay, done), daemon=True, name="specdemo-watch"
+        )
         watcher.start()
         try:
-            yield cancel
+            yield cancel, board
         finally:
             done.set()
             SHARED.discard(id(cancel))
@@ -63,13 +76,20 @@ def cancellable(request: gr.Request | None, seconds: float | None):
                     RUNNING.pop(session, None)
 
 
-def _watch(event, cancel: Cancel, done: threading.Event) -> None:
+def _watch(event, cancel: Cancel, board: ProgressBoard, relay: Callable | None, done: threading.Event) -> None:
+    relayed = 0
     while not done.wait(WATCH_SECONDS):
         if runs_going() > 1:
             SHARED.add(id(cancel))
-        if not event_alive(*event):
+        if not cancel.cancelled and not event_alive(*event):
             cancel.cancel()
-            return
+        count, fraction, desc = board.read()
+        if relay is not None and count != relayed:
+            relayed = count
+            try:
+                relay(fraction, desc)
+            except Exception:  # a page gone meanwhile: the flag still matters, the bar no more
+                relay = None
 
 
 def stop(request: gr.Request):

@@ -69,6 +69,17 @@ class ExactnessReport:
         )
 
 
+def check_test(target: Target, num_samples: int) -> None:
+    """Refuse a test of a model without a closed-form law, or of a number of samples out of range."""
+    if not 20 <= num_samples <= MAX_TEST_SAMPLES:
+        raise SpecdemoError(f"the exactness test takes 20..{MAX_TEST_SAMPLES} samples per group, got {num_samples}")
+    if log_density_of(target) is None:
+        raise SpecdemoError(
+            f"the exactness test is offered for the analytic targets ({', '.join(PRESETS)}); "
+            f"{target.name} is an image model"
+        )
+
+
 def exactness_check(
     config: SamplerConfig,
     num_samples: int,
@@ -83,14 +94,8 @@ def exactness_check(
     """Draw num_samples with the chosen chain or tree and num_samples with the plain target sampler
     (independent seeds), then run the energy two-sample test. Analytic targets only. `limits`
     bound the two runs together, as in run_comparison."""
-    if not 20 <= num_samples <= MAX_TEST_SAMPLES:
-        raise SpecdemoError(f"the exactness test takes 20..{MAX_TEST_SAMPLES} samples per group, got {num_samples}")
     target = target or cached_target(config.model)
-    if log_density_of(target) is None:
-        raise SpecdemoError(
-            f"the exactness test is offered for the analytic targets ({', '.join(PRESETS)}); "
-            f"{target.name} is an image model"
-        )
+    check_test(target, num_samples)
     if config.tree is None:
         raise SpecdemoError("no topology given; accepted: widths such as 3,2,1, KxL or 1xL")
     spec_cfg = replace(config, method=method_of(config.tree).value, num_samples=num_samples)

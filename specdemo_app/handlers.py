@@ -20,16 +20,12 @@ import time
 from typing import TYPE_CHECKING
 
 import gradio as gr
-import torch
 
 from specdemo.config import KERNEL_NAMES, PRESET_NAMES, SamplerConfig
-from specdemo.errors import SettingError, SpecdemoError
-from specdemo.limits import Cancel, Cancelled, Limits
 
-from .cancelling import cancellable, runs_going, was_shared, watched
+from .cancelling import cancellable, runs_going, was_shared
 from .controls import (
     PROMPT_FIELDS,
-    control_label,
     draft_shows,
     kernel_choices,
     kernel_shows,
@@ -37,8 +33,20 @@ from .controls import (
     topology_shows,
 )
 from .curated import curated
+from .gpu import (
+    ON_ZERO_GPU,
+    ClickTask,
+    ExactnessTask,
+    call,
+    decode_path,
+    run_click,
+    run_exactness,
+    seconds_for,
+    timed,
+)
 from .labels import exactness_text, headline, offered_tree, plan_text, tree_button_text
 from .loading import HUB_ID, cached_target, hub_status
+from .refusals import readable_errors, user_error
 from .settings import (
     CUSTOM,
     DEFAULT,
@@ -55,119 +63,16 @@ from .topology_text import is_auto
 if TYPE_CHECKING:
     from .runner import Comparison
 
-try:  # ZeroGPU on Hugging Face: the GPU is attached only inside functions decorated with spaces.GPU
-    import spaces
-
-    gpu = spaces.GPU(duration=120)
-except ImportError:  # anywhere else the decorator is skipped
-
-    def gpu(fn):
-        return fn
-
-
 log = logging.getLogger("specdemo.app")
 
-KEPT_TRAJECTORIES = 64  # trajectories whose rounds a session keeps (and the page and the export show)
-SESSION_BYTES = 16_000_000  # ... and as many as fit in this (an image model's node states are large)
 EXPORT_TTL = 1800  # seconds an exported run stays on the server (ours, and gradio's cached copy)
-MAX_MESSAGE = 600  # characters of an error message: no input is echoed back whole
-
-
-def user_error(message: str, title: str) -> gr.Error:
-    """The page's error for something the visitor can change: one line in the server's log, no
-    traceback (gradio prints one for every gr.Error unless told not to)."""
-    message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "…"
-    log.info("%s: %s", title, message)
-    return gr.Error(as_text(message), title=title, print_exception=False)
-
-
-def as_text(message: str) -> str:
-    """A message the page's pop-up shows as typed: it renders HTML, so no "<" may open a tag (a visitor's
-    input is echoed in some refusals)."""
-    return message.replace("<", "&lt;")
-
-
-def setting_words(err: SettingError) -> str:
-    """A refused setting in the page's words: its control's label, not the command line's option."""
-    value = repr(err.value) if isinstance(err.value, str) else str(err.value)
-    return f"{control_label(err.setting)}: {value[:80]} is not accepted here; accepted: {err.accepted}"
-
-
-def readable_errors(fn):
-    """Every failure becomes a gr.Error the page shows; the server never goes down with it."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except gr.Error:
-            raise
-        except Cancelled as err:
-            raise user_error(str(err), "Stopped") from None
-        except SettingError as err:
-            raise user_error(setting_words(err), "Cannot run this") from None
-        except SpecdemoError as err:
-            raise user_error(str(err), "Cannot run this") from None
-        except (MemoryError, torch.OutOfMemoryError):
-            raise user_error("out of memory: use fewer samples or a smaller tree", "Too large") from None
-        except Exception as err:  # a bug: its traceback logged once, here; the page says what
-            log.exception("unexpected error in %s", fn.__name__)
-            raise gr.Error(
-                as_text(f"unexpected error ({type(err).__name__}): {str(err)[:MAX_MESSAGE]}"),
-                title="Something went wrong",
-                print_exception=False,
-            ) from None
-
-    return wrapper
-
-
-@gpu
-def _compute(config: SamplerConfig, target, draft_target, progress, limits: Limits, cancel: Cancel) -> Comparison:
-    """The click's runs, summarised as the session keeps them (KEPT_TRAJECTORIES, SESSION_BYTES); for
-    a latent model, with the path of the round the page opens on decoded here, on the run's device."""
-    from specdemo import figures as F
-
-    from .runner import run_comparison
-
-    comp = run_comparison(
-        config,
-        target=target,
-        draft_target=draft_target,
-        progress=watched(progress, cancel),
-        limits=limits,
-        cancel=cancel,
-        traced=KEPT_TRAJECTORIES,
-    ).summarised(KEPT_TRAJECTORIES, SESSION_BYTES)
-    if comp.latent:
-        trajectory, k = F.pick_round(comp.trace)
-        comp.path_images(trajectory, k, decoder(target, comp.config.device))
-    return comp
-
-
-def decoder(target, device: str):
-    """latents -> images for the committed-path view (runner.decode_for_display), on the GPU where
-    the run may use one."""
-    from .runner import DISPLAY_SIZE, decode_for_display
-    from .work import on_gpu
-
-    where = torch.device("cuda" if on_gpu(device) else "cpu")
-    return lambda latents: decode_for_display(target, latents, DISPLAY_SIZE["path"], where)
-
-
-@gpu
-def _decode(model_name: str, device: str, latents: torch.Tensor) -> torch.Tensor:
-    """Decode a round's committed path the page has not shown yet, with the model as the run loaded
-    it (loading.load_for_visitors: cached), on the GPU where there is one (ZeroGPU lends it here)."""
-    from .loading import load_for_visitors
-
-    return decoder(load_for_visitors(model_name), device)(latents)
 
 
 def path_decoder(comp: Comparison | None):
     """The round views' decode for a session's run: None but for a latent model."""
     if comp is None or not comp.latent:
         return None
-    return functools.partial(_decode, comp.model_name, comp.config.device)
+    return functools.partial(call, decode_path, comp.model_name, comp.config.device)
 
 
 @readable_errors
@@ -182,12 +87,16 @@ def check_inputs(**settings):
 
 
 def _click(settings: dict, request: gr.Request | None, progress) -> Comparison:
-    """The click's runs at `settings` (run_comparison checks the click's limits first), cancelled with the
-    session or past limits.max_seconds; whether other visitors' runs shared the machine meanwhile."""
-    config, target, draft_target, limits = make_config(settings)
-    with cancellable(request, limits.max_seconds) as cancel:
-        # the session keeps the trace of the first KEPT_TRAJECTORIES only: a few MB whatever the samples
-        comp = _compute(config, target, draft_target, progress, limits, cancel)
+    """The click's runs at `settings` in the GPU task (gpu.run_click), which asks for the seconds of the
+    click's bounded work; cancelled with the session or past its seconds; whether other visitors' runs
+    shared the machine meanwhile, and the GPU time it asked for and used on ZeroGPU."""
+    from .runner import click_rows, log_density_of, timing_budget
+
+    config, target, _, limits = make_config(settings)
+    seconds = seconds_for(click_rows(config, target, limits), limits, timing_budget())
+    with cancellable(request, seconds if ON_ZERO_GPU else limits.max_seconds, progress) as (cancel, board):
+        comp, comp.gpu = timed(run_click, ClickTask(config, limits, cancel, board, seconds))
+        comp.log_density = log_density_of(target)
         comp.shared = was_shared(cancel) or runs_going() > 1
     return comp
 
@@ -196,8 +105,14 @@ def _click(settings: dict, request: gr.Request | None, progress) -> Comparison:
 def sample(request: gr.Request | None, **settings) -> dict:
     """The /sample endpoint (api.py): the click's runs at `settings`, those left None at the page's values
     for the model; their headline, plan and costs as JSON, with no figure."""
-    comp = _click(with_page_defaults(settings), request, lambda fraction, desc=None: None)
-    return {"headline": headline(comp), "plan": plan_text(comp), "runs": [r.summary() for r in comp.runs]}
+    comp = _click(with_page_defaults(settings), request, None)
+    return {
+        "headline": headline(comp),
+        "plan": plan_text(comp),
+        "runs": [r.summary() for r in comp.runs],
+        "seed": comp.config.seed,
+        "gpu": None if comp.gpu is None else {"asked_s": comp.gpu.asked, "used_s": comp.gpu.used},
+    }
 
 
 def with_page_defaults(settings: dict) -> dict:
@@ -278,33 +193,23 @@ def show_trajectory(comp, trajectory):
     )
 
 
-@gpu
-def _exactness(config, num, target, draft_target, progress, limits: Limits, cancel: Cancel):
-    from .exactness import exactness_check
-
-    return exactness_check(
-        config,
-        num,
-        target=target,
-        draft_target=draft_target,
-        progress=watched(progress, cancel),
-        limits=limits,
-        cancel=cancel,
-    )
-
-
 @readable_errors
 def exactness(test_samples, request: gr.Request | None = None, progress=gr.Progress(), **settings):
     """Two-sample test of the chosen chain, tree or plan against plain target sampling (analytic targets)."""
     from specdemo import figures as F
 
+    from .exactness import check_test
+    from .runner import click_rows, timing_budget
     from .views import plot
 
     progress(0, desc="loading the model")
-    config, target, draft_target, limits = make_config({**settings, "num_samples": 1})
+    config, target, _, limits = make_config({**settings, "num_samples": 1})
     num = whole(test_samples, "the number of test samples")
-    with cancellable(request, limits.max_seconds) as cancel:
-        report = _exactness(config, num, target, draft_target, progress, limits, cancel)
+    check_test(target, num)
+    rows = click_rows(config, target, limits, num_samples=num, chain=False, test=True)
+    seconds = seconds_for(rows, limits, timing_budget())
+    with cancellable(request, seconds if ON_ZERO_GPU else limits.max_seconds, progress) as (cancel, board):
+        report, _ = timed(run_exactness, ExactnessTask(config, num, limits, cancel, board, seconds))
     fig = F.exactness_figure(
         report.plain, report.speculative, report.p_value, spec_label=report.label, mixture=report.mixture
     )
@@ -456,9 +361,11 @@ def warm_up() -> None:
     try:
         from specdemo import figures as F
 
+        from .loading import preload
         from .runner import run_comparison
         from .views import comparison_views, round_views
 
+        preload()
         target = cached_target(DEFAULT_MODEL)
         comp = run_comparison(
             SamplerConfig(

@@ -147,6 +147,8 @@ def timing_words(comp: Comparison) -> str:
     text = f" (each wall-clock the least of {repeats} timings)" if repeats > 1 else ""
     if comp.shared:
         text += "; timed while another visitor's run was computing too, so the seconds are noisier than usual"
+    if comp.gpu is not None:
+        text += f"; ZeroGPU time: {comp.gpu.asked:g} s asked for, {comp.gpu.used:.1f} s used"
     return text
 
 

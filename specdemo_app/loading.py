@@ -44,11 +44,22 @@ def cached_target(spec: str, size: int = 4, hub_only: bool = False, max_download
     from specdemo import resolve_target
 
     target = resolve_target(key[0], hub_only=hub_only, max_download_bytes=max_download_bytes)
+    import torch
+
+    if torch.cuda.is_available():  # on the GPU where runs take it: ZeroGPU moves it into each worker it forks
+        target.place("cuda")
     with _cache_lock:
         _cache[key] = target
         while len(_cache) > size:
             _cache.popitem(last=False)
     return target
+
+
+def preload() -> None:
+    """The embedded models loaded (and placed on the GPU where there is one) in the server's process at
+    start-up, before any GPU task forks a worker from it, as ZeroGPU advises."""
+    for name in EMBEDDED_NAMES:
+        load_for_visitors(name)
 
 
 def local_models() -> bool:

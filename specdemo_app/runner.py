@@ -26,6 +26,7 @@ from specdemo.resolve import Settings, method_of, resolve, resolve_device
 from specdemo.sampling import Cost, RoundTrace, SampleResult
 from specdemo.trees import MAX_DEPTH, Topology, TopologyPlan
 
+from .gpu import GpuTime
 from .labels import describe, plan_segments
 from .loading import cached_target
 from .progress import Progress, TimeLeft, stage_callback
@@ -134,6 +135,7 @@ class Comparison:
     declined: TopologyPlan | None = None
     plain_s: float | None = None
     shared: bool = False  # timed while another visitor's run computed too (handlers.run)
+    gpu: GpuTime | None = None  # the ZeroGPU seconds the click asked for and used (None elsewhere)
     latent: bool = False  # its samples and node states are latents, decoded for display only
     # (trajectory, k) -> the committed path of that round decoded for display (path_images)
     decoded_paths: dict = field(default_factory=dict)
@@ -178,7 +180,7 @@ class Comparison:
         if images is None:
             if decode is None:
                 return trace
-            images = decode(torch.from_numpy(np.ascontiguousarray(latents)))
+            images = decode(np.ascontiguousarray(latents))
             while len(self.decoded_paths) >= KEPT_PATHS:
                 self.decoded_paths.pop(next(iter(self.decoded_paths)))
             self.decoded_paths[(trajectory, k)] = images
@@ -309,6 +311,11 @@ TIMING_SECONDS = 1.0  # a click's runs are timed again while all its timings tog
 TIMING_RUNS = 5  # ... up to this many timings of each run, the least kept
 
 
+def timing_budget() -> float:
+    """The seconds a click's runs may spend timed again (TIMING_SECONDS; SPECDEMO_APP_TIMING_SECONDS)."""
+    return float(os.environ.get("SPECDEMO_APP_TIMING_SECONDS", TIMING_SECONDS))
+
+
 def timed_again(runs: list[MethodRun], problems: list[Problem], cancel: Cancel | None) -> None:
     """Time each run again, in turn (so that a burst of load falls on all of them alike), while another pass
     fits in TIMING_SECONDS with the ones made (up to TIMING_RUNS timings each); each run's wall-clock becomes
@@ -317,7 +324,7 @@ def timed_again(runs: list[MethodRun], problems: list[Problem], cancel: Cancel |
     model makes one pass. A traced run's timing leaves out writing its records (Cost.trace_s), as the
     untraced baselines have none."""
     timings = [[r.cost.wall_s - r.cost.trace_s] for r in runs]
-    budget = float(os.environ.get("SPECDEMO_APP_TIMING_SECONDS", TIMING_SECONDS))
+    budget = timing_budget()
     while len(timings[0]) < TIMING_RUNS and sum(map(sum, timings)) / len(timings[0]) * (len(timings[0]) + 1) <= budget:
         for times, p in zip(timings, problems, strict=True):
             times.append(p.run(learn_deltas=False, cancel=cancel).cost.wall_s)
@@ -400,6 +407,23 @@ def check_click(
             + weighed_rows(target, limits, settings.config.guidance_scale, settings.device)
         )
     return settings
+
+
+def click_rows(
+    config: SamplerConfig,
+    target: Target,
+    limits: Limits,
+    *,
+    num_samples: int | None = None,
+    chain: bool = True,
+    test: bool = False,
+) -> int:
+    """The most target rows a click's runs evaluate together (click_work), after check_click refuses what is
+    over the limits: the comparison's, or with test an exactness test's of num_samples a group."""
+    if num_samples is not None:
+        config = replace(config, num_samples=num_samples)
+    settings = check_click(config, target, limits, chain=chain, plain=True, test=test)
+    return sum(rows for _, rows in click_work(settings, chain, True))
 
 
 def plan_expects(problem: Problem) -> tuple[float | None, float | None]:

@@ -3,7 +3,6 @@ Space configuration."""
 
 import ast
 import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -25,7 +24,7 @@ from specdemo import figures as F
 from specdemo.config import PLANNED_VERIFIERS
 from specdemo.figures.compare import short_label
 from specdemo.planning.forms import priced_count
-from specdemo_app import controls, curated, labels, loading, progress, runner, work
+from specdemo_app import cancelling, controls, curated, gpu, labels, loading, progress, runner, work
 from specdemo_app import handlers as H
 from specdemo_app import settings as S
 from specdemo_app.work import MAX_SAMPLES
@@ -443,8 +442,10 @@ def test_the_time_left_estimate():
 
 
 def test_the_progress_bar_says_the_time_left(monkeypatch):
-    # every update reaches the bar (the page gets at most ten a second, which a fast stage can fall between)
-    monkeypatch.setattr(H, "watched", functools.partial(H.watched, every=0.0))
+    # every update reaches the board, and the watcher relays it at once (the page gets at most five a second,
+    # which a fast stage can fall between)
+    monkeypatch.setattr(cancelling, "watched", functools.partial(cancelling.watched, every=0.0))
+    monkeypatch.setattr(cancelling, "WATCH_SECONDS", 0.005)
     descs = []
     H.run(**click(tree="3,2,1", steps=30, num_samples=64), progress=lambda f, desc="": descs.append((f, desc)))
     stages = {desc.split(":")[0] for _, desc in descs if "s left" in desc}
@@ -621,7 +622,7 @@ def test_a_session_keeps_a_bounded_result():
 @pytest.mark.slow
 def test_a_session_keeps_what_fits_its_byte_budget(monkeypatch):
     """An image model's node states are large: a session keeps as many trajectories as fit."""
-    monkeypatch.setattr(H, "SESSION_BYTES", 400_000)
+    monkeypatch.setattr(gpu, "SESSION_BYTES", 400_000)
     out = H.run(
         **click(model="digits", tree="1x4", verifier="rmc", freeze="x0", steps=30, num_samples=12, class_label=3),
         progress=no_progress,
@@ -643,7 +644,7 @@ def test_the_sessions_kept_runs_are_bounded_in_all(monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert launched["state_session_capacity"] == app.SESSIONS
-    assert app.SESSIONS * H.SESSION_BYTES <= 1.1e9
+    assert app.SESSIONS * gpu.SESSION_BYTES <= 1.1e9
 
 
 def test_old_exports_are_removed(default_run, monkeypatch):
@@ -689,28 +690,6 @@ def test_controls_follow_the_model():
         assert H.draft_changed("frozen")["visible"] and not H.draft_changed("digits-draft")["visible"]
 
 
-def test_zerogpu_decorator_is_used_when_spaces_is_present(monkeypatch):
-    if importlib.util.find_spec("spaces") is None:  # absent here: the decorator is skipped
-        assert H.gpu(no_progress) is no_progress
-    decorated = []
-
-    def GPU(*args, **kwargs):
-        def deco(fn):
-            decorated.append(fn.__name__)
-            return fn
-
-        return deco
-
-    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=GPU))
-    spec_ = importlib.util.spec_from_file_location(
-        "specdemo_app.handlers_on_zerogpu", ROOT / "specdemo_app" / "handlers.py"
-    )
-    module = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(module)
-    assert decorated == ["_compute", "_decode", "_exactness"]
-    assert module.run(**click(), progress=no_progress)[0]
-
-
 def top_level_imports(path: Path) -> set[str]:
     """The packages a file imports (absolute imports only)."""
     out = set()
@@ -725,57 +704,9 @@ def top_level_imports(path: Path) -> set[str]:
 def test_the_library_never_imports_the_app_and_only_the_pages_modules_import_gradio():
     for path in (ROOT / "specdemo").rglob("*.py"):
         assert not {"gradio", "specdemo_app", "app"} & top_level_imports(path), path
-    pages = {"controls.py", "views.py", "handlers.py", "style.py", "cancelling.py", "api.py"}
+    pages = {"controls.py", "views.py", "handlers.py", "style.py", "cancelling.py", "api.py", "refusals.py"}
     for path in (ROOT / "specdemo_app").glob("*.py"):
         assert ("gradio" in top_level_imports(path)) == (path.name in pages), path
-
-
-def test_space_config_front_matter_and_dry_run(tmp_path):
-    sys.path.insert(0, str(ROOT / "space_config"))
-    try:
-        import deploy
-    finally:
-        sys.path.pop(0)
-    meta = deploy.front_matter()
-    for key in ("title", "sdk", "sdk_version", "app_file", "python_version", "suggested_hardware"):
-        assert meta[key]
-    assert meta["sdk"] == "gradio" and meta["sdk_version"] == gr.__version__ and meta["app_file"] == "app.py"
-    deploy.check(meta)
-    reqs = (ROOT / "space_config" / "requirements.txt").read_text()
-    assert "torch==" in reqs and "spaces" in reqs
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "space_config" / "deploy.py"),
-            "--repo-id",
-            "someone/specdemo",
-            "--dry-run",
-            "--out",
-            str(tmp_path / "space"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    plan = json.loads(out.stdout)
-    assert plan["dry_run"] and {"app.py", "README.md", "requirements.txt", "specdemo", "specdemo_app"} <= set(
-        plan["top_level"]
-    )
-    staged = tmp_path / "space"
-    assert (staged / "README.md").read_text().startswith("---\ntitle:")
-    assert (staged / "specdemo" / "figures" / "tree.py").is_file()
-    assert {p.name for p in (ROOT / "specdemo_app").glob("*.py")} == {
-        p.name for p in (staged / "specdemo_app").iterdir()
-    }
-    assert not list(staged.rglob("__pycache__"))
-    bad = subprocess.run(
-        [sys.executable, str(ROOT / "space_config" / "deploy.py"), "--repo-id", "not a repo", "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert bad.returncode == 2 and "USER/NAME" in bad.stderr
 
 
 def test_a_draft_network_loads_under_the_spaces_policy(monkeypatch):
@@ -1115,7 +1046,7 @@ def test_a_dropped_event_stops_its_run_in_any_phase_within_a_second():
     queue = SimpleNamespace(active_jobs=[[event]])
     blocks, event_id = LocalContext.blocks.set(SimpleNamespace(_queue=queue)), LocalContext.event_id.set("event-1")
     try:
-        with cancelling.cancellable(None, None) as cancel:
+        with cancelling.cancellable(None, None) as (cancel, _):
             time.sleep(3 * cancelling.WATCH_SECONDS)
             assert not cancel.cancelled  # the event runs
             assert cancelling.WORK_SLOTS._value == cancelling.RUNS_AT_ONCE - 1  # a slot held while it runs

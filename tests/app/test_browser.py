@@ -404,7 +404,7 @@ def test_the_progress_moves_and_stop_ends_the_servers_work(page, server):
 
 def test_memory_stays_flat_over_many_clicks(page, server):
     """40 clicks of a small gm2d run after 5 warm-up clicks: the server's resident memory grows by at most
-    100 MB (each session keeps its last run, within handlers.SESSION_BYTES)."""
+    100 MB (each session keeps its last run, within gpu.SESSION_BYTES)."""
     _, proc = server
     pick_model_and_wait(page, "gm2d · 2-D Gaussian mixture", "gm2d")
     set_topology(page, "2,1")

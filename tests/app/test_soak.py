@@ -3,7 +3,7 @@
 The server runs in its own process (its resident memory is what a Space pays for); each session
 goes through gradio_client: the small default-like run, a large run near the app's limits (4,096
 gm2d samples), a round view and an export. A session keeps its last comparison summarised (the
-trace of its first trajectories, within specdemo_app.handlers.SESSION_BYTES), so sessions that end leave at most
+trace of its first trajectories, within specdemo_app.gpu.SESSION_BYTES), so sessions that end leave at most
 that much each behind: the server's resident memory after every session must stay within
 GROWTH_BOUND of what it held after the first one (which pays the allocators' one-time growth).
 A session that kept its large run whole held 0.3-0.4 GB (issue 13).
