@@ -24,6 +24,9 @@ HERE = Path(__file__).resolve().parent
 REQUIRED_KEYS = ("title", "sdk", "sdk_version", "app_file", "python_version", "suggested_hardware")
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".DS_Store")
 PACKAGES = ("specdemo", "specdemo_app")  # the library, and the app's side next to app.py
+# The Pythons a ZeroGPU Space runs: 3.12.12 or 3.10.13, named by their minor version in the front matter
+# (Hugging Face Hub docs, docs/hub/spaces-zerogpu.md). The one list of them in this project.
+ZEROGPU_PYTHONS = ("3.10", "3.12")
 
 
 class DeployError(Exception):
@@ -56,6 +59,10 @@ def check(meta: dict[str, str]) -> None:
     pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", (ROOT / "requirements.txt").read_text(), re.M))
     if pins.get("gradio") and pins["gradio"] != meta["sdk_version"]:
         raise DeployError(f"sdk_version {meta['sdk_version']} differs from requirements.txt's gradio=={pins['gradio']}")
+    if meta["python_version"] not in ZEROGPU_PYTHONS:
+        raise DeployError(
+            f"python_version {meta['python_version']} is not one ZeroGPU offers: use one of {', '.join(ZEROGPU_PYTHONS)}"
+        )
     if len(meta.get("short_description", "")) > 60:
         raise DeployError("short_description is over 60 characters")
     space_pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", (HERE / "requirements.txt").read_text(), re.M))
