@@ -20,7 +20,7 @@ from specdemo_app import api, cancelling, controls, handlers, settings, style
 
 CONCURRENCY_LIMIT = cancelling.RUNS_AT_ONCE  # runs at once; the queue holds the others
 QUEUE_SIZE = 64
-# sessions whose last run the server keeps (the least recently used goes first): with handlers.SESSION_BYTES
+# sessions whose last run the server keeps (the least recently used goes first): with gpu.SESSION_BYTES
 # a session, the kept runs hold at most about 1 GB in all
 SESSIONS = 64
 
@@ -320,13 +320,16 @@ def cpu_budget() -> int:
 
 def launch(**kwargs):
     """Serve the app with its theme and styles (what `python app.py` and the Space do): each run's
-    share of the CPUs first, then the warm-up, then the server."""
+    share of the CPUs first, then the warm-up, then the server, with gradio's MCP server on (the
+    endpoints as tools, /sample the one for agents, at /gradio_api/mcp/; mcp_server=False turns it off)."""
     # on a 2-core machine two concurrent runs of two threads each fight over the cores, and small tensors
     # gain nothing from intra-op threads (measured: 1.05 s against 7-9 s for the default click with
     # another process busy)
     torch.set_num_threads(max(1, cpu_budget() // CONCURRENCY_LIMIT))
     handlers.warm_up()
-    return demo.launch(theme=style.THEME, css=style.CSS, **{"state_session_capacity": SESSIONS, **kwargs})
+    return demo.launch(
+        theme=style.THEME, css=style.CSS, **{"state_session_capacity": SESSIONS, "mcp_server": True, **kwargs}
+    )
 
 
 if __name__ == "__main__":
