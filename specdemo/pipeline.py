@@ -75,6 +75,7 @@ class Problem:
     declined: Problem | None = None  # the planned problem plain sampling was expected to beat (tree is then ())
     measured_s: float | None = None  # what runs under the plan took per batch of slots (planning.observe)
     calibration_s: float = 0.0  # pilots, cost measurement and planning, when this build ran them
+    planning_calls: int = 0  # target calls that timed the network for the plan, when this build made them
     warmup_s: float = 0.0  # setting the target's kernels up for the run's call sizes (pipeline.warm_up)
 
     @property
@@ -99,7 +100,8 @@ class Problem:
 
     def run(self, indices=None, *, with_pilot: bool = False, learn_deltas: bool = True, **kwargs) -> SampleResult:
         """Sample every trajectory, or only trajectories `indices` (a process's share). with_pilot:
-        charge this build's pilot runs to the run's cost (pilot_calls, pilot_s, speedup_total). learn_deltas:
+        charge this build's planning and pilot runs to the run's cost (planning_s, planning_calls, pilot_calls,
+        pilot_s; counted in speedup_total and time_speedup_over). learn_deltas:
         keep what the run measured for the setting's later runs (planning.learn under the online plan; else
         planning.observe, its seconds under a plan priced by time; planning.learn_forms, --freeze auto's forms
         priced along its paths, while the table is being learnt); False for a run that repeats
@@ -153,8 +155,10 @@ class Problem:
         ):  # what the plan took, less writing a trace's records, weighed against plain sampling
             observe(self, result.cost.wall_s - result.cost.trace_s, num)
         result.cost.learn_s = time.perf_counter() - t0
-        if with_pilot and self.pilot is not None:
-            result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s
+        if with_pilot:  # what this build spent planning
+            result.cost.planning_calls, result.cost.planning_s = self.planning_calls, self.calibration_s
+            if self.pilot is not None:
+                result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s
         return result
 
 

@@ -91,6 +91,7 @@ class Plan:
     stats: DeltaStats | None = None
     pilot: Cost | None = None
     calibration_s: float = 0.0
+    planning_calls: int = 0
     learnt: bool = False
     plain_s: float | None = None
     declined: Problem | None = None
@@ -148,7 +149,7 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         if auto_tree:
             problem = best_plan(planned_options(problem, options, cancel), c.objective)
         if auto_tree and c.objective == "time":
-            problem = replace(problem, plain_s=plain_seconds(problem))
+            problem = replace(problem, plain_s=plain_seconds(problem, cancel.check if cancel else lambda: None))
         problem = replace(problem, calibration_s=time.perf_counter() - t0)
         verifier, source = problem.verifier, problem.plan_source
         assert verifier is not None and source is not None  # settled above: planned, by "pilot" or "runs"

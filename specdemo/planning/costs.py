@@ -1,17 +1,23 @@
 """What a round costs on the run's device, for the time objective: the target's call by its rows, and the
-driver's own cost per round and per level (trees/cost_model.py prices a round with them)."""
+driver's own cost per round and per level (trees/cost_model.py prices a round with them).
+
+Measuring takes a bounded time whatever the batch: calls are timed up to MOST_ROWS rows (the cost model
+extrapolates larger ones with the last slope), each for at most CALL_BUDGET_S; the driver is timed over a
+few rounds (TIMED_ROUNDS) of at most the larger of MEASURED_BATCHES trajectories, and a larger batch's
+cost is extrapolated from the two (the driver's cost per round grows linearly with its trajectories once
+they fill its vectorised operations)."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import numpy as np
 import torch
 
-from ..drafts import Draft, StepwiseDraft
+from ..drafts import StepwiseDraft
 from ..drafts.stepwise import RESIDUAL
 from ..sampling import sample
 from ..trees import Topology
@@ -20,23 +26,37 @@ from ..trees.cost_model import call_size
 if TYPE_CHECKING:
     from ..pipeline import Problem
 
-CALL_REPEATS = 5
-DRIVER_REPEATS = 3  # timed runs of each chain _driver_costs prices rounds and levels from, the median kept
+CALL_REPEATS = 5  # timings of a call size, the median kept ...
+CALL_BUDGET_S = 0.25  # ... fewer where they would take longer than this (one at least)
 MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded call sizes, 2 an octave
+MOST_ROWS = MEASURED_SIZES[-1]  # the largest call timed
+TIMED_ROUNDS = 6  # rounds of the driver timed per measurement, the median kept (after WARM_ROUNDS untimed)
+WARM_ROUNDS = 2
+MEASURED_BATCHES = (128, 512)  # trajectories the driver is timed with, where a run's batch is larger
 
 
-def call_costs(problem: Problem, check: Callable[[], None] = lambda: None) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """The target's call at a few row counts up to the batch times the budget: (rows, seconds), the
-    median of CALL_REPEATS after a warm-up call each; `check` (a cancel's) is called before each count."""
+class CallCosts(NamedTuple):
+    rows: tuple[int, ...]  # row counts timed, increasing
+    seconds: tuple[float, ...]  # a call's seconds at each
+    calls: int  # target calls made to time them
+
+
+def call_costs(problem: Problem, check: Callable[[], None] = lambda: None) -> CallCosts:
+    """The target's call at a few row counts up to the batch times the budget, at most MOST_ROWS: the median
+    of up to CALL_REPEATS timings after a first call each (fewer where they would take over CALL_BUDGET_S);
+    `check` (a cancel's) is called before each count."""
     budget = problem.config.budget
     assert budget is not None  # --tree auto plans within a budget
-    top = call_size(problem.slots * (budget + 1))
+    top = min(call_size(problem.slots * (budget + 1)), MOST_ROWS)
     rows = tuple(r for r in MEASURED_SIZES if r < top) + (top,)
-    seconds = []
+    seconds, calls = [], 0
     for r in rows:
         check()
-        seconds.append(statistics.median(call_seconds(problem, r, CALL_REPEATS)))
-    return rows, tuple(seconds)
+        first = call_seconds(problem, r, 1)[0]
+        repeats = max(1, min(CALL_REPEATS, int(CALL_BUDGET_S / max(first, 1e-9))))
+        seconds.append(statistics.median([first, *call_seconds(problem, r, repeats - 1, warm=False)]))
+        calls += 1 + repeats
+    return CallCosts(rows, tuple(seconds), calls)
 
 
 class DriverCosts(TypedDict):
@@ -47,10 +67,10 @@ class DriverCosts(TypedDict):
     network_level_s: float
 
 
-def driver_costs(problem: Problem) -> DriverCosts:
+def driver_costs(problem: Problem, check: Callable[[], None] = lambda: None) -> DriverCosts:
     """The driver's own cost per round and per level with the problem's draft (round_s, level_s,
     network_level_s), from chains of two depths sampled with an instant network (0.5 x) in place of
-    the target. For the stepwise draft, whose levels call its network at some steps only, the levels
+    the target (driver_seconds). For the stepwise draft, whose levels call its network at some steps only, the levels
     are priced as the frozen draft's, and a level that calls the network by what a chain that calls it
     at every level costs more."""
     budget, draft = problem.config.budget, problem.draft
@@ -64,7 +84,10 @@ def driver_costs(problem: Problem) -> DriverCosts:
     chains = [(levels_draft, shallow), (levels_draft, deep)]
     if isinstance(draft, StepwiseDraft):
         chains.append((StepwiseDraft(draft.network, (RESIDUAL,) * problem.kernel.num_steps), deep))
-    per_round = _driver_seconds(problem, chains)
+    per_round = [
+        driver_seconds(problem, check, tree=Topology.chain(depth), draft=d, verifier=problem.verifier)
+        for d, depth in chains
+    ]
     level_s = max(0.0, (per_round[1] - per_round[0]) / (deep - shallow))
     network_level_s = max(0.0, (per_round[2] - per_round[1]) / deep) if stepwise else 0.0
     return {
@@ -74,48 +97,78 @@ def driver_costs(problem: Problem) -> DriverCosts:
     }
 
 
-def plain_seconds(problem: Problem) -> float:
+def plain_seconds(problem: Problem, check: Callable[[], None] = lambda: None) -> float:
     """The expected seconds of plain sampling of the problem's batch: a call of the batch at every step
     (the problem's cost model: its calls were measured by call_costs), and the plain sampler's own cost per
-    step (a run with an instant network in place of the target, after an untimed first one; the median of
-    DRIVER_REPEATS)."""
-    slots, steps = problem.slots, problem.kernel.num_steps
+    step (driver_seconds of plain rounds: a round is a step)."""
     assert problem.cost_model is not None  # the time objective's, measured by call_costs
-    call = problem.cost_model.call(slots)
+    steps = problem.kernel.num_steps
+    return steps * (problem.cost_model.call(problem.slots) + driver_seconds(problem, check))
 
-    def overhead() -> float:
-        cost = sample(
+
+class _Timed(Exception):
+    """Raised by a timed run's callback once its rounds are timed."""
+
+
+def driver_seconds(problem: Problem, check: Callable[[], None] = lambda: None, **run) -> float:
+    """Seconds per round outside the target call of a run of the problem's batch with `run` (sample's tree,
+    draft, verifier; default plain sampling), with an instant network in place of the target: the median of
+    TIMED_ROUNDS rounds after WARM_ROUNDS (the first rounds of a layout in a process allocate its buffers),
+    with at most the larger of MEASURED_BATCHES trajectories; a larger batch's from those two, extrapolated
+    linearly (module docstring). `check` (a cancel's) is called after each round."""
+    slots = problem.slots
+    if slots <= MEASURED_BATCHES[-1]:
+        return _median_round(problem, slots, check, run)
+    low, high = (_median_round(problem, b, check, run) for b in MEASURED_BATCHES)
+    slope = max(0.0, (high - low) / (MEASURED_BATCHES[1] - MEASURED_BATCHES[0]))
+    return high + slope * (slots - MEASURED_BATCHES[1])
+
+
+def _median_round(problem: Problem, batch: int, check: Callable[[], None], run: dict) -> float:
+    stamps: list[float] = []
+
+    def timed(info: dict) -> None:
+        check()
+        stamps.append(time.perf_counter())
+        if len(stamps) > WARM_ROUNDS + TIMED_ROUNDS:
+            raise _Timed
+
+    try:
+        sample(
             lambda x, n, **cond: 0.5 * x,
             problem.kernel,
             problem.target.shape,
-            slots,
+            batch,
+            prefetch="nearest",
             seed=problem.config.seed,
-            cond={k: v[:slots] for k, v in problem.cond.items()},
+            cond={k: v[:batch] for k, v in problem.cond.items()},
             device=problem.device,
             dtype=problem.dtype,
-        ).cost
-        return cost.wall_s - cost.target_s
+            callback=timed,
+            **run,
+        )
+    except _Timed:
+        pass
+    gaps = np.diff(stamps[WARM_ROUNDS - 1 :]) if len(stamps) > WARM_ROUNDS else np.diff(stamps)
+    return float(np.median(gaps)) if len(gaps) else 0.0
 
-    overhead()
-    return steps * call + statistics.median(overhead() for _ in range(DRIVER_REPEATS))
 
-
-def call_seconds(problem: Problem, rows: int, repeats: int) -> list[float]:
+def call_seconds(problem: Problem, rows: int, repeats: int, warm: bool = True) -> list[float]:
     """Seconds of `repeats` target calls of `rows` rows of random states at random steps, after a
-    first call of that shape (which sets up the network's kernels for it)."""
+    first call of that shape (which sets up the network's kernels for it) unless `warm` is False."""
     generator = torch.Generator().manual_seed(rows)
     x = torch.randn((rows, *problem.target.shape), generator=generator).to(problem.device, problem.dtype)
     n = torch.randint(0, problem.kernel.num_steps, (rows,), generator=generator).to(problem.device)
     cond = {k: v[:1].expand(rows, *v.shape[1:]).to(problem.device) for k, v in problem.cond.items()}
     times = []
     with torch.inference_mode():
-        for _ in range(repeats + 1):
+        for _ in range(repeats + warm):
             _sync(problem.device)
             t0 = time.perf_counter()
             problem.network(x, n, **cond)
             _sync(problem.device)
             times.append(time.perf_counter() - t0)
-    return times[1:]
+    return times[int(warm) :]
 
 
 def call_sizes(problem: Problem) -> set[int]:
@@ -135,35 +188,6 @@ def call_sizes(problem: Problem) -> set[int]:
                 if cut.rows_per_round(leaves) > known
             }
     return sizes
-
-
-def _driver_seconds(problem: Problem, chains: list[tuple[Draft, int]]) -> list[float]:
-    """Seconds per round outside the target call of each chain (draft, depth), sampled with an
-    instant network in place of the target: the median of DRIVER_REPEATS runs, the chains in turn,
-    after an untimed first run of each (the first run of a layout in a process allocates its round
-    buffers, and a lone timing of it priced a level up to twice as dear at batch 1)."""
-    slots = problem.slots
-
-    def seconds(draft: Draft, depth: int) -> float:
-        cost = sample(
-            lambda x, n, **cond: 0.5 * x,
-            problem.kernel,
-            problem.target.shape,
-            slots,
-            tree=Topology.chain(depth),
-            draft=draft,
-            verifier=problem.verifier,
-            prefetch="nearest",
-            seed=problem.config.seed,
-            cond={k: v[:slots] for k, v in problem.cond.items()},
-            device=problem.device,
-            dtype=problem.dtype,
-        ).cost
-        return (cost.wall_s - cost.target_s) / max(cost.rounds, 1)
-
-    for chain in chains:
-        seconds(*chain)
-    return np.median([[seconds(*chain) for chain in chains] for _ in range(DRIVER_REPEATS)], axis=0).tolist()
 
 
 def _sync(device: torch.device) -> None:

@@ -114,7 +114,8 @@ def planned_options(
         for verifier in verifiers:
             check()
             priced = replace(problem, draft=draft, stats=stats, verifier=verifier)
-            priced = replace(priced, cost_model=CostModel(*calls, **driver_costs(priced), batch=problem.slots))
+            model = CostModel(calls.rows, calls.seconds, **driver_costs(priced, check), batch=problem.slots)
+            priced = replace(priced, cost_model=model, planning_calls=calls.calls)
             planned.append(replace(priced, tree=plan_tree(priced, budget)))
     return planned
 

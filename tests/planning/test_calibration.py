@@ -125,10 +125,14 @@ def test_the_plan_cache_spares_the_second_run_its_pilot(tmp_path):
     assert second.plan_source == "cache" and second.pilot is None and second.stats is None
     assert second.tree == first.tree and second.cost_model == first.cost_model
     assert second_result.cost.pilot_calls == 0 and second_result.cost.pilot_s == 0
-    # the same plan, the same seed: the same samples; the pilot counted in speedup_total the first time only
+    # the same plan, the same seed: the same samples; the pilot, and the calls that timed the network, counted in
+    # speedup_total the first time only
     assert (second_result.samples == first_result.samples).all()
     calls = first_result.cost.calls_per_trajectory.mean()
-    assert first_result.cost.speedup_total == pytest.approx(40 / (calls + first.pilot.target_calls))
+    assert first_result.cost.planning_calls == first.planning_calls > 0 and second_result.cost.planning_calls == 0
+    assert first_result.cost.speedup_total == pytest.approx(
+        40 / (calls + first.pilot.target_calls + first.planning_calls)
+    )
     assert second_result.cost.speedup_total == pytest.approx(40 / calls)
     with pytest.raises(SpecdemoError, match="replan"):
         plan_tree(second, 10)  # no pilot deltas behind a cached plan
@@ -326,7 +330,10 @@ def test_verifier_auto_plans_with_each_verifier_and_keeps_the_faster_plan(tmp_pa
     monkeypatch.setattr(
         planner,
         "driver_costs",
-        lambda problem: {**driver_costs(problem), **({"level_s": 1.0} if problem.verifier.name == dearer else {})},
+        lambda problem, check: {
+            **driver_costs(problem, check),
+            **({"level_s": 1.0} if problem.verifier.name == dearer else {}),
+        },
     )
     weighed = []
     monkeypatch.setattr(
@@ -377,24 +384,43 @@ def test_the_kept_plan_is_the_one_of_least_expected_seconds_or_calls():
     assert planning.best_plan([fast, tied], "time") is fast and planning.best_plan([tied, fast], "calls") is tied
 
 
-def test_driver_costs_leave_out_each_chains_first_run_and_a_lone_spike(piloted, monkeypatch):
-    """_driver_costs prices from the median of timed runs that follow an untimed first run of each
-    chain: a first run three times as slow (the round buffers allocated) and one later spike leave
-    round_s and level_s as the steady runs give them."""
+def test_driver_costs_leave_out_each_runs_first_rounds_and_a_lone_spike(piloted, monkeypatch):
+    """driver_costs prices from the median of the rounds that follow a run's first rounds (WARM_ROUNDS): first
+    rounds three times as slow (the round buffers allocated) and one later spike leave round_s and level_s as
+    the steady rounds give them; each run stops once its rounds are timed."""
     steady = {1: 1.0, 8: 2.4}  # seconds a round at depths 1 and 8: round_s 0.8, level_s 0.2
-    runs = {}
+    clock, rounds = [0.0], {}
 
-    def timed_sample(network, kernel, shape, slots, *, tree, **kwargs):
-        depth = tree.depth
-        runs[depth] = runs.get(depth, 0) + 1
-        seconds = steady[depth] * (3.0 if runs[depth] == 1 else 1.0) + (5.0 if (depth, runs[depth]) == (8, 3) else 0.0)
-        return SimpleNamespace(cost=SimpleNamespace(wall_s=10 * seconds + 1.0, target_s=1.0, rounds=10))
+    def timed_sample(network, kernel, shape, slots, *, tree, callback, **kwargs):
+        for k in range(1, 1000):
+            rounds[tree.depth] = k
+            slow = 3.0 if k <= costs.WARM_ROUNDS else 5.0 if k == costs.WARM_ROUNDS + 3 else 1.0
+            clock[0] += steady[tree.depth] * slow
+            callback({})
 
     monkeypatch.setattr(costs, "sample", timed_sample)
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
     problem = replace(piloted, config=replace(piloted.config, budget=8), draft=FrozenX0())
     priced = costs.driver_costs(problem)
-    assert runs == {1: 1 + costs.DRIVER_REPEATS, 8: 1 + costs.DRIVER_REPEATS}
+    assert rounds == {1: costs.WARM_ROUNDS + costs.TIMED_ROUNDS + 1, 8: costs.WARM_ROUNDS + costs.TIMED_ROUNDS + 1}
     assert priced == {"round_s": pytest.approx(0.8), "level_s": pytest.approx(0.2), "network_level_s": 0.0}
+
+
+def test_a_large_batch_is_timed_on_bounded_batches_and_extrapolated(piloted, monkeypatch):
+    """A batch over MEASURED_BATCHES is timed at those two batches, and its round priced on their line."""
+    batches, clock = [], [0.0]
+
+    def timed_sample(network, kernel, shape, slots, *, callback, **kwargs):
+        batches.append(slots)
+        for _ in range(100):
+            clock[0] += 0.001 + 0.00001 * slots  # 1 ms a round, and 10 us a trajectory
+            callback({})
+
+    monkeypatch.setattr(costs, "sample", timed_sample)
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
+    big = replace(piloted, config=replace(piloted.config, num_samples=10_000, max_batch=None))
+    assert costs.driver_seconds(big) == pytest.approx(0.001 + 0.00001 * 10_000)
+    assert batches == list(costs.MEASURED_BATCHES)
 
 
 def test_runs_under_a_plan_keep_their_seconds_less_their_traces(tmp_path):

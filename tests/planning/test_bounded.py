@@ -1,0 +1,62 @@
+"""Planning in bounded time at any batch: what it samples and calls is bounded, its seconds and calls are
+charged to the run that paid for them, and it stops when its run is cancelled."""
+
+import pytest
+
+from specdemo import SamplerConfig, build, generate
+from specdemo.limits import Cancel, Cancelled
+from specdemo.planning import costs
+
+BIG = dict(model="gm2d", tree="auto", steps=20, num_samples=2048, device="cpu", seed=3)
+
+
+@pytest.fixture(scope="module")
+def learnt(tmp_path_factory):
+    """A cache in which a first run of BIG learnt its deltas (the online plan): the next build plans."""
+    folder = tmp_path_factory.mktemp("cache")
+    first, problem = generate(SamplerConfig(**BIG, cache_dir=str(folder)))
+    assert problem.plan_source == "online" and first.cost.planning_s == 0 and first.cost.planning_calls == 0
+    return folder
+
+
+def test_planning_a_large_batch_samples_and_calls_a_bounded_amount(learnt, monkeypatch, tmp_path):
+    sampled, called, real_sample, real_call = [], [], costs.sample, costs.call_seconds
+
+    def counted(*args, callback, **kwargs):
+        rounds = [0]
+
+        def each(info):
+            rounds[0] += 1
+            callback(info)
+
+        try:
+            return real_sample(*args, callback=each, **kwargs)
+        finally:
+            sampled.append((args[3], rounds[0]))
+
+    monkeypatch.setattr(costs, "sample", counted)
+    monkeypatch.setattr(
+        costs, "call_seconds", lambda p, rows, *a, **k: called.append(rows) or real_call(p, rows, *a, **k)
+    )
+    import shutil
+
+    shutil.copytree(learnt, tmp_path / "cache")
+    result, problem = generate(SamplerConfig(**BIG, cache_dir=str(tmp_path / "cache")))
+    assert (problem.declined or problem).plan_source == "runs"
+    assert sampled and max(b for b, _ in sampled) <= costs.MEASURED_BATCHES[-1]
+    assert max(r for _, r in sampled) <= costs.WARM_ROUNDS + costs.TIMED_ROUNDS + 1
+    assert max(called) <= costs.MOST_ROWS
+    summary = result.cost.summary()
+    assert summary["planning_s"] > 0 and summary["planning_calls"] == (problem.declined or problem).planning_calls > 0
+    calls = summary["target_calls_per_sample"] + summary["pilot_calls"] + summary["planning_calls"]
+    assert summary["speedup_total"] == pytest.approx(summary["steps"] / calls)
+
+
+def test_planning_stops_when_its_run_is_cancelled(learnt, tmp_path):
+    import shutil
+
+    shutil.copytree(learnt, tmp_path / "cache")
+    cancel = Cancel()
+    cancel.cancel()
+    with pytest.raises(Cancelled):
+        build(SamplerConfig(**BIG, cache_dir=str(tmp_path / "cache")), cancel=cancel)
