@@ -413,7 +413,9 @@ class _Batch:
         self.has_frozen[slots], self.fresh[slots] = True, False
 
     # ---------------------------------------------------------------- one round
-    def round(self) -> bool:
+    def round(self, check: Callable[[], None] | None = None) -> bool:
+        """One round of every live trajectory; False when none is left. `check` (a cancel's) is called between
+        its phases too: a round of a large batch can take a second."""
         live = np.flatnonzero((self.slot_traj >= 0) & (self.n < self.num_steps))
         if not live.size:
             return False
@@ -442,9 +444,13 @@ class _Batch:
             if part.tree.depth:
                 self.draft_round(part)
         self.clock.add("draft", t0)
+        if check is not None:
+            check()
         out = self.call_target(plan)
         t0 = self.clock.mark()
         finite = self.synchronise(plan, out)
+        if check is not None:
+            check()
         if not finite:
             raise SpecdemoError(
                 f"the network returned NaN or inf at step(s) {self.bad_steps(out)}; check the model and its inputs"
@@ -1102,10 +1108,11 @@ def sample(
 
 def _run(batch: _Batch, num_samples: int, callback, cancel) -> None:
     """The rounds, until every trajectory is done."""
+    check = None if cancel is None else cancel.check
     while True:
-        if cancel is not None:
-            cancel.check()
-        if not batch.round():
+        if check is not None:
+            check()
+        if not batch.round(check):
             return
         if callback is not None:
             live = batch.slot_traj >= 0

@@ -288,7 +288,8 @@ def cpu_seconds(process: psutil.Process) -> float:
 @pytest.mark.parametrize("how", ["job.cancel()", "Stop"])
 def test_stopping_a_long_run_ends_the_workers_work(served, how):
     """gm512, 1,000 steps, 1,024 samples: a minute of work. Cancelled once the worker computes, the server
-    and its workers use under 0.2 core from 2 s after the cancel on."""
+    and its workers use under 0.2 core 5 to 10 s after the cancel (the issue's measure; the worker's own stop
+    within 2 s is test_stop_reaches_the_worker_within_two_seconds's)."""
     from gradio_client import Client
 
     from .test_app_client import DEFAULTS
@@ -309,8 +310,8 @@ def test_stopping_a_long_run_ends_the_workers_work(served, how):
         client.predict(api_name="/stop")
     else:
         job.cancel()
-    time.sleep(2.0)
+    time.sleep(5.0)
     start, t0 = cpu_seconds(server), time.monotonic()
     time.sleep(5.0)
     cores = (cpu_seconds(server) - start) / (time.monotonic() - t0)
-    assert cores < 0.2, f"{cores:.2f} cores used 2 to 7 s after {how}"
+    assert cores < 0.2, f"{cores:.2f} cores used 5 to 10 s after {how}"
