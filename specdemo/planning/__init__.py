@@ -9,8 +9,18 @@ the plan cache (stats.learn); the run after that plans from them and stores the 
 runs price each draft form along their committed paths instead (forms.py), for every topology of the model:
 a fixed tree's runs learn its per-step table too. No run pays a pilot. With --pilot, pilot runs measure
 them before the first run instead, one of each form under --freeze auto. Plans and statistics are kept per
-setting in the plan cache (cache.py); plans of the app's default settings ship with the package
-(specdemo/plans/).
+setting in the plan cache (cache.py). Statistics of the app's default settings ship with the package
+(specdemo/plans/), not plans: a plan is priced on the machine that runs it.
+
+Where a plan comes from, the first rule that applies:
+
+| rule | plan_source |
+|---|---|
+| a plan of the setting in this cache (not under --replan) | cache |
+| --pilot | pilot: pilots measure the deltas, and the plan is priced here |
+| the setting's own statistics in this cache hold config.pilot_samples trajectories | runs: priced here |
+| the cache holds none of the setting's statistics, nor --replan, and the package ships them | shipped: priced here |
+| otherwise | online: the online plan, whose runs learn |
 """
 
 from __future__ import annotations
@@ -109,11 +119,12 @@ def plan(problem: Problem, cancel: Cancel | None = None, share: Broadcast | None
 
 
 def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -> Problem:
-    """The problem as its plan settles it: from the plan cache when the setting was planned before (or from
-    the plans shipped with the package, where its runs have kept no statistics in the cache); else planned
-    from the deltas its earlier runs left (stats.learn), once they hold config.pilot_samples trajectories, or
-    from pilots (--pilot: chains with streams of their own, stats.pilot_seed, their cost kept in problem.pilot
-    apart from the run's); else the online problem, which samples without a plan and learns. Under
+    """The problem as its plan settles it (the module docstring's table): from the plan cache when the setting
+    was planned before; else from pilots (--pilot: chains with streams of their own, stats.pilot_seed, their
+    cost kept in problem.pilot apart from the run's); else planned from the deltas its earlier runs left
+    (stats.learn), once they hold config.pilot_samples trajectories, or where the cache holds none of its own
+    from the statistics shipped with the package, priced here; else the online problem, which samples
+    without a plan and learns. Under
     accelerate launch the main process plans and sends its record to the others (a plan priced by time
     differs with each process's measurements)."""
     c, request = problem.config, problem.request
@@ -126,11 +137,15 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
     folder = cache_folder(c.cache_dir)
     key = plan_key(problem)
     learnt = None if c.replan else _learnt(problem, key, folder)
-    # a shipped plan is the default of a setting this cache has measured nothing of: once its runs keep
-    # statistics here (--replan learns anew), they plan it, not the shipped plan --replan set aside (the
-    # forms are kept for every topology at once: there, once its own --replan priced them)
+    # statistics shipped with the package plan a setting this cache has measured nothing of, priced here: once
+    # its runs keep statistics here (--replan learns anew), they plan it (the forms are kept for every topology
+    # at once: there, once its own --replan priced them)
     own = replanned(problem) if learns_table(problem) else learnt is not None
-    stored = None if c.replan else load_plan(key, folder, shipped=not own)
+    if not own and not c.replan and not c.pilot:
+        learnt, source = _learnt(problem, key, SHIPPED_PLANS, shipped=True), "shipped"
+    else:
+        source = "runs"
+    stored = None if c.replan else load_plan(key, folder)
     # a fixed tree plans from runs only its --freeze auto table
     from_runs = not c.pilot and learnt is not None and learnt[1] >= c.pilot_samples and (auto_tree or auto_freeze)
     if stored is not None:
@@ -143,7 +158,7 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         else:
             assert learnt is not None  # from_runs
             options = learnt[0]()
-            problem = replace(problem, plan_source="runs", learnt=True)
+            problem = replace(problem, plan_source=source, learnt=True)
         stats, draft = options[0]
         problem = replace(problem, draft=draft, stats=stats)
         if auto_tree:
@@ -152,7 +167,7 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
             problem = replace(problem, plain_s=plain_seconds(problem, cancel.check if cancel else lambda: None))
         problem = replace(problem, calibration_s=time.perf_counter() - t0)
         verifier, source = problem.verifier, problem.plan_source
-        assert verifier is not None and source is not None  # settled above: planned, by "pilot" or "runs"
+        assert verifier is not None and source is not None  # settled above: by "pilot", "runs" or "shipped"
         plan_record: dict | None = None
         forms: list[int] | None = None
         if auto_tree:
@@ -183,20 +198,24 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
     return _with_bias(_plain_if_faster(problem))
 
 
-def _learnt(problem: Problem, key: dict, folder) -> tuple[Callable[[], list[tuple[DeltaStats, Draft]]], int] | None:
-    """What the setting's runs measured: how to make the draft options from it (made only where planned from
-    it), and how many trajectories measured it. Under --freeze auto the forms priced along the runs' paths
+def _learnt(
+    problem: Problem, key: dict, folder, shipped: bool = False
+) -> tuple[Callable[[], list[tuple[DeltaStats, Draft]]], int] | None:
+    """What the setting's runs measured (the cache's in `folder`; with `shipped`, the statistics shipped with
+    the package, in SHIPPED_PLANS): how to make the draft options from it (made only where planned from it),
+    and how many trajectories measured it. Under --freeze auto the forms priced along the runs' paths
     (forms.py), else the deltas of their verified paths under the configured draft (stats.learn)."""
     if learns_table(problem):
-        count = priced_count(problem)
-        return None if count is None else (lambda: _priced_options(problem), count)
+        where = folder if shipped else None
+        count = priced_count(problem, where)
+        return None if count is None else (lambda: _priced_options(problem, where), count)
     kept = load_stats(key, folder)
     auto_freeze = problem.request is not None and problem.request.freeze  # on a kernel without x0-hat
     return None if kept is None else (lambda: [(kept[0], online_draft(problem, auto_freeze))], kept[1])
 
 
-def _priced_options(problem: Problem) -> list[tuple[DeltaStats, Draft]]:
-    priced = load_forms(problem)
+def _priced_options(problem: Problem, folder) -> list[tuple[DeltaStats, Draft]]:
+    priced = load_forms(problem, folder)
     assert priced is not None  # priced_count read the record
     return forms_options(problem, priced[0])
 

@@ -1,5 +1,5 @@
-"""The plan cache: a JSON file per setting (its key), in a folder of the user's, and the plans shipped with the
-package for the app's default settings (specdemo/plans/)."""
+"""The plan cache: a JSON file per setting (its key), in a folder of the user's; and the statistics shipped with
+the package for the app's default settings (specdemo/plans/: the same records, statistics only)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 PLAN_FORMAT = "specdemo-plan/6"
 SHIPPED_PLANS = Path(__file__).parents[1] / "plans"
+MACHINE = ("batch", "device", "dtype", "launch")  # what a plan priced by time depends on, and statistics do not
 KEPT_PER_CELL = 64  # deltas a stored statistics record keeps per (step, depth): DeltaStats.pooled reads 24
 
 
@@ -73,20 +74,15 @@ def key_name(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20] + ".json"
 
 
-def load_plan(key: dict, folder: Path | None, shipped: bool = True) -> tuple[dict, str] | None:
-    """A stored calibration for this key: from the cache folder, else (where `shipped`) shipped with the
-    package."""
-    for where, source in ((folder, "cache"), (SHIPPED_PLANS if shipped else None, "shipped")):
-        if where is None:
-            continue
-        path = where / key_name(key)
-        try:
-            stored = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if stored.get("key") == json.loads(json.dumps(key, default=str)):
-            return stored, source
-    return None
+def load_plan(key: dict, folder: Path | None) -> tuple[dict, str] | None:
+    """The record stored for this key in `folder` (a plan, or statistics), and "cache"."""
+    if folder is None:
+        return None
+    try:
+        stored = json.loads((folder / key_name(key)).read_text())
+    except (OSError, ValueError):
+        return None
+    return (stored, "cache") if stored.get("key") == json.loads(json.dumps(key, default=str)) else None
 
 
 def store_plan(key: dict, record: dict, folder: Path | None) -> None:

@@ -28,6 +28,7 @@ from ..sampling.record import ACCEPTED, ROOT
 from ..trees.auto import DeltaStats
 from .cache import (
     KEPT_PER_CELL,
+    MACHINE,
     cache_folder,
     drop_plan,
     index_ranges,
@@ -219,19 +220,21 @@ def forms_key(problem: Problem) -> dict:
     """Where a setting's learnt form deltas are kept: the plan's key without what they do not depend on (the
     tree, verifier, budget, prefetch, objective, pilot size, batch and launch), so that every topology of a
     model, draft and kernel learns one table."""
-    drop = ("tree", "method", "verifier", "budget", "prefetch", "objective", "pilot_samples", "batch", "launch")
+    drop = ("tree", "method", "verifier", "budget", "prefetch", "objective", "pilot_samples", *MACHINE)
     return {**{k: v for k, v in plan_key(problem).items() if k not in drop}, "record": "forms"}
 
 
-def priced_count(problem: Problem) -> int | None:
-    """How many trajectories the setting's runs priced the forms along; None: none yet."""
-    record = _forms_record(problem)
+def priced_count(problem: Problem, folder: Path | None = None) -> int | None:
+    """How many trajectories the setting's runs priced the forms along (in `folder`: the shipped statistics;
+    default the plan cache); None: none yet."""
+    record = _forms_record(problem, folder)
     return None if record is None else int(record["trajectories"])
 
 
-def load_forms(problem: Problem) -> tuple[list[tuple[int, DeltaStats]], int] | None:
-    """Each candidate form's learnt deltas and how many trajectories measured them."""
-    record = _forms_record(problem)
+def load_forms(problem: Problem, folder: Path | None = None) -> tuple[list[tuple[int, DeltaStats]], int] | None:
+    """Each candidate form's learnt deltas and how many trajectories measured them (in `folder`, as
+    priced_count)."""
+    record = _forms_record(problem, folder)
     if record is None:
         return None
     n_steps = int(record["num_steps"])
@@ -323,10 +326,10 @@ def learn_forms(problem: Problem, trace, priced: Sequence[int], cond: dict) -> N
 _READ: dict[Path, tuple[tuple[int, int], dict | None]] = {}  # a record file's (mtime, size) and its contents
 
 
-def _forms_record(problem: Problem) -> dict | None:
-    """The setting's forms record, read again only where its file changed (a build reads it several times,
-    and it holds tens of thousands of deltas). The caller must not change it."""
-    folder = cache_folder(problem.config.cache_dir)
+def _forms_record(problem: Problem, folder: Path | None = None) -> dict | None:
+    """The setting's forms record in `folder` (default the plan cache), read again only where its file changed
+    (a build reads it several times, and it holds tens of thousands of deltas). The caller must not change it."""
+    folder = folder or cache_folder(problem.config.cache_dir)
     if folder is None:
         return None
     key = forms_key(problem)
@@ -338,6 +341,6 @@ def _forms_record(problem: Problem) -> dict | None:
     stamp = (stat.st_mtime_ns, stat.st_size)
     held = _READ.get(path)
     if held is None or held[0] != stamp:
-        stored = load_plan(key, folder, shipped=False)
+        stored = load_plan(key, folder)
         held = _READ[path] = (stamp, None if stored is None else stored[0])
     return held[1]

@@ -20,6 +20,7 @@ from ..trees.auto import DeltaStats
 from ..verifiers import get_verifier
 from .cache import (
     KEPT_PER_CELL,
+    MACHINE,
     cache_folder,
     drop_plan,
     index_ranges,
@@ -58,9 +59,10 @@ def _hashed_seed(domain: str, seed: int) -> int:
 
 
 def stats_key(key: dict) -> dict:
-    """Where a setting's learnt deltas are kept: beside its plan, under a key of their own, without the batch
-    and the launch a plan priced by time is kept for (deltas do not depend on them)."""
-    return {**{k: v for k, v in key.items() if k not in ("batch", "launch")}, "record": "stats"}
+    """Where a setting's learnt deltas are kept: beside its plan, under a key of their own, without the machine
+    a plan priced by time is kept for (batch, device, dtype, launch): deltas do not depend on it, so that
+    statistics shipped with the package serve every machine."""
+    return {**{k: v for k, v in key.items() if k not in MACHINE}, "record": "stats"}
 
 
 def load_stats(key: dict, folder: Path | None) -> tuple[DeltaStats, int] | None:
@@ -70,7 +72,7 @@ def load_stats(key: dict, folder: Path | None) -> tuple[DeltaStats, int] | None:
 
 
 def _stats_record(key: dict, folder: Path | None) -> dict | None:
-    stored = load_plan(stats_key(key), folder, shipped=False)  # statistics are the cache's own: none ship
+    stored = load_plan(stats_key(key), folder)
     return None if stored is None else stored[0]
 
 

@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from specdemo import SamplerConfig, build, generate
+from specdemo import SamplerConfig, build, generate, planning
 from specdemo.drafts import frozen_draft
 from specdemo.drafts.frozen import FORMS, FrozenPerStep
 from specdemo.drafts.stepwise import RESIDUAL, StepwiseDraft
-from specdemo.planning import cache as plan_cache
 from specdemo.planning import forms, key_name, plan_key
 from specdemo.planning.forms import as_stats, committed_paths, form_deltas, load_forms
 from specdemo.sampling import ACCEPTED, sample
@@ -229,16 +228,18 @@ def test_a_draft_network_setting_learns_per_step_between_the_network_and_the_fro
     assert (table == RESIDUAL).any() and (table != RESIDUAL).any()
 
 
-def test_a_shipped_plan_stays_the_default_until_its_own_replan(tmp_path, monkeypatch):
-    """A preset's runs learn the table of every topology, but a plan shipped for --tree auto stays its default;
-    --replan of that setting learns anew, and the runs after it plan from what they priced, not from the
-    shipped plan."""
+def test_shipped_statistics_plan_until_the_settings_own_replan(tmp_path, monkeypatch):
+    """A preset's runs learn the table of every topology, but the statistics shipped for --tree auto stay what it
+    plans from (priced here); --replan of that setting learns anew, and the runs after it plan from what they
+    priced, not from the shipped statistics."""
     shipped, cache = tmp_path / "shipped", tmp_path / "cache"
     auto = SamplerConfig(**{**FIXED, "tree": "auto", "verifier": "auto", "budget": 6}, cache_dir=str(cache))
-    assert build(replace(auto, pilot=True, cache_dir=str(shipped))).plan_source == "pilot"
-    monkeypatch.setattr(plan_cache, "SHIPPED_PLANS", shipped)
+    generate(replace(auto, cache_dir=str(shipped), num_samples=8))  # what scripts/ship_plans.py does
+    monkeypatch.setattr(planning, "SHIPPED_PLANS", shipped)
     generate(SamplerConfig(**{**FIXED, "num_samples": 8}, cache_dir=str(cache)))  # a preset learns the table
-    assert build(auto).plan_source == "shipped"
+    from_shipped = build(auto)
+    assert from_shipped.plan_source == "shipped" and from_shipped.learnt and from_shipped.cost_model is not None
+    assert build(auto).plan_source == "cache"  # priced once here, then kept
     relearnt = generate(replace(auto, replan=True))[1]
     assert relearnt.plan_source == "online" and relearnt.learning_table
     assert build(auto).plan_source == "online"  # 4 of 8 trajectories priced since the replan

@@ -17,7 +17,6 @@ import torch
 
 from specdemo import SamplerConfig, build, generate, planning
 from specdemo.drafts.frozen import FORMS
-from specdemo.planning import cache as plan_cache
 from specdemo.planning import key_name, load_stats, plan_key
 from specdemo.sampling import sample
 from specdemo.trees import TopologyPlan
@@ -133,14 +132,15 @@ def test_a_repeated_seed_adds_no_trajectory_twice(tmp_path):
     assert load_stats(plan_key(first), tmp_path)[1] == 12
 
 
-def test_replan_where_a_plan_ships_learns_anew_and_the_later_runs_plan_from_what_it_learnt(tmp_path, monkeypatch):
-    """--replan of a setting whose plan ships with the package samples with the online plan and learns; the runs
-    after it go on learning and plan from their deltas, not from the shipped plan (a shipped plan is the
-    default of a setting whose runs have kept no statistics in the cache)."""
+def test_replan_where_statistics_ship_learns_anew_and_the_later_runs_plan_from_what_it_learnt(tmp_path, monkeypatch):
+    """--replan of a setting whose statistics ship with the package samples with the online plan and learns; the
+    runs after it go on learning and plan from their deltas, not from the shipped ones (shipped statistics
+    plan a setting whose runs have kept none in the cache). --pilot pilots whatever ships."""
     shipped, cache = tmp_path / "shipped", tmp_path / "cache"
     config = SamplerConfig(**LEARN, cache_dir=str(cache))
-    assert build(replace(config, pilot=True, cache_dir=str(shipped))).plan_source == "pilot"
-    monkeypatch.setattr(plan_cache, "SHIPPED_PLANS", shipped)
+    generate(replace(config, cache_dir=str(shipped), num_samples=8))  # what scripts/ship_plans.py does
+    monkeypatch.setattr(planning, "SHIPPED_PLANS", shipped)
+    assert build(replace(config, cache_dir="off", pilot=True)).plan_source == "pilot"
     assert build(config).plan_source == "shipped"
     assert generate(replace(config, replan=True))[1].plan_source == "online"
     assert generate(replace(config, seed=4))[1].plan_source == "online"
