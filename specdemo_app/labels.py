@@ -111,7 +111,7 @@ def headline(comp: Comparison) -> str:
     if h.get("planned_s") is not None:
         text += (
             f" The plan expected {h['planned_s']:.2f} s and {h['planned_calls']:.1f} target calls per sample "
-            f"(measured {h['time_chosen']:.2f} s and {h['calls_chosen']:.1f})."
+            f"(measured {chosen.cost.wall_s:.2f} s and {h['calls_chosen']:.1f})."
         )
     text += (
         f"  \nEvery sample is an exact draw of the target sampler, whatever the draft. "
@@ -125,8 +125,10 @@ def headline(comp: Comparison) -> str:
             f"calls, {pilot.wall_s:.2f} s) is not counted above: the plan is kept, and the next run of these "
             "settings pays none"
         )
-    elif chosen.plan_source in ("cache", "shipped"):
+    elif chosen.plan_source == "cache":
         text += "; the plan came from the plan cache (no pilot)"
+    elif chosen.plan_source == "shipped":
+        text += "; planned on this machine from the statistics shipped with the package (no pilot)"
     elif chosen.plan_source == "runs":
         text += f"; planned from the deltas of the first {comp.config.pilot_samples} trajectories of these settings (no pilot)"
     elif chosen.plan_source == "online":

@@ -74,6 +74,8 @@ __all__ = [
 ]
 
 
+# plans priced here from shipped statistics where no cache folder keeps them (--cache-dir off): by key name
+PRICED: dict[str, tuple[dict, str]] = {}
 MEASURED_MIN = 2  # runs that must have measured a plan before their seconds count against plain sampling's
 MEASURED_MARGIN = 1.1  # ... and by how much they must exceed them: one loaded run does not turn a plan off
 
@@ -141,11 +143,12 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
     # its runs keep statistics here (--replan learns anew), they plan it (the forms are kept for every topology
     # at once: there, once its own --replan priced them)
     own = replanned(problem) if learns_table(problem) else learnt is not None
-    if not own and not c.replan and not c.pilot:
-        learnt, source = _learnt(problem, key, SHIPPED_PLANS, shipped=True), "shipped"
-    else:
-        source = "runs"
-    stored = None if c.replan else load_plan(key, folder)
+    source = "runs"
+    if not own and not c.replan and not c.pilot and (learnt is None or learnt[1] < c.pilot_samples):
+        shipped = _learnt(problem, key, SHIPPED_PLANS, shipped=True)
+        if shipped is not None:
+            learnt, source = shipped, "shipped"
+    stored = None if c.replan else load_plan(key, folder) if folder is not None else PRICED.get(key_name(key))
     # a fixed tree plans from runs only its --freeze auto table
     from_runs = not c.pilot and learnt is not None and learnt[1] >= c.pilot_samples and (auto_tree or auto_freeze)
     if stored is not None:
@@ -189,6 +192,8 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
             source,
         )
         store_plan(key, stored[0], folder)
+        if folder is None and source == "shipped":  # no cache keeps it: this process does
+            PRICED[key_name(key)] = stored
     else:
         stored = ({"online": True}, "online")
         problem = online_problem(problem, auto_tree, auto_freeze)

@@ -229,22 +229,24 @@ def test_a_draft_network_setting_learns_per_step_between_the_network_and_the_fro
 
 
 def test_shipped_statistics_plan_until_the_settings_own_replan(tmp_path, monkeypatch):
-    """A preset's runs learn the table of every topology, but the statistics shipped for --tree auto stay what it
-    plans from (priced here); --replan of that setting learns anew, and the runs after it plan from what they
-    priced, not from the shipped statistics."""
+    """The statistics shipped for --tree auto plan it where the cache holds none of its own (priced here, then
+    kept), and the freeze table of every topology of the model; --replan of that setting learns anew, and the
+    runs after it plan from what they priced."""
     shipped, cache = tmp_path / "shipped", tmp_path / "cache"
     auto = SamplerConfig(**{**FIXED, "tree": "auto", "verifier": "auto", "budget": 6}, cache_dir=str(cache))
     generate(replace(auto, cache_dir=str(shipped), num_samples=8))  # what scripts/ship_plans.py does
     monkeypatch.setattr(planning, "SHIPPED_PLANS", shipped)
-    generate(SamplerConfig(**{**FIXED, "num_samples": 8}, cache_dir=str(cache)))  # a preset learns the table
-    from_shipped = build(auto)
+    from_shipped = build(replace(auto, cache_dir=str(tmp_path / "fresh")))
     assert from_shipped.plan_source == "shipped" and from_shipped.learnt and from_shipped.cost_model is not None
-    assert build(auto).plan_source == "cache"  # priced once here, then kept
+    assert build(replace(auto, cache_dir=str(tmp_path / "fresh"))).plan_source == "cache"  # priced once, then kept
+    preset = generate(SamplerConfig(**{**FIXED, "num_samples": 8}, cache_dir=str(cache)))[1]
+    assert preset.plan_source == "shipped" and not preset.learning_table  # the shipped table serves a preset too
+    assert build(auto).plan_source == "shipped"
     relearnt = generate(replace(auto, replan=True))[1]
     assert relearnt.plan_source == "online" and relearnt.learning_table
     assert build(auto).plan_source == "online"  # 4 of 8 trajectories priced since the replan
     generate(replace(auto, seed=4))
     assert build(auto).plan_source == "runs"
-    # another setting's --replan starts the forms again, and keeps this one's shipped plan set aside
+    # another setting's --replan starts the forms again, and keeps this one's plan
     generate(SamplerConfig(**FIXED, cache_dir=str(cache), replan=True))
     assert forms.replanned(relearnt) and build(auto).plan_source == "cache"
