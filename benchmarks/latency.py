@@ -221,7 +221,7 @@ def cli_runs(steps: int, cache: Path, repeats: int = 5) -> dict:
         )
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    # --replan --pilot: the first run pilots (the package ships plans of these settings); the others take the cache's
+    # --replan --pilot: the first run pilots (the package ships statistics of these settings); the others take the cache's
     runs = {"first": [cli("--method", "tree", "--tree", "auto", "--replan", "--pilot")], "second": [], "target": []}
     for _ in range(repeats):
         runs["second"].append(cli("--method", "tree", "--tree", "auto"))

@@ -141,7 +141,7 @@ def clicks(quick: bool) -> list[dict]:
     from specdemo_app import controls, runner, settings
 
     presets = tuple((f"topology {t}", {"tree": t}) for t, _ in settings.TREE_PRESETS if t != "auto")
-    every = (("the defaults (a shipped plan)", {}), *presets, *OTHER_CLICKS)
+    every = (("the defaults (shipped statistics)", {}), *presets, *OTHER_CLICKS)
     every = every[:3] if quick else every
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -1,5 +1,5 @@
 """Section visit: the Space as a visitor meets it (specdemo_app/). Three tables, one thread a run as the app
-sets it on this machine, the plan cache off (shipped plans only):
+sets it on this machine, the plan cache off (plans priced from shipped statistics, once a process):
 
 - each model's default click, three times: what auto ran, its speed against plain sampling in the headline,
   and how far identical clicks spread;
@@ -130,7 +130,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 def report_text(results: dict) -> str:
     lines = [
         f"### Default clicks ({len(results['clicks'][0]['speeds'])} identical clicks a model; the page's defaults, "
-        "tree auto; plan cache off, shipped plans)",
+        "tree auto; plan cache off, plans priced from shipped statistics)",
         "",
         "| model | auto ran | wall-clock against plain, each click | spread (max / min) | timings a run | click s |",
         "|---|---|---|---|---|---|",

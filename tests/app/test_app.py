@@ -599,8 +599,8 @@ def test_export_writes_the_run_as_json(default_run):
     assert data["config"]["tree"] == "auto" and data["config"]["budget"] == 16 and data["plan"]
     # the app's default setting ships its plan: no pilot is paid, and the export says where the plan came from
     tree_run = data["methods"][2]
-    if default_run[9].config.device == "cpu":  # the shipped plans are the CPU's
-        assert tree_run["plan_source"] == "shipped" and tree_run["pilot_target_calls"] is None
+    # planned here from the statistics shipped for the defaults (kept per process: the tests' cache is off)
+    assert tree_run["plan_source"] == "shipped" and tree_run["pilot_target_calls"] is None
     assert data["trace"] and max(max(rt["trajectories"]) for rt in data["trace"]) < 64
     with pytest.raises(gr.Error, match="run the sampler first"):
         H.export(None)
