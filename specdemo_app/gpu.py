@@ -145,13 +145,21 @@ def call(task, *args):
     return pickle.loads(task(*args))
 
 
-def _models(config: SamplerConfig):
-    """The run's target and draft network, as the server loaded them for the click (the worker's copy of
-    loading's cache; loaded here once where the worker was forked before the server loaded them)."""
+def _run_arguments(task: ClickTask | ExactnessTask) -> dict:
+    """What the app's runs take from a task: the target and draft network as the server loaded them for the
+    click (the worker's copy of loading's cache; loaded here once where the worker was forked before the
+    server loaded them), the progress board, the limits and the cancel."""
+    from .cancelling import watched
     from .loading import load_for_visitors
 
-    target = load_for_visitors(config.model)
-    return target, None if config.draft == "frozen" else load_for_visitors(config.draft)
+    config = task.config
+    return {
+        "target": load_for_visitors(config.model),
+        "draft_target": None if config.draft == "frozen" else load_for_visitors(config.draft),
+        "progress": watched(task.board.post, task.cancel),
+        "limits": task.limits,
+        "cancel": task.cancel,
+    }
 
 
 @gpu_task(_asked)
@@ -161,41 +169,24 @@ def run_click(task: ClickTask) -> Comparison:
     the round the page opens on decoded here, on the run's device."""
     from specdemo import figures as F
 
-    from .cancelling import watched
     from .runner import run_comparison
 
-    target, draft_target = _models(task.config)
-    comp = run_comparison(
-        task.config,
-        target=target,
-        draft_target=draft_target,
-        progress=watched(task.board.post, task.cancel),
-        limits=task.limits,
-        cancel=task.cancel,
-        traced=KEPT_TRAJECTORIES,
-    ).summarised(KEPT_TRAJECTORIES, SESSION_BYTES)
+    arguments = _run_arguments(task)
+    comp = run_comparison(task.config, **arguments, traced=KEPT_TRAJECTORIES).summarised(
+        KEPT_TRAJECTORIES, SESSION_BYTES
+    )
     if comp.latent:
         trajectory, k = F.pick_round(comp.trace)
-        comp.path_images(trajectory, k, decoder(target, comp.config.device))
+        comp.path_images(trajectory, k, decoder(arguments["target"], comp.config.device))
     return replace(comp, log_density=None)
 
 
 @gpu_task(_asked)
 def run_exactness(task: ExactnessTask) -> ExactnessReport:
     """The two-sample test of the chosen sampler against plain sampling (exactness.exactness_check)."""
-    from .cancelling import watched
     from .exactness import exactness_check
 
-    target, draft_target = _models(task.config)
-    return exactness_check(
-        task.config,
-        task.num_samples,
-        target=target,
-        draft_target=draft_target,
-        progress=watched(task.board.post, task.cancel),
-        limits=task.limits,
-        cancel=task.cancel,
-    )
+    return exactness_check(task.config, task.num_samples, **_run_arguments(task))
 
 
 def decoder(target, device: str):

@@ -179,19 +179,25 @@ def misaligned_unconditional_timesteps(network):
 
 
 @contextmanager
-def served_app():
+def served_app(folder=ROOT, env: dict | None = None, python: str = sys.executable, start_s: float = 120):
     """The app served by app.launch (what `python app.py` and the Space run) in its own process on a
-    free port: yields (its address, its process). Its log goes to a file, read when it fails to start."""
+    free port: `python` in `folder`, with `env` (default: this process's, offline). Yields (its address, its
+    process). Its log goes to a file, read when it fails to start."""
     port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    env = env or {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     code = f"import app; app.launch(server_name='127.0.0.1', server_port={port}, quiet=True)"
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True
+            [python, "-c", code],
+            cwd=folder,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
         )
         address = f"http://127.0.0.1:{port}/"
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + start_s
             while True:
                 try:
                     urllib.request.urlopen(address, timeout=2).read()
@@ -201,7 +207,8 @@ def served_app():
                         log.seek(0)
                         pytest.fail(f"the app exited: {log.read()[-2000:]}")
                     if time.monotonic() > deadline:
-                        pytest.fail("the app did not start within 120 s")
+                        log.seek(0)
+                        pytest.fail(f"the app did not start within {start_s:g} s: {log.read()[-2000:]}")
                     time.sleep(0.5)
             yield address, proc
         finally:

@@ -6,14 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import gradio as gr
 import pytest
 
-from ..helpers import free_port
+from ..helpers import served_app
 
 pytestmark = pytest.mark.app
 
@@ -180,38 +178,8 @@ def test_the_staged_space_runs_whole_in_a_fresh_venv(tmp_path):
     assert where.returncode == 0, where.stderr
     assert all(Path(line).is_relative_to(staged) for line in where.stdout.split()), where.stdout
 
-    port = free_port()
-    address = f"http://127.0.0.1:{port}/"
-    server_log = tmp_path / "server.log"
-    with server_log.open("w") as log:
-        server = subprocess.Popen(
-            [python, "-c", f"import app; app.launch(server_name='127.0.0.1', server_port={port})"],
-            cwd=staged,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while True:
-                try:
-                    urllib.request.urlopen(address, timeout=2).read()
-                    break
-                except OSError:
-                    assert server.poll() is None, f"the staged app exited: {tail(server_log)}"
-                    assert time.monotonic() < deadline, f"the staged app did not answer in 180 s: {tail(server_log)}"
-                    time.sleep(0.5)
-            try:
-                out = Client(address, verbose=False).submit(api_name="/sample").result(timeout=300)
-            except Exception as err:
-                raise AssertionError(f"/sample failed: {err!r}\n{tail(server_log)}") from err
-            assert "fewer target calls" in out["headline"], (out["headline"], tail(server_log))
-            assert out["runs"] and all(run["target_calls"] > 0 for run in out["runs"]), out["runs"]
-            assert out["runs"][0]["label"] == "plain target"
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait(timeout=20)
+    with served_app(staged, env, python, start_s=180) as (address, _):
+        out = Client(address, verbose=False).submit(api_name="/sample").result(timeout=300)
+    assert "fewer target calls" in out["headline"], out["headline"]
+    assert out["runs"] and all(run["target_calls"] > 0 for run in out["runs"]), out["runs"]
+    assert out["runs"][0]["label"] == "plain target"

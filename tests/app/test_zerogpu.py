@@ -7,8 +7,6 @@ import importlib.util
 import json
 import os
 import pickle
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -25,7 +23,7 @@ from specdemo_app import gpu
 from specdemo_app import handlers as H
 from specdemo_app import settings as S
 
-from ..helpers import free_port
+from ..helpers import served_app
 
 pytestmark = pytest.mark.app
 
@@ -185,8 +183,7 @@ def test_exactness_runs_in_the_worker(zero):
 def served(tmp_path_factory):
     """The app served as a Space serves it (app.launch: warm-up, then the server), with the stand-in as
     its `spaces`: (url, the log of durations asked, the server's process)."""
-    folder = tmp_path_factory.mktemp("zerogpu")
-    port, log = free_port(), folder / "durations.jsonl"
+    log = tmp_path_factory.mktemp("zerogpu") / "durations.jsonl"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(STANDINS), str(ROOT)]),
@@ -194,33 +191,8 @@ def served(tmp_path_factory):
         "HF_HUB_OFFLINE": "1",
         "GRADIO_ANALYTICS_ENABLED": "False",
     }
-    output = open(folder / "server.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-c", f"import app; app.launch(server_name='127.0.0.1', server_port={port})"],
-        cwd=ROOT,
-        env=env,
-        stdout=output,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        import httpx
-
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            assert server.poll() is None, (folder / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(url + "config", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("the app did not start: " + (folder / "server.log").read_text()[-3000:])
-        yield url, log, psutil.Process(server.pid)
-    finally:
-        server.kill()
-        server.wait(30)
-        output.close()
+    with served_app(env=env, start_s=240) as (url, process):
+        yield url, log, psutil.Process(process.pid)
 
 
 def asked(log: Path) -> list[dict]:
