@@ -155,11 +155,15 @@ class Problem:
         ):  # what the plan took, less writing a trace's records, weighed against plain sampling
             observe(self, result.cost.wall_s - result.cost.trace_s, num)
         result.cost.learn_s = time.perf_counter() - t0
-        if with_pilot:  # what this build spent planning
-            result.cost.planning_calls, result.cost.planning_s = self.planning_calls, self.calibration_s
-            if self.pilot is not None:
-                result.cost.pilot_calls, result.cost.pilot_s = self.pilot.target_calls, self.calibration_s
+        if with_pilot:
+            self.charge_planning(result.cost)
         return result
+
+    def charge_planning(self, cost: Cost) -> None:
+        """Charge what this build spent planning (its pilot's runs too) to a run's cost."""
+        cost.planning_calls, cost.planning_s = self.planning_calls, self.calibration_s
+        if self.pilot is not None:
+            cost.pilot_calls, cost.pilot_s = self.pilot.target_calls, self.calibration_s
 
 
 def _as_asked(record: RoundTrace, asked: dict) -> RoundTrace:

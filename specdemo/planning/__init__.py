@@ -138,16 +138,7 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         return _with_bias(_plain_if_faster(_from_record(problem, record, source, auto_tree, auto_freeze)))
     folder = cache_folder(c.cache_dir)
     key = plan_key(problem)
-    learnt = None if c.replan else _learnt(problem, key, folder)
-    # statistics shipped with the package plan a setting this cache has measured nothing of, priced here: once
-    # its runs keep statistics here (--replan learns anew), they plan it (the forms are kept for every topology
-    # at once: there, once its own --replan priced them)
-    own = replanned(problem) if learns_table(problem) else learnt is not None
-    source = "runs"
-    if not own and not c.replan and not c.pilot and (learnt is None or learnt[1] < c.pilot_samples):
-        shipped = _learnt(problem, key, SHIPPED_PLANS, shipped=True)
-        if shipped is not None:
-            learnt, source = shipped, "shipped"
+    learnt, source = _statistics(problem, key, folder)
     stored = None if c.replan else load_plan(key, folder) if folder is not None else PRICED.get(key_name(key))
     # a fixed tree plans from runs only its --freeze auto table
     from_runs = not c.pilot and learnt is not None and learnt[1] >= c.pilot_samples and (auto_tree or auto_freeze)
@@ -201,6 +192,21 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
     if share is not None:
         share.send(stored)
     return _with_bias(_plain_if_faster(problem))
+
+
+def _statistics(problem: Problem, key: dict, folder) -> tuple[tuple[Callable, int] | None, str]:
+    """What a plan would be learnt from (_learnt), and its plan_source: the setting's own statistics in the cache
+    ("runs"); where the cache holds none of its own, or too few, the statistics shipped with the package
+    ("shipped": priced here). Once its runs keep statistics here (--replan learns anew), they plan it (the
+    forms are kept for every topology at once: there, once its own --replan priced them)."""
+    c = problem.config
+    learnt = None if c.replan else _learnt(problem, key, folder)
+    own = replanned(problem) if learns_table(problem) else learnt is not None
+    if not own and not c.replan and not c.pilot and (learnt is None or learnt[1] < c.pilot_samples):
+        shipped = _learnt(problem, key, SHIPPED_PLANS, shipped=True)
+        if shipped is not None:
+            return shipped, "shipped"
+    return learnt, "runs"
 
 
 def _learnt(
