@@ -24,9 +24,9 @@ CELLS = {
     "chain 1x9 block": ({"method": "chain", "tree": "1x9", "verifier": "block", "num_samples": 1}, 52),
     "tree 2,2,1 rank": ({"method": "tree", "tree": "2,2,1", "verifier": "rank", "num_samples": 1}, 156),
     "auto, 1 sample": ({"method": "tree", "tree": "auto", "num_samples": 1}, 156),
-    # the plan is priced on the machine that runs it (from shipped statistics): its rounds' operations move with
-    # the plan it prices, 151 to 158 measured on this CPU
-    "auto, 16 samples": ({"method": "tree", "tree": "auto", "num_samples": 16}, 160),
+    # tree auto's plan is priced on the machine that runs it, so its operations move with that machine's timing
+    # here; tests/benchmarks/test_launches.py counts one plan priced with recorded prices
+    "auto, 16 samples": ({"method": "tree", "tree": "auto", "num_samples": 16}, 156),
 }
 
 
