@@ -4,7 +4,7 @@ Block verification (`--verifier block`, Sun et al. 2024) weighs a drafted chain 
 longest prefix that an exact coupling of the whole block allows; node-by-node RMC stops at the first rejected
 node. Same chains, same drafts, each pair in one process: the embedded digits UNet, class 3, as in the digits
 section. Auto rows are planned per verifier: node by node with each verifier's per-node acceptance,
-block-verified chains with the distribution of eta that the pilot's deltas give (specdemo/trees/auto.py);
+block-verified chains with the distribution of eta that the pilot's deltas give (specdemo/planning/programme.py);
 planned calls are the planner's expected target calls per trajectory. On gm512 the corrected draw keeps the
 orthogonal part of the next drafted node, as RMC's reflection does, so nearest-sibling prefetch keeps working.
 """

@@ -11,7 +11,7 @@ import numpy as np
 
 from specdemo.pipeline import SamplerConfig, build
 from specdemo.planning import plan_tree
-from specdemo.trees.auto import DeltaStats
+from specdemo.planning.programme import DeltaStats
 
 from .common import BY_CALLS, NETWORK, plot
 

@@ -90,7 +90,7 @@ def measure(trajectories: int, quick: bool, report: Path) -> tuple[str, dict]:
 
 def render(results: dict) -> str:
     """The section's body from its saved results alone. Three plans from one pilot: the stepwise draft with its
-    network levels priced at their steps (specdemo/trees/auto.py), the same with the network's cost spread over
+    network levels priced at their steps (specdemo/planning/programme.py), the same with the network's cost spread over
     every step, and the frozen forms alone; the time objective keeps the one of fewer planned seconds (*kept*)."""
     rows = results["rows"]
     lines = [

@@ -2,7 +2,7 @@
 block-verified chains and rank-aware trees verified node by node, in target calls (hardware-free).
 
 Whole-tree block verification is docs/algorithms.md, section 3, "whole trees"; the block planner
-(specdemo/trees/auto.py) plans fans (K, 1, ..., 1), K <= 4. Planned settings pilot afresh (pilot calls not in the
+(specdemo/planning/programme.py) plans fans (K, 1, ..., 1), K <= 4. Planned settings pilot afresh (pilot calls not in the
 speedup); *planned* is the plan's expected calls per trajectory. Fixed topologies have equal target rows a round.
 """
 

@@ -265,7 +265,7 @@ MUTATIONS = [
     ),
     Mutation(
         "the time planner prices a draft network's levels nowhere",
-        "specdemo/trees/auto.py",
+        "specdemo/planning/programme.py",
         "RoundPrice.seconds",
         "return self.cost.round_time(rows, int(self.network[n + depth] - self.network[n])) if self.cost else 0.0",
         "return self.cost.round_time(rows) if self.cost else 0.0",

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from specdemo import SamplerConfig, build  # noqa: E402
 from specdemo.planning import SHIPPED_PLANS  # noqa: E402
-from specdemo.trees.auto import MIN_SAMPLES  # noqa: E402
+from specdemo.planning.programme import MIN_SAMPLES  # noqa: E402
 
 APP_MODELS = ("digits", "gm2d", "gm16", "banana", "ring", "gm512")  # the app's models that need no download
 

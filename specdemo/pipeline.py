@@ -33,12 +33,13 @@ from .planning import (
     plan,
     to_price,
 )
+from .planning.cost_model import CostModel
+from .planning.programme import DeltaStats
 from .resolve import PlanRequest, Settings, resolve
 from .sampling import Cost, RoundTrace, SampleResult, sample
 from .sampling.graphs import launched
+from .sampling.padding import PADDED_ROWS
 from .trees import Topology, TopologyPlan
-from .trees.auto import DeltaStats
-from .trees.cost_model import PADDED_ROWS, CostModel
 from .verifiers import Verifier, get_verifier
 
 _WARM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {(device, call size)} set up

@@ -14,8 +14,8 @@ import numpy as np
 from benchmarks.common import BY_CALLS
 from benchmarks.equal_rows import DRAFTS
 from specdemo.pipeline import SamplerConfig, build
+from specdemo.planning.programme import BLOCK_FAN_WIDTHS, BLOCK_PLAN_CHAINS, DeltaStats
 from specdemo.trees import Topology
-from specdemo.trees.auto import BLOCK_FAN_WIDTHS, BLOCK_PLAN_CHAINS, DeltaStats
 from specdemo.trees.tables import TreeTables, tables
 from specdemo.verifiers.block import select_root_child, weigh_tree
 

@@ -1,6 +1,6 @@
 """Planning: what a run measures and keeps to plan its setting, behind one entry, plan(problem) -> Plan.
 
-An auto topology (--tree auto) is planned per step from measured deltas (planner.py, with trees/auto.py's
+An auto topology (--tree auto) is planned per step from measured deltas (planner.py, with planning/programme.py's
 programme); the time objective prices each round with the target's measured cost of a call by its rows and
 the driver's own cost (costs.py). The deltas come, by default, from the setting's own runs: until
 config.pilot_samples trajectories have been measured, a run samples with the online plan (a block chain as
@@ -35,14 +35,14 @@ from ..limits import Cancel
 from ..resolve import AUTO_FORMS, PILOT_DEPTH
 from ..sampling import Cost
 from ..trees import Topology, TopologyPlan
-from ..trees.auto import DeltaStats
-from ..trees.cost_model import CostModel
 from ..verifiers import Verifier, get_verifier
 from .cache import SHIPPED_PLANS, cache_folder, key_name, load_plan, plan_from_dict, plan_key, plan_to_dict, store_plan
+from .cost_model import CostModel
 from .costs import call_seconds, call_sizes, plain_seconds
 from .forms import learn_forms, learns_table, load_forms, priced_count, replanned, table_wanted, to_price
 from .forms import options as forms_options
 from .planner import auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options
+from .programme import DeltaStats
 from .stats import draft_options, learn, learnt_seed, load_stats, observe
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """What a round costs on the run's device, for the time objective: the target's call by its rows, and the
-driver's own cost per round and per level (trees/cost_model.py prices a round with them).
+driver's own cost per round and per level (planning/cost_model.py prices a round with them).
 
 Measuring takes a bounded time whatever the batch: calls are timed up to MOST_ROWS rows (the cost model
 extrapolates larger ones with the last slope), each for at most CALL_BUDGET_S; the driver is timed over a
@@ -20,8 +20,8 @@ import torch
 from ..drafts import StepwiseDraft
 from ..drafts.stepwise import RESIDUAL
 from ..sampling import sample
+from ..sampling.padding import call_size
 from ..trees import Topology
-from ..trees.cost_model import call_size
 
 if TYPE_CHECKING:
     from ..pipeline import Problem

@@ -25,7 +25,6 @@ from ..drafts.frozen import FORMS
 from ..drafts.stepwise import RESIDUAL, StepwiseDraft
 from ..resolve import AUTO_FORMS, PILOT_DEPTH
 from ..sampling.record import ACCEPTED, ROOT
-from ..trees.auto import DeltaStats
 from .cache import (
     KEPT_PER_CELL,
     MACHINE,
@@ -39,6 +38,7 @@ from .cache import (
     store_plan,
 )
 from .planner import auto_draft, online_form, online_frozen_form
+from .programme import DeltaStats
 
 if TYPE_CHECKING:
     from ..pipeline import Problem

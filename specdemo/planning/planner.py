@@ -1,5 +1,5 @@
 """The plan of a setting: the online plan a run samples with before anything is measured, and from measured
-deltas the auto topology (trees/auto.py's programme) for each draft option and verifier, the best kept."""
+deltas the auto topology (planning/programme.py's programme) for each draft option and verifier, the best kept."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from ..drafts.stepwise import RESIDUAL
 from ..errors import SpecdemoError
 from ..limits import Cancel
 from ..trees import ReachRule, Topology, TopologyPlan
-from ..trees.auto import DeltaStats, plan_topology
-from ..trees.cost_model import CostModel
 from ..trees.topology import MAX_DEPTH
 from ..verifiers import get_verifier
+from .cost_model import CostModel
 from .costs import call_costs, driver_costs
+from .programme import DeltaStats, plan_topology
 
 if TYPE_CHECKING:
     from ..pipeline import Problem

@@ -16,7 +16,6 @@ from ..limits import Cancel
 from ..resolve import PILOT_DEPTH
 from ..sampling import Cost, sample
 from ..trees import Topology
-from ..trees.auto import DeltaStats
 from ..verifiers import get_verifier
 from .cache import (
     KEPT_PER_CELL,
@@ -31,6 +30,7 @@ from .cache import (
     store_plan,
 )
 from .forms import candidates, options
+from .programme import DeltaStats
 
 if TYPE_CHECKING:
     from ..pipeline import Problem

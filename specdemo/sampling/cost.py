@@ -51,7 +51,7 @@ class Cost:
     examined_per_depth: list[int] = field(default_factory=list)
     accepted_per_depth: list[int] = field(default_factory=list)
     padded_rows: int = (
-        0  # rows the calls were padded with to a few shapes (trees/cost_model.py), in no trajectory's rows
+        0  # rows the calls were padded with to a few shapes (sampling/padding.py), in no trajectory's rows
     )
     warm_ups: int = 0  # warm-up rows: roots evaluated alone because their trajectory held no frozen output
     pilot_calls: int = 0  # sequential target calls of the pilot this run paid for (0: none, or a cached plan)

@@ -52,12 +52,12 @@ from ..errors import SpecdemoError
 from ..kernels import Kernel
 from ..limits import Cancel
 from ..trees import Topology, TopologyPlan
-from ..trees.cost_model import call_size
 from ..trees.tables import tables
 from ..verifiers import Verifier
 from . import round as device
 from .cost import Cost, PhaseClock
 from .layout import Mailbox, Workspace, layout_for
+from .padding import call_size
 from .prefetch import PREFETCH, NearestSibling, Prefetch
 from .record import RoundTrace, round_trace
 from .rng import TrajectoryRandom

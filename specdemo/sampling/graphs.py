@@ -3,7 +3,7 @@ replayed at every call (`launch="graphs"`), or compiled by torch.compile (`launc
 
 A small network's call is bound by dispatching its kernels one by one, not by computing them (the digits
 UNet: about 150 operations a call). A graph replays them all with one launch. The driver pads every call to
-one of a few sizes (trees/cost_model.py CALL_SIZES), so a run captures a few graphs, each when its size is
+one of a few sizes (sampling/padding.py CALL_SIZES), so a run captures a few graphs, each when its size is
 first called: pipeline.warm_up calls every size a run can use before the run, as it already does to set up
 a network's kernels.
 

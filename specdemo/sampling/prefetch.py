@@ -9,7 +9,7 @@ evaluated too (so that a round that keeps its leaf knows the exact target output
   none     no output kept: the next round re-evaluates its root (one extra call a round);
   leaves   as nearest, and every round's leaves are evaluated;
   auto     as nearest, and the leaves evaluated at the steps where a planned topology
-           (--tree auto, specdemo.trees.auto) finds it pays.
+           (--tree auto, specdemo.planning.programme) finds it pays.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ class Verifier:
 
     name: str
     max_children: int | None = None
-    weighs_whole_tree = False  # decides from every drafted node at once: its plans are fans (trees/auto.py)
+    weighs_whole_tree = False  # decides from every drafted node at once: its plans are fans (planning/programme.py)
 
     def uniforms_per_round(self, tree: TreeTables) -> int:
         raise NotImplementedError

@@ -31,7 +31,7 @@ Contract: the committed path has the law of the target chain given the past, wha
 the accepted nodes are returned bit for bit. Sun et al. show that no valid verifier of a drafted
 block accepts more of it in expectation, node-by-node maximal coupling (RMC) included.
 A block of one node is a node coupling with RMC's acceptance 2 Phi(-delta/2), which is what
-`acceptance` gives; the auto planner models whole blocks (trees/auto.py). The residual is drawn only
+`acceptance` gives; the auto planner models whole blocks (planning/programme.py). The residual is drawn only
 for the rows whose round it ends.
 """
 

@@ -4,7 +4,7 @@ expects fewer calls than the planned fan and the planned chain of the same rows.
 import numpy as np
 
 from benchmarks.equal_rows import first_level_kept
-from specdemo.trees.auto import DeltaStats, plan_topology
+from specdemo.planning.programme import DeltaStats, plan_topology
 from specdemo.verifiers import get_verifier
 
 STEPS = 16

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from benchmarks.experiment import load
-from specdemo.trees.auto import DeltaStats, block_fan_stop_probabilities
+from specdemo.planning.programme import DeltaStats, block_fan_stop_probabilities
 
 branching = load("branching")
 

@@ -16,9 +16,9 @@ from specdemo.drafts import FrozenDraft, FrozenX0, StepwiseDraft
 from specdemo.drafts.stepwise import RESIDUAL
 from specdemo.errors import SpecdemoError
 from specdemo.planning import SHIPPED_PLANS, costs, key_name, load_plan, plan_key, plan_tree, planner, stats
+from specdemo.planning.cost_model import CostModel
+from specdemo.planning.programme import plan_topology
 from specdemo.sampling import sample
-from specdemo.trees.auto import plan_topology
-from specdemo.trees.cost_model import CostModel
 from specdemo.verifiers import get_verifier
 
 AUTO = dict(

@@ -13,10 +13,10 @@ import pytest
 from specdemo.drafts import NetworkDraft
 from specdemo.kernels import DDPMKernel, default_ddpm_scheduler
 from specdemo.pipeline import SamplerConfig, build
+from specdemo.planning.programme import block_fan_stop_probabilities, block_stop_probabilities
 from specdemo.sampling import sample
 from specdemo.targets import GaussianMixture, gm2d
 from specdemo.trees import Topology
-from specdemo.trees.auto import block_fan_stop_probabilities, block_stop_probabilities
 from specdemo.trees.tables import tables
 from specdemo.verifiers import BlockVerification, GreedyRejectionSampling, RankAwareSelection, ReflectionMaximalCoupling
 from specdemo.verifiers.block import block_weights, commit_probabilities, weigh_tree
@@ -170,7 +170,7 @@ def test_stopping_depends_on_the_next_node_through_its_projection_alone(u1):
 
 @pytest.mark.statistical
 def test_the_planners_stop_probabilities_match_the_verifiers_frequencies():
-    """P(eta = j | L) of the block planner (trees/auto.py), from 20,000 chains, against the
+    """P(eta = j | L) of the block planner (planning/programme.py), from 20,000 chains, against the
     frequencies of verify_chain on 200,000 others, for chains truncated at L = 1, 3, 6, with a
     delta per depth."""
     g = np.random.default_rng(5)

@@ -1,4 +1,4 @@
-"""What a round costs in seconds, for the planner's time objective (trees/auto.py).
+"""What a round costs in seconds, for the planner's time objective (planning/programme.py).
 
 A round of a batch of A trajectories that each evaluate R target rows costs
 
@@ -11,56 +11,16 @@ it). A level has at least one row, so pricing the driver per row bounds a tree's
 and is exact for a chain. The stepwise draft (drafts/stepwise.py) calls its network only at the
 levels whose step its table gives to the network: level_s is then the frozen draft's cost of a level,
 and network_level_s what a level that calls the network costs beyond it, paid by the round's L_net
-such levels (trees/auto.py counts them from the table).
+such levels (planning/programme.py counts them from the table).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-# A target call of up to PADDED_ROWS rows is padded to the next of these sizes: a network sets up its
-# kernels once per input shape (oneDNN convolutions on a CPU: a first call of a new shape took twice
-# as long on the digits UNet; captured graphs on a GPU), so a run's calls share a few shapes. Four
-# sizes an octave: a call pays at most a quarter more rows, and the time planner prices the padded size.
-CALL_SIZES = (
-    1,
-    2,
-    3,
-    4,
-    5,
-    6,
-    7,
-    8,
-    10,
-    12,
-    14,
-    16,
-    20,
-    24,
-    28,
-    32,
-    40,
-    48,
-    56,
-    64,
-    80,
-    96,
-    112,
-    128,
-    160,
-    192,
-    224,
-    256,
-)
-PADDED_ROWS = CALL_SIZES[-1]
-
-
-def call_size(rows: int) -> int:
-    """The rows a call of `rows` rows is padded to."""
-    return CALL_SIZES[bisect_left(CALL_SIZES, rows)] if rows <= PADDED_ROWS else rows
+from ..sampling.padding import call_size
 
 
 @dataclass(frozen=True)

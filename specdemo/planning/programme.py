@@ -4,7 +4,7 @@ The objective is the expected cost from a state to the end of the schedule, V(n,
 whether the target output at Y_n is already known (after a warm-up, or a round that committed an
 evaluated leaf). A round of R target rows and L levels costs price(R, L): one call ([R > 0], the
 calls objective), or its seconds t(R, L_net) on the run's device (the time objective,
-trees/cost_model.py; L_net of its L levels draft their step with a draft network, as the stepwise
+planning/cost_model.py; L_net of its L levels draft their step with a draft network, as the stepwise
 draft's table says), so that a wider or deeper round is chosen only where the steps it is expected
 to commit pay for it. A round rooted at step n verifies level d (the children
 of the node kept at depth d - 1) only if levels 1..d-1 kept a drafted child. Level d rejected:
@@ -68,11 +68,10 @@ from functools import cache, lru_cache
 import numpy as np
 
 from ..errors import SpecdemoError
+from ..trees import MAX_DEPTH, Topology, TopologyPlan
 from ..verifiers import Verifier
 from ..verifiers.block import log_ratios, path_weights, select_root_child
 from .cost_model import CostModel
-from .plan import TopologyPlan
-from .topology import MAX_DEPTH, Topology
 
 DELTA_GRID = np.geomspace(1e-4, 64.0, 241)
 MIN_SAMPLES = 24

@@ -11,10 +11,10 @@ from specdemo import SamplerConfig, build
 from specdemo import figures as F
 from specdemo.errors import SpecdemoError
 from specdemo.planning import plan_tree
+from specdemo.planning.programme import DeltaStats, _best_round
 from specdemo.resolve import AUTO_DEFAULTS
 from specdemo.sampling import ACCEPTED
 from specdemo.trees import Topology
-from specdemo.trees.auto import DeltaStats, _best_round
 
 from ..test_exactness import min_pvalue_bonferroni
 
@@ -294,7 +294,7 @@ def test_delta_stats_leave_out_the_exact_first_level_of_a_known_root():
 def test_the_programmes_pieces_each_do_their_part():
     """plan_topology's pieces, each on its own: the pricing of a round, a level's acceptance, the block
     plan's stop probabilities, and the round chosen at one step."""
-    from specdemo.trees.auto import BLOCK_FAN_WIDTHS, BlockStops, LevelAcceptance, RoundPrice, best_round
+    from specdemo.planning.programme import BLOCK_FAN_WIDTHS, BlockStops, LevelAcceptance, RoundPrice, best_round
     from specdemo.verifiers import BlockVerification, GreedyRejectionSampling
 
     calls = RoundPrice(None, None, 10)
