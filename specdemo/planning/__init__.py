@@ -10,7 +10,8 @@ runs price each draft form along their committed paths instead (forms.py), for e
 a fixed tree's runs learn its per-step table too. No run pays a pilot. With --pilot, pilot runs measure
 them before the first run instead, one of each form under --freeze auto. Plans and statistics are kept per
 setting in the plan cache (cache.py). Statistics of the app's default settings ship with the package
-(specdemo/plans/), not plans: a plan is priced on the machine that runs it.
+(specdemo/plans/), not plans: a plan is priced on the machine that runs it. Planning reads a problem as a
+Setup (setup.py) and never imports the pipeline.
 
 Where a plan comes from, the first rule that applies:
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from ..drafts import BiasedDraft, Draft, FrozenPerStep, StepwiseDraft
@@ -43,11 +44,11 @@ from .forms import learn_forms, learns_table, load_forms, priced_count, replanne
 from .forms import options as forms_options
 from .planner import auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options
 from .programme import DeltaStats
+from .setup import S, Setup, settled
 from .stats import draft_options, learn, learnt_seed, load_stats, observe
 
 if TYPE_CHECKING:
     from ..parallel import Broadcast
-    from ..pipeline import Problem
 
 __all__ = [
     "AUTO_FORMS",
@@ -82,14 +83,14 @@ MEASURED_MARGIN = 1.1  # ... and by how much they must exceed them: one loaded r
 
 @dataclass(frozen=True)
 class Plan:
-    """What planning settles for a problem, each field the Problem's of that name, which the pipeline applies
-    (Problem.planned): the tree (a fixed one, the online plan or an auto topology), the draft (with its
+    """What planning settles for a problem, each field the problem's of that name, which the pipeline applies
+    (pipeline's Problem.planned): the tree (a fixed one, the online plan or an auto topology), the draft (with its
     freeze table) and the verifier; plan_source:
     "pilot", "runs", "cache", "shipped", "online" or "default" (a fixed tree, --freeze auto's first table:
     learning_table, the run prices the forms for later runs),
     None where nothing was planned; the cost model (time objective), the measured deltas and the pilot's cost
     when this build measured them, the seconds planning took, whether the plan was learnt from runs
-    (Problem.stream_seed), and under the time objective the expected seconds of plain sampling, the candidate
+    (Setup.stream_seed), and under the time objective the expected seconds of plain sampling, the candidate
     an auto topology is weighed against (where it wins, the tree is Topology(()): the run samples plainly, and
     `declined` keeps the planned problem it did not run; measured_s: what runs under the plan took, per batch of slots,
     when at least MEASURED_MIN runs measured it)."""
@@ -106,21 +107,21 @@ class Plan:
     planning_calls: int = 0
     learnt: bool = False
     plain_s: float | None = None
-    declined: Problem | None = None
+    declined: Setup | None = None
     measured_s: float | None = None
 
     @classmethod
-    def of(cls, problem: Problem) -> Plan:
+    def of(cls, problem: Setup) -> Plan:
         return cls(**{f.name: getattr(problem, f.name) for f in fields(cls)})
 
 
-def plan(problem: Problem, cancel: Cancel | None = None, share: Broadcast | None = None) -> Plan:
+def plan(problem: Setup, cancel: Cancel | None = None, share: Broadcast | None = None) -> Plan:
     """The problem's plan (module docstring); cancel stops the pilots between rounds; share: under accelerate
     launch, the main process plans and the others take its plan."""
     return Plan.of(_planned(problem, cancel, share))
 
 
-def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -> Problem:
+def _planned(problem: S, cancel: Cancel | None, share: Broadcast | None) -> S:
     """The problem as its plan settles it (the module docstring's table): from the plan cache when the setting
     was planned before; else from pilots (--pilot: chains with streams of their own, stats.pilot_seed, their
     cost kept in problem.pilot apart from the run's); else planned from the deltas its earlier runs left
@@ -148,18 +149,18 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
         t0 = time.perf_counter()
         if c.pilot:
             pilot, options = draft_options(problem, auto_freeze, cancel)
-            problem = replace(problem, pilot=pilot, plan_source="pilot")
+            problem = settled(problem, pilot=pilot, plan_source="pilot")
         else:
             assert learnt is not None  # from_runs
             options = learnt[0]()
-            problem = replace(problem, plan_source=source, learnt=True)
+            problem = settled(problem, plan_source=source, learnt=True)
         stats, draft = options[0]
-        problem = replace(problem, draft=draft, stats=stats)
+        problem = settled(problem, draft=draft, stats=stats)
         if auto_tree:
             problem = best_plan(planned_options(problem, options, cancel), c.objective)
         if auto_tree and c.objective == "time":
-            problem = replace(problem, plain_s=plain_seconds(problem, cancel.check if cancel else lambda: None))
-        problem = replace(problem, calibration_s=time.perf_counter() - t0)
+            problem = settled(problem, plain_s=plain_seconds(problem, cancel.check if cancel else lambda: None))
+        problem = settled(problem, calibration_s=time.perf_counter() - t0)
         verifier, source = problem.verifier, problem.plan_source
         assert verifier is not None and source is not None  # settled above: by "pilot", "runs" or "shipped"
         plan_record: dict | None = None
@@ -188,13 +189,13 @@ def _planned(problem: Problem, cancel: Cancel | None, share: Broadcast | None) -
     else:
         stored = ({"online": True}, "online")
         problem = online_problem(problem, auto_tree, auto_freeze)
-        problem = replace(problem, learning_table=learns_table(problem) and table_wanted(problem))
+        problem = settled(problem, learning_table=learns_table(problem) and table_wanted(problem))
     if share is not None:
         share.send(stored)
     return _with_bias(_plain_if_faster(problem))
 
 
-def _statistics(problem: Problem, key: dict, folder) -> tuple[tuple[Callable, int] | None, str]:
+def _statistics(problem: Setup, key: dict, folder) -> tuple[tuple[Callable, int] | None, str]:
     """What a plan would be learnt from (_learnt), and its plan_source: the setting's own statistics in the cache
     ("runs"); where the cache holds none of its own, or too few, the statistics shipped with the package
     ("shipped": priced here). Once its runs keep statistics here (--replan learns anew), they plan it (the
@@ -210,7 +211,7 @@ def _statistics(problem: Problem, key: dict, folder) -> tuple[tuple[Callable, in
 
 
 def _learnt(
-    problem: Problem, key: dict, folder, shipped: bool = False
+    problem: Setup, key: dict, folder, shipped: bool = False
 ) -> tuple[Callable[[], list[tuple[DeltaStats, Draft]]], int] | None:
     """What the setting's runs measured (the cache's in `folder`; with `shipped`, the statistics shipped with
     the package, in SHIPPED_PLANS): how to make the draft options from it (made only where planned from it),
@@ -225,13 +226,13 @@ def _learnt(
     return None if kept is None else (lambda: [(kept[0], online_draft(problem, auto_freeze))], kept[1])
 
 
-def _priced_options(problem: Problem, folder) -> list[tuple[DeltaStats, Draft]]:
+def _priced_options(problem: Setup, folder) -> list[tuple[DeltaStats, Draft]]:
     priced = load_forms(problem, folder)
     assert priced is not None  # priced_count read the record
     return forms_options(problem, priced[0])
 
 
-def _plain_if_faster(problem: Problem) -> Problem:
+def _plain_if_faster(problem: S) -> S:
     """Plain sampling where it is expected at least as fast as the planned topology, or where the plan's runs
     measured (measured_s) exceed plain sampling's expected seconds by MEASURED_MARGIN (the time objective): the
     problem then samples plainly (tree Topology(()), no draft, no verifier), and keeps the planned problem in
@@ -243,10 +244,10 @@ def _plain_if_faster(problem: Problem) -> Problem:
         problem.measured_s is None or problem.measured_s < problem.plain_s * MEASURED_MARGIN
     ):
         return problem
-    return replace(problem, tree=Topology(()), draft=None, verifier=None, declined=problem)
+    return settled(problem, tree=Topology(()), draft=None, verifier=None, declined=problem)
 
 
-def _from_record(problem: Problem, record: dict, source: str, auto_tree: bool, auto_freeze: bool) -> Problem:
+def _from_record(problem: S, record: dict, source: str, auto_tree: bool, auto_freeze: bool) -> S:
     """The problem planned as a stored record says (the plan cache's, or the main process's)."""
     if record.get("online"):
         return online_problem(problem, auto_tree, auto_freeze)
@@ -254,7 +255,7 @@ def _from_record(problem: Problem, record: dict, source: str, auto_tree: bool, a
     cost = CostModel.from_dict(record["cost_model"]) if record.get("cost_model") else None
     tree = plan_from_dict(record["plan"]) if auto_tree else problem.tree
     measured = record.get("measured_s") if record.get("measured_runs", 0) >= MEASURED_MIN else None
-    return replace(
+    return settled(
         problem,
         draft=draft,
         tree=tree,
@@ -267,9 +268,9 @@ def _from_record(problem: Problem, record: dict, source: str, auto_tree: bool, a
     )
 
 
-def _with_bias(problem: Problem) -> Problem:
+def _with_bias(problem: S) -> S:
     c = problem.config
     draft = BiasedDraft(problem.draft, c.draft_bias) if c.draft_bias and problem.draft is not None else problem.draft
     if draft is not None:
         draft.check(problem.kernel)
-    return replace(problem, draft=draft)
+    return settled(problem, draft=draft)

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from ..trees import Topology, TopologyPlan
 
 if TYPE_CHECKING:
-    from ..pipeline import Problem
+    from .setup import Setup
+
 
 PLAN_FORMAT = "specdemo-plan/6"
 SHIPPED_PLANS = Path(__file__).parents[1] / "plans"
@@ -31,7 +32,7 @@ def cache_folder(setting: str | None) -> Path | None:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdemo"
 
 
-def plan_key(problem: Problem) -> dict:
+def plan_key(problem: Setup) -> dict:
     """Everything a plan depends on: the model, kernel, draft (its start too), verifier (as configured: auto or a
     name; the record keeps the one planned with) and budget, the pilot's
     size, and for the time objective the batch, device and dtype it was priced for. Not the seed:

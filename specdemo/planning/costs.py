@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, TypedDict
+from typing import NamedTuple, TypedDict
 
 import numpy as np
 import torch
@@ -22,9 +22,7 @@ from ..drafts.stepwise import RESIDUAL
 from ..sampling import sample
 from ..sampling.padding import call_size
 from ..trees import Topology
-
-if TYPE_CHECKING:
-    from ..pipeline import Problem
+from .setup import Setup
 
 CALL_REPEATS = 5  # timings of a call size, the median kept ...
 CALL_BUDGET_S = 0.25  # ... fewer where they would take longer than this (one at least)
@@ -41,7 +39,7 @@ class CallCosts(NamedTuple):
     calls: int  # target calls made to time them
 
 
-def call_costs(problem: Problem, check: Callable[[], None] = lambda: None) -> CallCosts:
+def call_costs(problem: Setup, check: Callable[[], None] = lambda: None) -> CallCosts:
     """The target's call at a few row counts up to the batch times the budget, at most MOST_ROWS: the median
     of up to CALL_REPEATS timings after a first call each (fewer where they would take over CALL_BUDGET_S);
     `check` (a cancel's) is called before each count."""
@@ -67,7 +65,7 @@ class DriverCosts(TypedDict):
     network_level_s: float
 
 
-def driver_costs(problem: Problem, check: Callable[[], None] = lambda: None) -> DriverCosts:
+def driver_costs(problem: Setup, check: Callable[[], None] = lambda: None) -> DriverCosts:
     """The driver's own cost per round and per level with the problem's draft (round_s, level_s,
     network_level_s), from chains of two depths sampled with an instant network (0.5 x) in place of
     the target (driver_seconds). For the stepwise draft, whose levels call its network at some steps only, the levels
@@ -97,7 +95,7 @@ def driver_costs(problem: Problem, check: Callable[[], None] = lambda: None) -> 
     }
 
 
-def plain_seconds(problem: Problem, check: Callable[[], None] = lambda: None) -> float:
+def plain_seconds(problem: Setup, check: Callable[[], None] = lambda: None) -> float:
     """The expected seconds of plain sampling of the problem's batch: a call of the batch at every step
     (the problem's cost model: its calls were measured by call_costs), and the plain sampler's own cost per
     step (driver_seconds of plain rounds: a round is a step)."""
@@ -110,7 +108,7 @@ class _Timed(Exception):
     """Raised by a timed run's callback once its rounds are timed."""
 
 
-def driver_seconds(problem: Problem, check: Callable[[], None] = lambda: None, **run) -> float:
+def driver_seconds(problem: Setup, check: Callable[[], None] = lambda: None, **run) -> float:
     """Seconds per round outside the target call of a run of the problem's batch with `run` (sample's tree,
     draft, verifier; default plain sampling), with an instant network in place of the target: the median of
     TIMED_ROUNDS rounds after WARM_ROUNDS (the first rounds of a layout in a process allocate its buffers),
@@ -124,7 +122,7 @@ def driver_seconds(problem: Problem, check: Callable[[], None] = lambda: None, *
     return high + slope * (slots - MEASURED_BATCHES[1])
 
 
-def _median_round(problem: Problem, batch: int, check: Callable[[], None], run: dict) -> float:
+def _median_round(problem: Setup, batch: int, check: Callable[[], None], run: dict) -> float:
     stamps: list[float] = []
 
     def timed(info: dict) -> None:
@@ -153,7 +151,7 @@ def _median_round(problem: Problem, batch: int, check: Callable[[], None], run: 
     return float(np.median(gaps)) if len(gaps) else 0.0
 
 
-def call_seconds(problem: Problem, rows: int, repeats: int, warm: bool = True) -> list[float]:
+def call_seconds(problem: Setup, rows: int, repeats: int, warm: bool = True) -> list[float]:
     """Seconds of `repeats` target calls of `rows` rows of random states at random steps, after a
     first call of that shape (which sets up the network's kernels for it) unless `warm` is False."""
     generator = torch.Generator().manual_seed(rows)
@@ -171,7 +169,7 @@ def call_seconds(problem: Problem, rows: int, repeats: int, warm: bool = True) -
     return times[int(warm) :]
 
 
-def call_sizes(problem: Problem) -> set[int]:
+def call_sizes(problem: Setup) -> set[int]:
     """The padded sizes of the target calls a run of this problem can make: every tree the plan
     (or the fixed topology) uses, cut short at any depth, with or without its root and leaves, for
     the batch; and a batch of lone roots (warm-ups, plain and deterministic steps)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -39,16 +38,14 @@ from .cache import (
 )
 from .planner import auto_draft, online_form, online_frozen_form
 from .programme import DeltaStats
-
-if TYPE_CHECKING:
-    from ..pipeline import Problem
+from .setup import Setup
 
 PAIRS_A_CHUNK = 4096  # frozen nodes priced at once (each with PILOT_DEPTH levels) ...
 STATES_A_CHUNK = 1 << 22  # ... and at most this many state values over their levels (each level's nodes at once)
 FORM_NAMES = {**FORMS, "residual": RESIDUAL}
 
 
-def candidates(problem: Problem) -> list[tuple[int, Draft]]:
+def candidates(problem: Setup) -> list[tuple[int, Draft]]:
     """The drafts --freeze auto chooses among per step: each frozen form (AUTO_FORMS: the output, x0-hat,
     its extrapolation in time, the fitted Gaussian), and with a draft network that network corrected by the
     target's residual (RESIDUAL)."""
@@ -72,7 +69,7 @@ def _draft_network(draft: Draft | None) -> NetworkDraft | None:
     return draft if isinstance(draft, NetworkDraft) else None
 
 
-def options(problem: Problem, measured: list[tuple[int, DeltaStats]]) -> list[tuple[DeltaStats, Draft]]:
+def options(problem: Setup, measured: list[tuple[int, DeltaStats]]) -> list[tuple[DeltaStats, Draft]]:
     """The drafts to plan with from each candidate form's deltas (a pilot's, or learnt), each with the deltas
     of its table: the first drafts each step with the form of highest mean acceptance (a tie goes to the
     earlier form; a step no form measured keeps planner.online_form, or online_frozen_form). Where that gives
@@ -216,7 +213,7 @@ def _kept(cells: np.ndarray) -> np.ndarray:
     return np.stack([step[kept], depth[kept], np.round(delta[kept] * 10.0**digits) / 10.0**digits])
 
 
-def forms_key(problem: Problem) -> dict:
+def forms_key(problem: Setup) -> dict:
     """Where a setting's learnt form deltas are kept: the plan's key without what they do not depend on (the
     tree, verifier, budget, prefetch, objective, pilot size, batch and launch), so that every topology of a
     model, draft and kernel learns one table."""
@@ -224,14 +221,14 @@ def forms_key(problem: Problem) -> dict:
     return {**{k: v for k, v in plan_key(problem).items() if k not in drop}, "record": "forms"}
 
 
-def priced_count(problem: Problem, folder: Path | None = None) -> int | None:
+def priced_count(problem: Setup, folder: Path | None = None) -> int | None:
     """How many trajectories the setting's runs priced the forms along (in `folder`: the shipped statistics;
     default the plan cache); None: none yet."""
     record = _forms_record(problem, folder)
     return None if record is None else int(record["trajectories"])
 
 
-def load_forms(problem: Problem, folder: Path | None = None) -> tuple[list[tuple[int, DeltaStats]], int] | None:
+def load_forms(problem: Setup, folder: Path | None = None) -> tuple[list[tuple[int, DeltaStats]], int] | None:
     """Each candidate form's learnt deltas and how many trajectories measured them (in `folder`, as
     priced_count)."""
     record = _forms_record(problem, folder)
@@ -246,14 +243,14 @@ def _cells(stored: dict) -> np.ndarray:
     return np.array([stored["step"], stored["depth"], stored["delta"]], dtype=np.float64).reshape(3, -1)
 
 
-def learns_table(problem: Problem) -> bool:
+def learns_table(problem: Setup) -> bool:
     """Whether the setting learns its --freeze auto table from runs (this module) rather than deltas under a
     fixed draft (stats.learn): --freeze auto on a kernel with x0-hat (without it the output is the only
     form)."""
     return problem.request is not None and problem.request.freeze and problem.kernel.has_denoised
 
 
-def table_wanted(problem: Problem) -> bool:
+def table_wanted(problem: Setup) -> bool:
     """Whether a run of the setting should trace what its table is learnt from: a writable cache holds fewer
     than config.pilot_samples of its trajectories (or --replan starts them again)."""
     if cache_folder(problem.config.cache_dir) is None:
@@ -262,7 +259,7 @@ def table_wanted(problem: Problem) -> bool:
     return count is None or count < problem.config.pilot_samples
 
 
-def replanned(problem: Problem) -> bool:
+def replanned(problem: Setup) -> bool:
     """Whether this setting's runs learn the forms anew since its --replan: a plan shipped for it is then set
     aside, as where its runs keep statistics of their own (stats.learn). Another topology's runs learning the
     table leave a shipped plan the default."""
@@ -270,7 +267,7 @@ def replanned(problem: Problem) -> bool:
     return record is not None and key_name(plan_key(problem)) in record.get("replanned", [])
 
 
-def to_price(problem: Problem, trajectories: Sequence[int]) -> list[int]:
+def to_price(problem: Setup, trajectories: Sequence[int]) -> list[int]:
     """The trajectories of a run (by index) whose paths learn_forms should price: those its seed has not priced
     yet, at most as many as config.pilot_samples still needs (under --replan, as if none were priced)."""
     record = None if problem.config.replan else _forms_record(problem)
@@ -279,7 +276,7 @@ def to_price(problem: Problem, trajectories: Sequence[int]) -> list[int]:
     return sorted(set(trajectories) - known)[: max(problem.config.pilot_samples - count, 0)]
 
 
-def learn_forms(problem: Problem, trace, priced: Sequence[int], cond: dict) -> None:
+def learn_forms(problem: Setup, trace, priced: Sequence[int], cond: dict) -> None:
     """Add the form deltas along the paths of the run's trajectories `priced` (to_price's; cond: their
     conditioning, in that order) to the setting's record, kept per seed as stats.learn keeps its
     trajectories; --replan starts the record again and removes the setting's plan; a cache that cannot be
@@ -326,7 +323,7 @@ def learn_forms(problem: Problem, trace, priced: Sequence[int], cond: dict) -> N
 _READ: dict[Path, tuple[tuple[int, int], dict | None]] = {}  # a record file's (mtime, size) and its contents
 
 
-def _forms_record(problem: Problem, folder: Path | None = None) -> dict | None:
+def _forms_record(problem: Setup, folder: Path | None = None) -> dict | None:
     """The setting's forms record in `folder` (default the plan cache), read again only where its file changed
     (a build reads it several times, and it holds tens of thousands of deltas). The caller must not change it."""
     folder = folder or cache_folder(problem.config.cache_dir)

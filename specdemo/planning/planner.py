@@ -4,8 +4,7 @@ deltas the auto topology (planning/programme.py's programme) for each draft opti
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from ..config import PLANNED_VERIFIERS
 from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenPerStep, NetworkDraft, StepwiseDraft
@@ -19,14 +18,12 @@ from ..verifiers import get_verifier
 from .cost_model import CostModel
 from .costs import call_costs, driver_costs
 from .programme import DeltaStats, plan_topology
-
-if TYPE_CHECKING:
-    from ..pipeline import Problem
+from .setup import S, Setup, settled
 
 LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
 
 
-def online_form(problem: Problem) -> int:
+def online_form(problem: Setup) -> int:
     """The draft form a setting takes before its table is measured: the corrected draft network where
     there is one (RESIDUAL), else the fitted Gaussian where the kernel has x0-hat (it holds freezing
     x0-hat as lambda = 0, and was the best single form on the digits model: docs/benchmarks.md, section
@@ -41,7 +38,7 @@ def online_frozen_form(kernel) -> int:
     return FORMS["gaussian"] if kernel.has_denoised else FORMS["out"]
 
 
-def online_draft(problem: Problem, auto_freeze: bool) -> Draft:
+def online_draft(problem: Setup, auto_freeze: bool) -> Draft:
     """The draft a setting samples and plans with without pilots: under --freeze auto its table holds
     online_form at every step; any other draft as configured."""
     if auto_freeze:
@@ -50,7 +47,7 @@ def online_draft(problem: Problem, auto_freeze: bool) -> Draft:
     return problem.draft
 
 
-def online_plan(problem: Problem) -> TopologyPlan:
+def online_plan(problem: Setup) -> TopologyPlan:
     """The plan of a run that learns: at every step the block-verifiable chain of as many target rows as
     the budget (one level more where the root's output is known: that level costs no row), leaves not
     evaluated. Under the calls objective no chain of at most that many rows commits more steps a round,
@@ -75,12 +72,12 @@ def online_plan(problem: Problem) -> TopologyPlan:
     )
 
 
-def online_problem(problem: Problem, auto_tree: bool, auto_freeze: bool) -> Problem:
+def online_problem(problem: S, auto_tree: bool, auto_freeze: bool) -> S:
     """The problem sampled while its setting has no plan: the online plan (--tree auto) with block
     verification (under --verifier auto), and online_draft (--freeze auto). Its runs learn."""
     tree = online_plan(problem) if auto_tree else problem.tree
     verifier = problem.verifier or get_verifier("block")
-    return replace(
+    return settled(
         problem,
         tree=tree,
         draft=online_draft(problem, auto_freeze),
@@ -89,9 +86,7 @@ def online_problem(problem: Problem, auto_tree: bool, auto_freeze: bool) -> Prob
     )
 
 
-def planned_options(
-    problem: Problem, options: list[tuple[DeltaStats, Draft]], cancel: Cancel | None = None
-) -> list[Problem]:
+def planned_options(problem: S, options: list[tuple[DeltaStats, Draft]], cancel: Cancel | None = None) -> list[S]:
     """The problem planned (--tree auto) with each draft option and each verifier (the configured one, or
     under --verifier auto each of PLANNED_VERIFIERS: block verification accepts more a round, RMC costs
     the driver less a level, so which is faster depends on the device and the batch): under the time
@@ -105,25 +100,25 @@ def planned_options(
     if problem.config.objective != "time":
         stats, draft = options[0]
         return [
-            replace(planned, tree=plan_tree(planned, budget))
-            for planned in (replace(problem, draft=draft, stats=stats, verifier=v, cost_model=None) for v in verifiers)
+            settled(planned, tree=plan_tree(planned, budget))
+            for planned in (settled(problem, draft=draft, stats=stats, verifier=v, cost_model=None) for v in verifiers)
         ]
     calls = call_costs(problem, check)
     planned = []
     for stats, draft in options:
         for verifier in verifiers:
             check()
-            priced = replace(problem, draft=draft, stats=stats, verifier=verifier)
+            priced = settled(problem, draft=draft, stats=stats, verifier=verifier)
             model = CostModel(calls.rows, calls.seconds, **driver_costs(priced, check), batch=problem.slots)
-            priced = replace(priced, cost_model=model, planning_calls=calls.calls)
-            planned.append(replace(priced, tree=plan_tree(priced, budget)))
+            priced = settled(priced, cost_model=model, planning_calls=calls.calls)
+            planned.append(settled(priced, tree=plan_tree(priced, budget)))
     return planned
 
 
-def best_plan(planned: list[Problem], objective: str) -> Problem:
+def best_plan(planned: list[S], objective: str) -> S:
     """The planned option of fewest expected seconds (time objective) or calls; the first of equals."""
 
-    def expected(p: Problem) -> float:
+    def expected(p: S) -> float:
         plan = cast(TopologyPlan, p.tree)  # a planned option's
         if objective == "time":
             assert plan.expected_s is not None  # priced: the time objective plans with a cost model
@@ -133,7 +128,7 @@ def best_plan(planned: list[Problem], objective: str) -> Problem:
     return min(planned, key=expected)
 
 
-def auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
+def auto_draft(problem: Setup, forms: tuple[int, ...]) -> Draft:
     """--freeze auto's draft from its per-step table: the frozen draft's forms, and with a draft network
     the stepwise draft (the network corrected by the target's residual where the table says RESIDUAL; the
     frozen draft alone where it never does, which spares the network's call at every commit)."""
@@ -143,7 +138,7 @@ def auto_draft(problem: Problem, forms: tuple[int, ...]) -> Draft:
     return FrozenPerStep(forms, start=problem.config.start)
 
 
-def plan_tree(problem: Problem, budget: int) -> TopologyPlan:
+def plan_tree(problem: Setup, budget: int) -> TopologyPlan:
     """The auto topology of the problem's verifier, method and objective for `budget` target rows
     a round, planned from the pilot's deltas (problem.stats): chains for method chain or a
     verifier of chains, trees of widths up to 8 (or the verifier's limit) otherwise."""

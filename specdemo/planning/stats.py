@@ -7,7 +7,6 @@ import hashlib
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,9 +30,7 @@ from .cache import (
 )
 from .forms import candidates, options
 from .programme import DeltaStats
-
-if TYPE_CHECKING:
-    from ..pipeline import Problem
+from .setup import Setup
 
 
 def learnt_seed(seed: int) -> int:
@@ -81,7 +78,7 @@ def _stats_of(record: dict) -> tuple[DeltaStats, int]:
     return DeltaStats(deltas, int(record["num_steps"])), int(record["trajectories"])
 
 
-def learn(problem: Problem, trace, indices: Sequence[int]) -> None:
+def learn(problem: Setup, trace, indices: Sequence[int]) -> None:
     """Add a run's deltas (its trace: the verified paths' deltas, as a pilot measures them) to the
     setting's statistics in the plan cache, those of its trajectories (`indices`) not learnt from yet: a
     trajectory is the stream of its index under its seed, so a run repeated with a seed draws the same
@@ -124,7 +121,7 @@ def learn(problem: Problem, trace, indices: Sequence[int]) -> None:
 MEASURED_RUNS = 8  # a plan's measured seconds: the running mean of at most this many runs
 
 
-def observe(problem: Problem, wall_s: float, trajectories: int) -> None:
+def observe(problem: Setup, wall_s: float, trajectories: int) -> None:
     """Keep a planned run's measured seconds per batch of slots in its plan record, a running mean over at
     most MEASURED_RUNS runs (measured_s, measured_runs), which planning weighs against plain sampling's
     expected seconds (planning._plain_if_faster): where the cost model prices a round below what it takes,
@@ -145,7 +142,7 @@ def observe(problem: Problem, wall_s: float, trajectories: int) -> None:
 
 
 def draft_options(
-    problem: Problem, auto_freeze: bool, cancel: Cancel | None = None
+    problem: Setup, auto_freeze: bool, cancel: Cancel | None = None
 ) -> tuple[Cost, list[tuple[DeltaStats, Draft]]]:
     """The pilots' cost and the drafts they leave to choose from, each with its deltas. With --freeze
     auto, one pilot for each candidate form (forms.candidates), chosen among per step by forms.options."""
@@ -161,7 +158,7 @@ def draft_options(
     return cost, options(problem, [(form, stats) for (form, _), (stats, _) in zip(drafts, pilots, strict=True)])
 
 
-def _pilot(problem: Problem, draft: Draft, cancel: Cancel | None) -> tuple[DeltaStats, Cost]:
+def _pilot(problem: Setup, draft: Draft, cancel: Cancel | None) -> tuple[DeltaStats, Cost]:
     """Deltas on the verified path of config.pilot_samples trajectories drafted by a deep chain.
     PILOT_DEPTH, not the deepest level a plan may reach: a chain's deep levels are reached only by
     the trajectories whose draft fits best, so their deltas flatter the wider trees a plan builds
