@@ -21,18 +21,7 @@ from .kernels import Kernel
 from .limits import Cancel, Limits
 from .models import Target, resolve_target
 from .parallel import Broadcast, process_state
-from .planning import (
-    Plan,
-    call_seconds,
-    call_sizes,
-    learn,
-    learn_forms,
-    learns_table,
-    learnt_seed,
-    observe,
-    plan,
-    to_price,
-)
+from .planning import Plan, call_seconds, call_sizes, learnt_seed, measuring, plan, record
 from .planning.cost_model import CostModel
 from .planning.programme import DeltaStats
 from .resolve import PlanRequest, Settings, resolve
@@ -71,10 +60,10 @@ class Problem:
     # until the runs have priced its forms)
     plan_source: str | None = None
     learnt: bool = False  # the plan was learnt from the setting's runs (stream_seed)
-    learning_table: bool = False  # the run's paths price --freeze auto's forms for later runs (planning.learn_forms)
+    learning_table: bool = False  # the run's paths price --freeze auto's forms for later runs (planning.record)
     plain_s: float | None = None  # the expected seconds of plain sampling an auto topology was weighed against
     declined: Problem | None = None  # the planned problem plain sampling was expected to beat (tree is then ())
-    measured_s: float | None = None  # what runs under the plan took per batch of slots (planning.observe)
+    measured_s: float | None = None  # what runs under the plan took per batch of slots (planning.record)
     calibration_s: float = 0.0  # pilots, cost measurement and planning, when this build ran them
     planning_calls: int = 0  # target calls that timed the network for the plan, when this build made them
     warmup_s: float = 0.0  # setting the target's kernels up for the run's call sizes (pipeline.warm_up)
@@ -103,23 +92,24 @@ class Problem:
         """Sample every trajectory, or only trajectories `indices` (a process's share). with_pilot:
         charge this build's planning and pilot runs to the run's cost (planning_s, planning_calls, pilot_calls,
         pilot_s; counted in speedup_total and time_speedup_over). learn_deltas:
-        keep what the run measured for the setting's later runs (planning.learn under the online plan; else
-        planning.observe, its seconds under a plan priced by time; planning.learn_forms, --freeze auto's forms
-        priced along its paths, while the table is being learnt); False for a run that repeats
-        trajectories already kept."""
+        hand what the run measured for the setting's later runs to planning (planning.record); False for a
+        run that repeats trajectories already kept."""
         num = self.config.num_samples if indices is None else len(indices)
         cond = self.cond if indices is None else {k: v[list(indices)] for k, v in self.cond.items()}
         trajectories = range(num) if indices is None else indices
-        learns = learn_deltas and self.plan_source == "online" and not learns_table(self) and _learning_process()
-        priced = to_price(self, trajectories) if learn_deltas and self.learning_table and _learning_process() else []
+        measured = measuring(self, trajectories, learn_deltas and _learning_process())
         traced = kwargs.pop("trace", False)
         defaults = {"trace_states": True, "trace_outputs": False, "trace_only": None}  # sample's
         asked = {k: kwargs.get(k, default) for k, default in defaults.items()}
         assert self.tree is not None  # planning settles an auto tree before a run
-        if priced:  # the forms are priced along the committed paths: their states and outputs, of those alone
-            only = None if traced and asked["trace_only"] is None else sorted({*priced, *(asked["trace_only"] or ())})
+        if measured.priced:  # the forms are priced along the committed paths: their states and outputs, of those alone
+            only = (
+                None
+                if traced and asked["trace_only"] is None
+                else sorted({*measured.priced, *(asked["trace_only"] or ())})
+            )
             kwargs.update(trace_states=True, trace_outputs=True, trace_only=only)
-        elif learns and not traced:  # learning reads the deltas alone: no node states kept on the host
+        elif measured.deltas and not traced:  # learning reads the deltas alone: no node states kept on the host
             kwargs["trace_states"] = False
         result = sample(
             self.network,
@@ -136,25 +126,16 @@ class Problem:
             device=self.device,
             dtype=self.dtype,
             max_batch=self.config.max_batch,
-            trace=traced or learns or bool(priced),
+            trace=traced or measured.traces,
             **kwargs,
         )
         t0 = time.perf_counter()
-        if learns:  # the run's deltas plan the setting's later runs (planning.learn)
-            learn(self, result.trace, trajectories)
-        if priced:  # and its paths the table (planning.learn_forms)
-            position = {i: p for p, i in enumerate(trajectories)}
-            rows = [position[i] for i in priced]
-            learn_forms(self, result.trace, priced, {k: v[rows] for k, v in cond.items()})
+        record(self, measured, result, trajectories, cond)
         if not traced:
             result.trace = None
-        elif priced:  # the caller's trace holds what it asked for, not what the pricing read
-            records = (_as_asked(record, asked) for record in result.trace or [])
-            result.trace = [record for record in records if record.trajectories.size]
-        if not (learns or priced) and (
-            learn_deltas and self.plain_s is not None and isinstance(self.tree, TopologyPlan) and _learning_process()
-        ):  # what the plan took, less writing a trace's records, weighed against plain sampling
-            observe(self, result.cost.wall_s - result.cost.trace_s, num)
+        elif measured.priced:  # the caller's trace holds what it asked for, not what the pricing read
+            records = (_as_asked(r, asked) for r in result.trace or [])
+            result.trace = [r for r in records if r.trajectories.size]
         result.cost.learn_s = time.perf_counter() - t0
         if with_pilot:
             self.charge_planning(result.cost)

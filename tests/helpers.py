@@ -340,3 +340,19 @@ def planted_euler_ancestral_bug(kernel, bug: str):
     else:
         raise ValueError(bug)
     return buggy
+
+
+@contextmanager
+def recorded_prices(calls, driver: dict, plain_s: float):
+    """Plans priced by time with recorded prices (`calls`: costs.CallCosts; `driver`: costs.driver_costs's;
+    `plain_s`: plain sampling's expected seconds) instead of this machine's: a plan's shape then depends on
+    the statistics alone, not on how loaded the machine is while the test runs."""
+    from specdemo import planning
+    from specdemo.planning import planner
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(planner, "call_costs", lambda problem, check: calls)
+        patch.setattr(planner, "driver_costs", lambda problem, check: dict(driver))
+        patch.setattr(planning, "plain_seconds", lambda problem, check: plain_s)
+        patch.setattr(planning, "PRICED", {})
+        yield

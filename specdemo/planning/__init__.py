@@ -40,12 +40,13 @@ from ..verifiers import Verifier, get_verifier
 from .cache import SHIPPED_PLANS, cache_folder, key_name, load_plan, plan_from_dict, plan_key, plan_to_dict, store_plan
 from .cost_model import CostModel
 from .costs import call_seconds, call_sizes, plain_seconds
-from .forms import learn_forms, learns_table, load_forms, priced_count, replanned, table_wanted, to_price
+from .forms import learns_table, load_forms, priced_count, replanned, table_wanted
 from .forms import options as forms_options
 from .planner import auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options
 from .programme import DeltaStats
+from .record import Measuring, measuring, record
 from .setup import S, Setup, settled
-from .stats import draft_options, learn, learnt_seed, load_stats, observe
+from .stats import draft_options, learnt_seed, load_stats
 
 if TYPE_CHECKING:
     from ..parallel import Broadcast
@@ -55,23 +56,22 @@ __all__ = [
     "MEASURED_MIN",
     "PILOT_DEPTH",
     "SHIPPED_PLANS",
+    "Measuring",
     "Plan",
+    "Setup",
     "best_plan",
     "call_seconds",
     "call_sizes",
     "draft_options",
     "key_name",
-    "learn",
-    "learn_forms",
-    "learns_table",
     "learnt_seed",
     "load_stats",
-    "observe",
+    "measuring",
     "plan",
     "plan_key",
     "plan_tree",
     "planned_options",
-    "to_price",
+    "record",
 ]
 
 

@@ -12,9 +12,10 @@ import torch
 
 from benchmarks import launches
 from benchmarks.launches_probe import count
-from specdemo import SamplerConfig, build, planning
-from specdemo.planning import planner
+from specdemo import SamplerConfig, build
 from specdemo.planning.costs import CallCosts
+
+from ..helpers import recorded_prices
 
 RECORDED_CALLS = CallCosts(
     rows=(1, 2, 3, 4, 6, 8, 12, 16, 20),
@@ -29,11 +30,7 @@ RECORDED_PLAIN_S = 0.45
 def auto_plan():
     """Tree auto's plan for one sample, from the statistics shipped with the package (no pilot), priced with
     the recorded prices."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(planner, "call_costs", lambda problem, check: RECORDED_CALLS)
-        patch.setattr(planner, "driver_costs", lambda problem, check: dict(RECORDED_DRIVER))
-        patch.setattr(planning, "plain_seconds", lambda problem, check: RECORDED_PLAIN_S)
-        patch.setattr(planning, "PRICED", {})
+    with recorded_prices(RECORDED_CALLS, RECORDED_DRIVER, RECORDED_PLAIN_S):
         problem = build(SamplerConfig(**launches.settings("auto, 1 sample")))
     assert problem.plan_source == "shipped" and problem.declined is None
     return problem
