@@ -21,7 +21,7 @@ from .kernels import Kernel
 from .limits import Cancel, Limits
 from .models import Target, resolve_target
 from .parallel import Broadcast, process_state
-from .planning import Plan, call_seconds, call_sizes, learnt_seed, measuring, plan, record
+from .planning import Plan, Report, call_seconds, call_sizes, learnt_seed, measuring, plan, quiet, record
 from .planning.cost_model import CostModel
 from .planning.programme import DeltaStats
 from .resolve import PlanRequest, Settings, resolve
@@ -173,13 +173,17 @@ def build(
     limits: Limits | None = None,
     cancel: Cancel | None = None,
     share: Broadcast | None = None,
+    report: Report = quiet,
 ) -> Problem:
     """Resolve a configuration (specdemo.resolve), then plan it (specdemo.planning: learnt, from pilots, or the plan cache);
     cancel stops the pilots between rounds. target, draft_target: the models config.model and
     config.draft name, already loaded (by default they are loaded here). share: under accelerate
-    launch, every process takes the main process's plan (specdemo.planning.plan)."""
+    launch, every process takes the main process's plan (specdemo.planning.plan). report: planning's progress
+    (share done, what it measures next)."""
     problem = prepare(config, target, draft_target=draft_target, limits=limits)
-    return warm_up(problem if problem.config.method == "target" else problem.planned(plan(problem, cancel, share)))
+    if problem.config.method == "target":
+        return warm_up(problem)
+    return warm_up(problem.planned(plan(problem, cancel, share, report)))
 
 
 def prepare(

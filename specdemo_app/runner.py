@@ -22,6 +22,7 @@ from specdemo.errors import WorkLimitError
 from specdemo.limits import Cancel, Limits
 from specdemo.models import AnalyticTarget
 from specdemo.pipeline import Problem
+from specdemo.planning import Report, quiet
 from specdemo.resolve import Settings, method_of, resolve, resolve_device
 from specdemo.sampling import Cost, RoundTrace, SampleResult
 from specdemo.trees import MAX_DEPTH, Topology, TopologyPlan
@@ -440,6 +441,13 @@ def plain_calls(problem: Problem) -> int:
     return problem.kernel.num_steps * math.ceil(problem.config.num_samples / problem.slots)
 
 
+def planning_progress(progress: Progress | None) -> Report:
+    """Planning's progress on the page: its own bar, before the runs' (a plan priced here times the network)."""
+    if progress is None:
+        return quiet
+    return lambda done, what: progress(done, f"planning the topology: {what}")
+
+
 def run_comparison(
     config: SamplerConfig,
     *,
@@ -467,7 +475,9 @@ def run_comparison(
     check_click(config, target, limits or Limits.from_env(), chain=baselines, plain=baselines)
     if progress is not None and is_auto(config.tree):
         progress(0.0, "planning the topology (from the deltas of earlier runs of these settings, if any)")
-    problem = build(config, target, draft_target=draft_target, limits=limits, cancel=cancel)
+    problem = build(
+        config, target, draft_target=draft_target, limits=limits, cancel=cancel, report=planning_progress(progress)
+    )
     config = problem.config  # every default resolved
     kind = target_kind(target)
     steps = problem.kernel.num_steps

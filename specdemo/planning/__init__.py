@@ -42,7 +42,7 @@ from .cost_model import CostModel
 from .costs import call_seconds, call_sizes, plain_seconds
 from .forms import learns_table, load_forms, priced_count, replanned, table_wanted
 from .forms import options as forms_options
-from .planner import auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options
+from .planner import Report, auto_draft, best_plan, online_draft, online_problem, plan_tree, planned_options, quiet
 from .programme import DeltaStats
 from .record import Measuring, measuring, record
 from .setup import S, Setup, settled
@@ -58,6 +58,7 @@ __all__ = [
     "SHIPPED_PLANS",
     "Measuring",
     "Plan",
+    "Report",
     "Setup",
     "best_plan",
     "call_seconds",
@@ -71,6 +72,7 @@ __all__ = [
     "plan_key",
     "plan_tree",
     "planned_options",
+    "quiet",
     "record",
 ]
 
@@ -115,13 +117,14 @@ class Plan:
         return cls(**{f.name: getattr(problem, f.name) for f in fields(cls)})
 
 
-def plan(problem: Setup, cancel: Cancel | None = None, share: Broadcast | None = None) -> Plan:
-    """The problem's plan (module docstring); cancel stops the pilots between rounds; share: under accelerate
-    launch, the main process plans and the others take its plan."""
-    return Plan.of(_planned(problem, cancel, share))
+def plan(problem: Setup, cancel: Cancel | None = None, share: Broadcast | None = None, report: Report = quiet) -> Plan:
+    """The problem's plan (module docstring); cancel stops planning between its measurements and the pilots
+    between rounds; share: under accelerate launch, the main process plans and the others take its plan;
+    report hears the share of a plan's measurements done and what is measured next (a plan priced here)."""
+    return Plan.of(_planned(problem, cancel, share, report))
 
 
-def _planned(problem: S, cancel: Cancel | None, share: Broadcast | None) -> S:
+def _planned(problem: S, cancel: Cancel | None, share: Broadcast | None, report: Report) -> S:
     """The problem as its plan settles it (the module docstring's table): from the plan cache when the setting
     was planned before; else from pilots (--pilot: chains with streams of their own, stats.pilot_seed, their
     cost kept in problem.pilot apart from the run's); else planned from the deltas its earlier runs left
@@ -157,8 +160,9 @@ def _planned(problem: S, cancel: Cancel | None, share: Broadcast | None) -> S:
         stats, draft = options[0]
         problem = settled(problem, draft=draft, stats=stats)
         if auto_tree:
-            problem = best_plan(planned_options(problem, options, cancel), c.objective)
+            problem = best_plan(planned_options(problem, options, cancel, report), c.objective)
         if auto_tree and c.objective == "time":
+            report(1.0, "timing plain sampling's steps")
             problem = settled(problem, plain_s=plain_seconds(problem, cancel.check if cancel else lambda: None))
         problem = settled(problem, calibration_s=time.perf_counter() - t0)
         verifier, source = problem.verifier, problem.plan_source

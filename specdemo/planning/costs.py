@@ -39,17 +39,20 @@ class CallCosts(NamedTuple):
     calls: int  # target calls made to time them
 
 
-def call_costs(problem: Setup, check: Callable[[], None] = lambda: None) -> CallCosts:
+def call_costs(
+    problem: Setup, check: Callable[[], None] = lambda: None, on_size: Callable[[int, int], None] = lambda i, n: None
+) -> CallCosts:
     """The target's call at a few row counts up to the batch times the budget, at most MOST_ROWS: the median
     of up to CALL_REPEATS timings after a first call each (fewer where they would take over CALL_BUDGET_S);
-    `check` (a cancel's) is called before each count."""
+    `check` (a cancel's) is called before each count, and `on_size(i, n)` as the i-th of n starts."""
     budget = problem.config.budget
     assert budget is not None  # --tree auto plans within a budget
     top = min(call_size(problem.slots * (budget + 1)), MOST_ROWS)
     rows = tuple(r for r in MEASURED_SIZES if r < top) + (top,)
     seconds, calls = [], 0
-    for r in rows:
+    for i, r in enumerate(rows):
         check()
+        on_size(i, len(rows))
         first = call_seconds(problem, r, 1)[0]
         repeats = max(1, min(CALL_REPEATS, int(CALL_BUDGET_S / max(first, 1e-9))))
         seconds.append(statistics.median([first, *call_seconds(problem, r, repeats - 1, warm=False)]))

@@ -4,6 +4,7 @@ deltas the auto topology (planning/programme.py's programme) for each draft opti
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import cast
 
 from ..config import PLANNED_VERIFIERS
@@ -19,6 +20,13 @@ from .cost_model import CostModel
 from .costs import call_costs, driver_costs
 from .programme import DeltaStats, plan_topology
 from .setup import S, Setup, settled
+
+Report = Callable[[float, str], None]  # planning's progress: (share done, what it measures now)
+
+
+def quiet(done: float, what: str) -> None:
+    """A Report that tells no one."""
+
 
 LEAF_OPTIONS = {"auto": (False, True), "leaves": (True,)}  # by prefetch: may the planner evaluate leaves
 
@@ -86,13 +94,16 @@ def online_problem(problem: S, auto_tree: bool, auto_freeze: bool) -> S:
     )
 
 
-def planned_options(problem: S, options: list[tuple[DeltaStats, Draft]], cancel: Cancel | None = None) -> list[S]:
+def planned_options(
+    problem: S, options: list[tuple[DeltaStats, Draft]], cancel: Cancel | None = None, report: Report = quiet
+) -> list[S]:
     """The problem planned (--tree auto) with each draft option and each verifier (the configured one, or
     under --verifier auto each of PLANNED_VERIFIERS: block verification accepts more a round, RMC costs
     the driver less a level, so which is faster depends on the device and the batch): under the time
     objective each with the cost model of its own draft and verifier (the target's calls measured once),
     under the calls objective with the first draft option alone (it accepts at least as much at every
-    step). cancel stops it between measurements and plans."""
+    step). cancel stops it between measurements and plans; `report` hears the share of the measurements done
+    (the call sizes count as one, each option as one more) and what is measured next."""
     check = cancel.check if cancel is not None else lambda: None
     verifiers = [problem.verifier] if problem.verifier else [get_verifier(name) for name in PLANNED_VERIFIERS]
     budget = problem.config.budget
@@ -103,11 +114,13 @@ def planned_options(problem: S, options: list[tuple[DeltaStats, Draft]], cancel:
             settled(planned, tree=plan_tree(planned, budget))
             for planned in (settled(problem, draft=draft, stats=stats, verifier=v, cost_model=None) for v in verifiers)
         ]
-    calls = call_costs(problem, check)
-    planned = []
+    parts = 1 + len(options) * len(verifiers)
+    calls = call_costs(problem, check, lambda i, n: report(i / n / parts, "timing the target's calls by their rows"))
+    planned: list[S] = []
     for stats, draft in options:
         for verifier in verifiers:
             check()
+            report((1 + len(planned)) / parts, f"timing the driver's rounds ({verifier.name} verification)")
             priced = settled(problem, draft=draft, stats=stats, verifier=verifier)
             model = CostModel(calls.rows, calls.seconds, **driver_costs(priced, check), batch=problem.slots)
             priced = settled(priced, cost_model=model, planning_calls=calls.calls)

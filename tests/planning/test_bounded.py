@@ -60,3 +60,31 @@ def test_planning_stops_when_its_run_is_cancelled(learnt, tmp_path):
     cancel.cancel()
     with pytest.raises(Cancelled):
         build(SamplerConfig(**BIG, cache_dir=str(tmp_path / "cache")), cancel=cancel)
+
+
+def test_planning_reports_its_progress_and_a_cancel_midway_stops_it(learnt, tmp_path):
+    """Each measurement is reported with a share that grows to 1 (the page's bar); a cancel set while the
+    driver is being timed stops planning before its next measurement."""
+    import shutil
+
+    shutil.copytree(learnt, tmp_path / "cache")
+    config = SamplerConfig(**BIG, cache_dir=str(tmp_path / "cache"), replan=False)
+    heard: list[tuple[float, str]] = []
+    build(config, report=lambda done, what: heard.append((done, what)))
+    shares = [done for done, _ in heard]
+    assert len(heard) >= 4 and shares == sorted(shares) and shares[0] == 0 and shares[-1] == 1
+    assert any("calls" in what for _, what in heard) and any("driver" in what for _, what in heard)
+
+    shutil.rmtree(tmp_path / "cache")
+    shutil.copytree(learnt, tmp_path / "cache")
+    cancel, after = Cancel(), []
+
+    def stop_at_the_driver(done: float, what: str) -> None:
+        if cancel.cancelled:
+            after.append(what)
+        elif "driver" in what:
+            cancel.cancel()
+
+    with pytest.raises(Cancelled):
+        build(config, cancel=cancel, report=stop_at_the_driver)
+    assert cancel.cancelled and after == []
