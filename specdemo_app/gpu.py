@@ -48,15 +48,20 @@ KEPT_TRAJECTORIES = 64  # trajectories whose rounds a session keeps (and the pag
 SESSION_BYTES = 16_000_000  # ... and as many as fit in this (an image model's node states are large)
 START_SECONDS = 8.0  # a task's start on ZeroGPU: forking the worker, CUDA, moving the models, capturing graphs
 MARGIN = 1.5  # the multiple of a click's share of the time limit that it asks for
+# planning a plan priced on the device (tree auto), in the task: at most 16 call sizes timed for 0.25 s each and
+# a few of the driver's rounds per option (specdemo/planning/costs.py); 2.2 to 3.4 s on a 2-core CPU
+PLANNING_SECONDS = 6.0
 DECODE_SECONDS = 10.0  # decoding one round's committed path (at most runner.PATH_IMAGES images)
 
 
-def seconds_for(rows: int, limits: Limits, repeats: float = 0.0) -> float:
-    """The GPU seconds a task asks for: its start, its `repeats` seconds of timings, and MARGIN times its
+def seconds_for(rows: int, limits: Limits, repeats: float = 0.0, plans: bool = False) -> float:
+    """The GPU seconds a task asks for: its start, its `repeats` seconds of timings, PLANNING_SECONDS where it
+    `plans` (tree auto: a plan is priced on the device that runs it, inside the task), and MARGIN times its
     rows' share of the click's seconds limit (the Space's limits give a click limits.max_rows rows of this
     device in about limits.max_seconds: work.py), at most limits.max_seconds."""
     most = limits.max_seconds or 120.0
-    return round(min(most, START_SECONDS + repeats + MARGIN * most * rows / max(limits.max_rows, 1)), 1)
+    start = START_SECONDS + repeats + (PLANNING_SECONDS if plans else 0.0)
+    return round(min(most, start + MARGIN * most * rows / max(limits.max_rows, 1)), 1)
 
 
 class ProgressBoard:

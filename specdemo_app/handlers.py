@@ -93,7 +93,7 @@ def _click(settings: dict, request: gr.Request | None, progress) -> Comparison:
     from .runner import click_rows, log_density_of, timing_budget
 
     config, target, _, limits = make_config(settings)
-    seconds = seconds_for(click_rows(config, target, limits), limits, timing_budget())
+    seconds = seconds_for(click_rows(config, target, limits), limits, timing_budget(), is_auto(config.tree))
     with cancellable(request, seconds if ON_ZERO_GPU else limits.max_seconds, progress) as (cancel, board):
         comp, comp.gpu = timed(run_click, ClickTask(config, limits, cancel, board, seconds))
         comp.log_density = log_density_of(target)
@@ -207,7 +207,7 @@ def exactness(test_samples, request: gr.Request | None = None, progress=gr.Progr
     num = whole(test_samples, "the number of test samples")
     check_test(target, num)
     rows = click_rows(config, target, limits, num_samples=num, chain=False, test=True)
-    seconds = seconds_for(rows, limits, timing_budget())
+    seconds = seconds_for(rows, limits, timing_budget(), is_auto(config.tree))
     with cancellable(request, seconds if ON_ZERO_GPU else limits.max_seconds, progress) as (cancel, board):
         report, _ = timed(run_exactness, ExactnessTask(config, num, limits, cancel, board, seconds))
     fig = F.exactness_figure(

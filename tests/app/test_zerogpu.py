@@ -22,6 +22,7 @@ from specdemo.limits import Cancel, Cancelled
 from specdemo_app import gpu
 from specdemo_app import handlers as H
 from specdemo_app import settings as S
+from specdemo_app.topology_text import is_auto
 
 from ..helpers import served_app
 
@@ -81,8 +82,10 @@ def test_a_cancel_flag_is_shared_with_its_copies_in_other_processes():
 def test_the_click_task_pickles_and_asks_for_the_clicks_own_seconds():
     config, target, _, limits = S.make_config(S.page_values())
     rows = __import__("specdemo_app.runner", fromlist=["click_rows"]).click_rows(config, target, limits)
-    seconds = gpu.seconds_for(rows, limits, 1.0)
+    seconds = gpu.seconds_for(rows, limits, 1.0, plans=is_auto(config.tree))
     assert gpu.START_SECONDS < seconds <= DEFAULT_CLICK_SECONDS
+    # a click that plans asks for its planning's seconds too
+    assert gpu.seconds_for(rows, limits, 1.0, plans=True) == gpu.seconds_for(rows, limits, 1.0) + gpu.PLANNING_SECONDS
     task = gpu.ClickTask(config, limits, Cancel(limits.max_seconds), gpu.ProgressBoard(), seconds)
     copy = pickle.loads(pickle.dumps(task))
     assert copy.config == config and copy.limits == limits and copy.seconds == seconds
