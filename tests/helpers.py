@@ -351,7 +351,7 @@ def recorded_prices(calls, driver: dict, plain_s: float):
     from specdemo.planning import planner
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(planner, "call_costs", lambda problem, check: calls)
+        patch.setattr(planner, "call_costs", lambda problem, check, on_size: calls)
         patch.setattr(planner, "driver_costs", lambda problem, check: dict(driver))
         patch.setattr(planning, "plain_seconds", lambda problem, check: plain_s)
         patch.setattr(planning, "PRICED", {})

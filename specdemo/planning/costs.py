@@ -16,6 +16,7 @@ from typing import NamedTuple, TypedDict
 
 import numpy as np
 import torch
+from scipy.optimize import isotonic_regression
 
 from ..drafts import StepwiseDraft
 from ..drafts.stepwise import RESIDUAL
@@ -24,8 +25,8 @@ from ..sampling.padding import call_size
 from ..trees import Topology
 from .setup import Setup
 
-CALL_REPEATS = 5  # timings of a call size, the median kept ...
-CALL_BUDGET_S = 0.25  # ... fewer where they would take longer than this (one at least)
+CALL_REPEATS = 5  # turns of timing every call size once, the median of each size kept ...
+CALL_BUDGET_S = 0.25  # ... fewer where the turns would take longer than this per size timed (one at least)
 MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # padded call sizes, 2 an octave
 MOST_ROWS = MEASURED_SIZES[-1]  # the largest call timed
 TIMED_ROUNDS = 6  # rounds of the driver timed per measurement, the median kept (after WARM_ROUNDS untimed)
@@ -42,22 +43,30 @@ class CallCosts(NamedTuple):
 def call_costs(
     problem: Setup, check: Callable[[], None] = lambda: None, on_size: Callable[[int, int], None] = lambda i, n: None
 ) -> CallCosts:
-    """The target's call at a few row counts up to the batch times the budget, at most MOST_ROWS: the median
-    of up to CALL_REPEATS timings after a first call each (fewer where they would take over CALL_BUDGET_S);
-    `check` (a cancel's) is called before each count, and `on_size(i, n)` as the i-th of n starts."""
+    """The target's call at a few row counts up to the batch times the budget, at most MOST_ROWS. Each count is
+    called once untimed (which sets its kernels up), then the counts are timed in turns, one call each a
+    turn, up to CALL_REPEATS turns while they take at most CALL_BUDGET_S per count (one at least): a
+    burst of load then falls on every count alike instead of on one. A call of more rows never costs less,
+    so the medians are fitted with a non-decreasing curve (isotonic regression). `check` (a cancel's) is
+    called before each count's first call and each turn, and `on_size(i, n)` as the i-th of n is set up."""
     budget = problem.config.budget
     assert budget is not None  # --tree auto plans within a budget
     top = min(call_size(problem.slots * (budget + 1)), MOST_ROWS)
     rows = tuple(r for r in MEASURED_SIZES if r < top) + (top,)
-    seconds, calls = [], 0
+    first = []
     for i, r in enumerate(rows):
         check()
         on_size(i, len(rows))
-        first = call_seconds(problem, r, 1)[0]
-        repeats = max(1, min(CALL_REPEATS, int(CALL_BUDGET_S / max(first, 1e-9))))
-        seconds.append(statistics.median([first, *call_seconds(problem, r, repeats - 1, warm=False)]))
-        calls += 1 + repeats
-    return CallCosts(rows, tuple(seconds), calls)
+        first.append(call_seconds(problem, r, 1)[0])
+    turns = max(1, min(CALL_REPEATS, int(CALL_BUDGET_S * len(rows) / max(sum(first), 1e-9))))
+    times: list[list[float]] = [[] for _ in rows]
+    for _ in range(turns):
+        check()
+        for r, timed in zip(rows, times, strict=True):
+            timed += call_seconds(problem, r, 1, warm=False)
+    medians = [statistics.median(t) for t in times]
+    fitted = isotonic_regression(medians).x
+    return CallCosts(rows, tuple(float(s) for s in fitted), len(rows) * (1 + turns))
 
 
 class DriverCosts(TypedDict):

@@ -88,3 +88,23 @@ def test_planning_reports_its_progress_and_a_cancel_midway_stops_it(learnt, tmp_
     with pytest.raises(Cancelled):
         build(config, cancel=cancel, report=stop_at_the_driver)
     assert cancel.cancelled and after == []
+
+
+def test_call_costs_time_the_sizes_in_turns_and_never_price_more_rows_lower(monkeypatch):
+    """Each size is timed once a turn (a burst of load falls on every size alike), and a size timed faster
+    than a smaller one (here 8 rows, as noise makes it) is not priced below it."""
+    problem = build(SamplerConfig(**{**BIG, "num_samples": 1, "budget": 16}))
+    order: list[int] = []
+    noisy = {8: 0.5}
+
+    def seconds(p, rows, repeats, warm=True):
+        order.append(rows)
+        return [noisy.get(rows, 1.0) * rows * 1e-3] * repeats
+
+    monkeypatch.setattr(costs, "call_seconds", seconds)
+    measured = costs.call_costs(problem)
+    sizes = len(measured.rows)
+    assert order[:sizes] == order[sizes : 2 * sizes] == list(measured.rows)  # set up, then a turn of every size
+    assert list(measured.seconds) == sorted(measured.seconds)
+    at = dict(zip(measured.rows, measured.seconds, strict=True))
+    assert at[8] >= at[6] and measured.calls == len(order)
