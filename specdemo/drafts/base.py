@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -107,6 +108,9 @@ class LevelFunction:
 LevelMeans = AffineLevels | LevelFunction
 
 
+D = TypeVar("D", bound="Draft")
+
+
 class Draft:
     """uses_frozen: the mean needs a frozen target output from an earlier target call (the
     sampler keeps one per trajectory). calls_network: each level of a round is one draft-network call.
@@ -168,3 +172,12 @@ class Draft:
 
     def config(self) -> dict:
         raise NotImplementedError
+
+    def parts(self) -> tuple[Draft, ...]:
+        """This draft, then the drafts it is made of, outermost first (a wrapper lists its base's parts)."""
+        return (self,)
+
+    def part(self, kind: type[D]) -> D | None:
+        """The outermost of parts() that is a `kind`, or None: what a caller looks for in a draft, without
+        unwrapping it by type."""
+        return next((p for p in self.parts() if isinstance(p, kind)), None)

@@ -23,6 +23,9 @@ class BiasedDraft(Draft):
     def check(self, kernel):
         self.base.check(kernel)
 
+    def parts(self) -> tuple[Draft, ...]:
+        return (self, *self.base.parts())
+
     def frozen_shape(self, shape):
         return self.base.frozen_shape(shape)
 

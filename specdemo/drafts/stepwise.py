@@ -48,6 +48,10 @@ class StepwiseDraft(Draft):
     def check(self, kernel) -> None:
         self.frozen.check(kernel)
 
+    def parts(self) -> tuple[Draft, ...]:
+        """Itself, its draft network, then its frozen draft."""
+        return (self, *self.network.parts(), *self.frozen.parts())
+
     def frozen_shape(self, shape):
         """The frozen draft's channels, then r_f."""
         channels, *rest = self.frozen.frozen_shape(shape)

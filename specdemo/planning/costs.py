@@ -86,14 +86,12 @@ def driver_costs(problem: Setup, check: Callable[[], None] = lambda: None) -> Dr
     budget, draft = problem.config.budget, problem.draft
     assert budget is not None and draft is not None  # a speculative method's, planned within a budget
     shallow, deep = 1, max(2, min(8, budget, int(problem.kernel.stochastic_run_lengths().max())))
-    stepwise = isinstance(draft, StepwiseDraft)
+    stepwise = draft.part(StepwiseDraft)
     # the stepwise draft as it drafts where its levels take a frozen form (it still keeps r_f at every commit)
-    levels_draft = (
-        StepwiseDraft(draft.network, tuple(draft.frozen.forms.tolist())) if isinstance(draft, StepwiseDraft) else draft
-    )
+    levels_draft = StepwiseDraft(stepwise.network, tuple(stepwise.frozen.forms.tolist())) if stepwise else draft
     chains = [(levels_draft, shallow), (levels_draft, deep)]
-    if isinstance(draft, StepwiseDraft):
-        chains.append((StepwiseDraft(draft.network, (RESIDUAL,) * problem.kernel.num_steps), deep))
+    if stepwise:
+        chains.append((StepwiseDraft(stepwise.network, (RESIDUAL,) * problem.kernel.num_steps), deep))
     per_round = [
         driver_seconds(problem, check, tree=Topology.chain(depth), draft=d, verifier=problem.verifier)
         for d, depth in chains

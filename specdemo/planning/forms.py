@@ -21,7 +21,7 @@ from scipy.special import ndtr
 from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, NetworkDraft, frozen_draft
 from ..drafts.base import AffineLevels
 from ..drafts.frozen import FORMS
-from ..drafts.stepwise import RESIDUAL, StepwiseDraft
+from ..drafts.stepwise import RESIDUAL
 from ..resolve import AUTO_FORMS, PILOT_DEPTH
 from ..sampling.record import ACCEPTED, ROOT
 from .cache import (
@@ -62,11 +62,7 @@ def candidates(problem: Setup) -> list[tuple[int, Draft]]:
 def _draft_network(draft: Draft | None) -> NetworkDraft | None:
     """The setting's draft network: the draft as built, or within the draft planning made of it (a stepwise
     draft, under a bias)."""
-    if isinstance(draft, BiasedDraft):
-        draft = draft.base
-    if isinstance(draft, StepwiseDraft):
-        return draft.network
-    return draft if isinstance(draft, NetworkDraft) else None
+    return None if draft is None else draft.part(NetworkDraft)
 
 
 def options(problem: Setup, measured: list[tuple[int, DeltaStats]]) -> list[tuple[DeltaStats, Draft]]:

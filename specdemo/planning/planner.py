@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import cast
 
 from ..config import PLANNED_VERIFIERS
-from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, FrozenPerStep, NetworkDraft, StepwiseDraft
+from ..drafts import CorrectedNetworkDraft, Draft, FrozenPerStep, NetworkDraft, StepwiseDraft
 from ..drafts.frozen import FORMS
 from ..drafts.stepwise import RESIDUAL
 from ..errors import SpecdemoError
@@ -36,7 +36,7 @@ def online_form(problem: Setup) -> int:
     there is one (RESIDUAL), else the fitted Gaussian where the kernel has x0-hat (it holds freezing
     x0-hat as lambda = 0, and was the best single form on the digits model: docs/benchmarks.md, section
     online), else the output."""
-    if isinstance(problem.draft, NetworkDraft):
+    if problem.draft is not None and problem.draft.part(NetworkDraft):
         return RESIDUAL
     return online_frozen_form(problem.kernel)
 
@@ -145,8 +145,9 @@ def auto_draft(problem: Setup, forms: tuple[int, ...]) -> Draft:
     """--freeze auto's draft from its per-step table: the frozen draft's forms, and with a draft network
     the stepwise draft (the network corrected by the target's residual where the table says RESIDUAL; the
     frozen draft alone where it never does, which spares the network's call at every commit)."""
-    if isinstance(problem.draft, NetworkDraft) and RESIDUAL in forms:
-        return StepwiseDraft(CorrectedNetworkDraft(problem.draft.network, problem.draft.name), forms)
+    network = None if problem.draft is None else problem.draft.part(NetworkDraft)
+    if network is not None and RESIDUAL in forms:
+        return StepwiseDraft(CorrectedNetworkDraft(network.network, network.name), forms)
     assert problem.config.start is not None  # resolve() settles it
     return FrozenPerStep(forms, start=problem.config.start)
 
@@ -161,8 +162,9 @@ def plan_tree(problem: Setup, budget: int) -> TopologyPlan:
             "(and replan, not a plan from the cache)"
         )
     c = problem.config
-    draft = problem.draft.base if isinstance(problem.draft, BiasedDraft) else problem.draft
+    draft = problem.draft
     assert draft is not None and problem.verifier is not None and c.prefetch is not None  # a speculative method's
+    stepwise = draft.part(StepwiseDraft)
     frozen = draft.uses_frozen  # only a frozen draft evaluates leaves or knows a root's output
     return plan_topology(
         problem.stats,
@@ -174,5 +176,5 @@ def plan_tree(problem: Setup, budget: int) -> TopologyPlan:
         exact_known_root=frozen and not c.draft_bias,
         warm_up=frozen and not draft.cold_start,
         cost=problem.cost_model if c.objective == "time" else None,
-        network_steps=(draft.forms == RESIDUAL).numpy() if isinstance(draft, StepwiseDraft) else None,
+        network_steps=(stepwise.forms == RESIDUAL).numpy() if stepwise else None,
     )
