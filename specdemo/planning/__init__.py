@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..drafts import BiasedDraft, Draft, FrozenPerStep, StepwiseDraft
@@ -199,7 +200,7 @@ def _planned(problem: S, cancel: Cancel | None, share: Broadcast | None, report:
     return _with_bias(_plain_if_faster(problem))
 
 
-def _statistics(problem: Setup, key: dict, folder) -> tuple[tuple[Callable, int] | None, str]:
+def _statistics(problem: Setup, key: dict, folder: Path | None) -> tuple[tuple[Callable, int] | None, str]:
     """What a plan would be learnt from (_learnt), and its plan_source: the setting's own statistics in the cache
     ("runs"); where the cache holds none of its own, or too few, the statistics shipped with the package
     ("shipped": priced here). Once its runs keep statistics here (--replan learns anew), they plan it (the
@@ -215,7 +216,7 @@ def _statistics(problem: Setup, key: dict, folder) -> tuple[tuple[Callable, int]
 
 
 def _learnt(
-    problem: Setup, key: dict, folder, shipped: bool = False
+    problem: Setup, key: dict, folder: Path | None, shipped: bool = False
 ) -> tuple[Callable[[], list[tuple[DeltaStats, Draft]]], int] | None:
     """What the setting's runs measured (the cache's in `folder`; with `shipped`, the statistics shipped with
     the package, in SHIPPED_PLANS): how to make the draft options from it (made only where planned from it),
@@ -230,7 +231,7 @@ def _learnt(
     return None if kept is None else (lambda: [(kept[0], online_draft(problem, auto_freeze))], kept[1])
 
 
-def _priced_options(problem: Setup, folder) -> list[tuple[DeltaStats, Draft]]:
+def _priced_options(problem: Setup, folder: Path | None) -> list[tuple[DeltaStats, Draft]]:
     priced = load_forms(problem, folder)
     assert priced is not None  # priced_count read the record
     return forms_options(problem, priced[0])

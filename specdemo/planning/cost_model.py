@@ -32,7 +32,7 @@ class CostModel:
     network_level_s: float  # a level that calls the stepwise draft's network, beyond level_s (else 0)
     batch: int  # trajectories per round the plan is for (A)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if len(self.rows) != len(self.call_s) or not self.rows or list(self.rows) != sorted(set(self.rows)):
             raise ValueError("a cost model needs increasing row counts, one time each")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from typing import NamedTuple, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import torch
@@ -118,7 +118,7 @@ class _Timed(Exception):
     """Raised by a timed run's callback once its rounds are timed."""
 
 
-def driver_seconds(problem: Setup, check: Callable[[], None] = lambda: None, **run) -> float:
+def driver_seconds(problem: Setup, check: Callable[[], None] = lambda: None, **run: Any) -> float:
     """Seconds per round outside the target call of a run of the problem's batch with `run` (sample's tree,
     draft, verifier; default plain sampling), with an instant network in place of the target: the median of
     TIMED_ROUNDS rounds after WARM_ROUNDS (the first rounds of a layout in a process allocate its buffers),

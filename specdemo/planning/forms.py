@@ -19,11 +19,12 @@ import torch
 from scipy.special import ndtr
 
 from ..drafts import BiasedDraft, CorrectedNetworkDraft, Draft, NetworkDraft, frozen_draft
-from ..drafts.base import AffineLevels
+from ..drafts.base import AffineLevels, LevelMeans
 from ..drafts.frozen import FORMS
 from ..drafts.stepwise import RESIDUAL
+from ..kernels import Kernel
 from ..resolve import AUTO_FORMS, PILOT_DEPTH
-from ..sampling.record import ACCEPTED, ROOT
+from ..sampling.record import ACCEPTED, ROOT, RoundTrace
 from .cache import (
     KEPT_PER_CELL,
     MACHINE,
@@ -100,7 +101,9 @@ def mean_acceptance(stats: DeltaStats) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), -np.inf)
 
 
-def committed_paths(trace, trajectories: Sequence[int], num_steps: int, shape) -> tuple[np.ndarray, np.ndarray]:
+def committed_paths(
+    trace: Sequence[RoundTrace], trajectories: Sequence[int], num_steps: int, shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
     """The states and target outputs (T, N, *shape) of `trajectories` at each step of their committed paths
     (a round's root and its accepted nodes), NaN where the trace has none (a plain step, a committed leaf
     whose output no round computed)."""
@@ -124,7 +127,13 @@ def committed_paths(trace, trajectories: Sequence[int], num_steps: int, shape) -
 
 
 def form_deltas(
-    kernel, drafts: list[tuple[int, Draft]], states: np.ndarray, outputs: np.ndarray, cond: dict, device, dtype
+    kernel: Kernel,
+    drafts: list[tuple[int, Draft]],
+    states: np.ndarray,
+    outputs: np.ndarray,
+    cond: dict,
+    device: torch.device,
+    dtype: torch.dtype,
 ) -> list[tuple[int, np.ndarray]]:
     """Each draft's deltas (each `drafts` entry a form and its draft) as a (3, K) array of (m, k, delta),
     k = 1..PILOT_DEPTH (as_stats makes DeltaStats of it),
@@ -175,7 +184,7 @@ def form_deltas(
     ]
 
 
-def _drafted(means, x: torch.Tensor, levels: np.ndarray) -> torch.Tensor:
+def _drafted(means: LevelMeans, x: torch.Tensor, levels: np.ndarray) -> torch.Tensor:
     """The draft's means m^p_d(x[d]) (D, P, *shape) at the levels d where `levels` holds, NaN at the others: an
     affine draft's every level in one pass, a draft network's one call a level."""
     if isinstance(means, AffineLevels):
@@ -272,7 +281,7 @@ def to_price(problem: Setup, trajectories: Sequence[int]) -> list[int]:
     return sorted(set(trajectories) - known)[: max(problem.config.pilot_samples - count, 0)]
 
 
-def learn_forms(problem: Setup, trace, priced: Sequence[int], cond: dict) -> None:
+def learn_forms(problem: Setup, trace: Sequence[RoundTrace], priced: Sequence[int], cond: dict) -> None:
     """Add the form deltas along the paths of the run's trajectories `priced` (to_price's; cond: their
     conditioning, in that order) to the setting's record, kept per seed as stats.learn keeps its
     trajectories; --replan starts the record again and removes the setting's plan; a cache that cannot be

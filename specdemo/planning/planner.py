@@ -12,6 +12,7 @@ from ..drafts import CorrectedNetworkDraft, Draft, FrozenPerStep, NetworkDraft, 
 from ..drafts.frozen import FORMS
 from ..drafts.stepwise import RESIDUAL
 from ..errors import SpecdemoError
+from ..kernels import Kernel
 from ..limits import Cancel
 from ..trees import ReachRule, Topology, TopologyPlan
 from ..trees.topology import MAX_DEPTH
@@ -41,7 +42,7 @@ def online_form(problem: Setup) -> int:
     return online_frozen_form(problem.kernel)
 
 
-def online_frozen_form(kernel) -> int:
+def online_frozen_form(kernel: Kernel) -> int:
     """online_form among the frozen forms alone."""
     return FORMS["gaussian"] if kernel.has_denoised else FORMS["out"]
 

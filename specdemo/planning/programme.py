@@ -61,13 +61,15 @@ the pilot's deepest cells at the last steps are sparse and `pooled` widens them 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
 import numpy as np
+import torch
 
 from ..errors import SpecdemoError
+from ..sampling.record import RoundTrace
 from ..trees import MAX_DEPTH, Topology, TopologyPlan
 from ..verifiers import Verifier
 from ..verifiers.block import log_ratios, path_weights, select_root_child
@@ -89,7 +91,7 @@ class DeltaStats:
     num_steps: int
 
     @classmethod
-    def from_traces(cls, traces, num_steps: int) -> DeltaStats:
+    def from_traces(cls, traces: Iterable[RoundTrace], num_steps: int) -> DeltaStats:
         deltas: dict[tuple[int, int], list[float]] = {}
         for rnd in traces:
             rows, nodes = np.nonzero(~np.isnan(rnd.delta))
@@ -138,7 +140,7 @@ class RoundPrice:
     objective), or its seconds t(R, L_net) priced by `cost` (the time objective), L_net of its levels drafted
     with a draft network (network_steps (num_steps,) bool: the stepwise draft's table)."""
 
-    def __init__(self, cost: CostModel | None, network_steps: np.ndarray | None, num_steps: int):
+    def __init__(self, cost: CostModel | None, network_steps: np.ndarray | None, num_steps: int) -> None:
         self.cost = cost
         # network levels below a root n of depth L: levels draft steps n..n+L-1 (a level's step is its parent's)
         self.network = (
@@ -166,7 +168,7 @@ class LevelAcceptance:
     """a_d(w) at (step, depth) for w = 1..max_width: the verifier's closed-form acceptance averaged over the
     deltas measured there (DeltaStats.pooled), interpolated on DELTA_GRID; cached per cell."""
 
-    def __init__(self, stats: DeltaStats, verifier: Verifier, max_width: int):
+    def __init__(self, stats: DeltaStats, verifier: Verifier, max_width: int) -> None:
         self.stats, self.curves = stats, acceptance_curves(verifier, max_width)
         self.exact = (1.0,) * len(self.curves)  # a level drafted exactly (the frozen draft under a known root)
         self._cells: dict[tuple[int, int], tuple[float, ...]] = {}
@@ -184,7 +186,7 @@ class BlockStops:
     (n + d - 1, d). The chains' generator is seeded once, so a plan is the same every time for the same
     sequence of calls."""
 
-    def __init__(self, stats: DeltaStats, max_width: int, seed: int = 0):
+    def __init__(self, stats: DeltaStats, max_width: int, seed: int = 0) -> None:
         self.stats, self.max_width = stats, max_width
         self.chains = np.random.default_rng(seed)
         self.pooled = lru_cache(maxsize=None)(stats.pooled)
@@ -276,7 +278,7 @@ def plan_topology(
     stats: DeltaStats,
     verifier: Verifier,
     budget: int,
-    run_lengths,
+    run_lengths: torch.Tensor,
     max_width: int = 8,
     max_depth: int = MAX_DEPTH,
     leaf_options: tuple[bool, ...] = (False,),
@@ -346,7 +348,9 @@ def plan_topology(
     )
 
 
-def _tree_outcomes(accept, widths: tuple[int, ...], leaves: bool) -> list[tuple[int, int, float]]:
+def _tree_outcomes(
+    accept: Callable[[int], tuple[float, ...]], widths: tuple[int, ...], leaves: bool
+) -> list[tuple[int, int, float]]:
     """(steps committed, next root known, probability) of a node-by-node verified round."""
     outcomes, reach = [], 1.0
     for d, w in enumerate(widths, start=1):
@@ -363,14 +367,14 @@ def _chain_outcomes(stops: np.ndarray, length: int, leaves: bool) -> list[tuple[
 
 
 def _best_round(
-    accept,
+    accept: Callable[[int], tuple[float, ...]],
     calls_ahead: np.ndarray,
     horizon: int,
     budget: int,
     leaf_options: tuple[bool, ...],
     price: Callable[[int], float] | None = None,
     level_price: Callable[[int], float] | None = None,
-):
+) -> tuple[float, tuple[int, ...], bool]:
     """min over widths (and leaf evaluation) of sum_d P(stop at d) V(n + d, .) for a round rooted
     at n: C(1, 1, budget) of the module docstring. accept(d)[w - 1] = a_d(w); calls_ahead[j] =
     V(n + j, .). With `price` (of the rows below the root), the round minimising price + that sum
@@ -514,7 +518,7 @@ def _best_block_round(
     budget: int,
     leaf_options: tuple[bool, ...],
     price: Objective = lambda rows, depth: 0.0,
-):
+) -> tuple[float, tuple[int, ...], bool]:
     """The fan (K, 1, ..., 1) of depth L (K = 1: a chain), and leaf evaluation, that minimises the
     expected value after a block-verified round plus its price (of the rows below the root and the depth):
     fans[K - 1, L - 1, j] = P(eta = j | K, L); budget: rows left after the root. Returns (expected

@@ -49,11 +49,12 @@ def measuring(problem: Setup, trajectories: Sequence[int], keep: bool) -> Measur
 def record(problem: Setup, measured: Measuring, result: SampleResult, trajectories: Sequence[int], cond: dict) -> None:
     """Keep what the run measured (`measured`, measuring's) in the plan cache. result: the run's, with its
     trace where measured.traces; cond: the run's conditioning, in the order of `trajectories`."""
+    trace = result.trace or []  # a run that measures deltas or forms kept its trace (measured.traces)
     if measured.deltas:
-        learn(problem, result.trace, trajectories)
+        learn(problem, trace, trajectories)
     if measured.priced:
         position = {i: p for p, i in enumerate(trajectories)}
         rows = [position[i] for i in measured.priced]
-        learn_forms(problem, result.trace, measured.priced, {k: v[rows] for k, v in cond.items()})
+        learn_forms(problem, trace, measured.priced, {k: v[rows] for k, v in cond.items()})
     if measured.seconds:  # what the plan took, less writing a trace's records
         observe(problem, result.cost.wall_s - result.cost.trace_s, len(trajectories))

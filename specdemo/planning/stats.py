@@ -13,7 +13,7 @@ import numpy as np
 from ..drafts import BiasedDraft, Draft
 from ..limits import Cancel
 from ..resolve import PILOT_DEPTH
-from ..sampling import Cost, sample
+from ..sampling import Cost, RoundTrace, sample
 from ..trees import Topology
 from ..verifiers import get_verifier
 from .cache import (
@@ -78,7 +78,7 @@ def _stats_of(record: dict) -> tuple[DeltaStats, int]:
     return DeltaStats(deltas, int(record["num_steps"])), int(record["trajectories"])
 
 
-def learn(problem: Setup, trace, indices: Sequence[int]) -> None:
+def learn(problem: Setup, trace: Sequence[RoundTrace], indices: Sequence[int]) -> None:
     """Add a run's deltas (its trace: the verified paths' deltas, as a pilot measures them) to the
     setting's statistics in the plan cache, those of its trajectories (`indices`) not learnt from yet: a
     trajectory is the stream of its index under its seed, so a run repeated with a seed draws the same
@@ -185,6 +185,7 @@ def _pilot(problem: Setup, draft: Draft, cancel: Cancel | None) -> tuple[DeltaSt
         trace_states=False,
         cancel=cancel,
     )
+    assert pilot.trace is not None  # run with trace=True
     return DeltaStats.from_traces(pilot.trace, problem.kernel.num_steps), pilot.cost
 
 
