@@ -40,6 +40,7 @@ SECTIONS = (
     "gpu",
     "launches",
     "latency",
+    "bound",
 )
 
 
