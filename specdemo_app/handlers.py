@@ -284,7 +284,8 @@ def model_changed(model, kernel):
     d = UI_DEFAULTS.get(model, UI_DEFAULTS[CUSTOM])
     kernel_update = offered_kernels(model, kernel)
     kernel = kernel_update["value"]
-    shows = {**model_shows(model), **draft_shows(d["draft"]), **topology_shows(d["tree"])}
+    # UI_DEFAULTS mixes numbers and names (typed object): its draft and tree are names
+    shows = {**model_shows(model), **draft_shows(str(d["draft"])), **topology_shows(str(d["tree"]))}
     freeze = d["freeze"] if has_denoised(model, kernel) else "out"
     return (
         kernel_update,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 import torch
 
@@ -81,7 +81,12 @@ class AffineLevels:
         depth = x.shape[0]
         return self._mean(lambda rows: rows[:depth], lambda c: c[:depth].view(depth, -1, *[1] * (x.dim() - 2)), x)
 
-    def _mean(self, rows, scalars, x: torch.Tensor) -> torch.Tensor:
+    def _mean(
+        self,
+        rows: Callable[[torch.Tensor], torch.Tensor],
+        scalars: Callable[[torch.Tensor], torch.Tensor],
+        x: torch.Tensor,
+    ) -> torch.Tensor:
         """a x + b + g clip(h x + o) at nodes x: b and o (one row for every depth, or a row each) taken by `rows`,
         the (L, A) scalars a, g and h shaped against x by `scalars`."""
         assert self.a is not None and self.b is not None  # an explicit draft's coefficients
@@ -98,7 +103,7 @@ class LevelFunction:
     (P, A, *shape) (a draft network: one call a level); network_levels: the draft-network calls a round
     of it makes."""
 
-    def __init__(self, level: Callable[[int, torch.Tensor], torch.Tensor], network_levels: int = 0):
+    def __init__(self, level: Callable[[int, torch.Tensor], torch.Tensor], network_levels: int = 0) -> None:
         self.level, self.network_levels = level, network_levels
 
     def __call__(self, d: int, x: torch.Tensor) -> torch.Tensor:
@@ -106,6 +111,13 @@ class LevelFunction:
 
 
 LevelMeans = AffineLevels | LevelFunction
+
+
+class FrozenHistory(TypedDict, total=False):
+    """The history Draft.frozen_value reads where the draft has frozen_history (its `previous` and `earlier`)."""
+
+    previous: torch.Tensor
+    earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 D = TypeVar("D", bound="Draft")

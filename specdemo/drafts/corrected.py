@@ -16,8 +16,11 @@ function of target outputs computed before the round.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from ..kernels import Kernel
 from .network import NetworkDraft
 
 
@@ -26,17 +29,29 @@ class CorrectedNetworkDraft(NetworkDraft):
     cold_start = True
     exact_at_known_root = True
 
-    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+    def frozen_value(
+        self,
+        kernel: Kernel,
+        out: torch.Tensor,
+        x: torch.Tensor,
+        n: torch.Tensor,
+        previous: torch.Tensor | None = None,
+        earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        cond: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """r_f: the target's output at (x, n) less the draft network's."""
         return out - self.network(x, n, **(cond or {}))
 
-    def cold_value(self, kernel, x, n, cond):
+    def cold_value(
+        self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor, cond: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, int]:
         """r_f = 0: the draft network as it is, for a trajectory's first round (no warm-up call)."""
         return torch.zeros_like(x), 0
 
-    def level_output(self, output, frozen):
+    def level_output(self, output: torch.Tensor, frozen: torch.Tensor | None) -> torch.Tensor:
         """out_draft + r_f at every node of a level."""
+        assert frozen is not None  # uses_frozen: the sampler passes each trajectory's frozen value
         return output + frozen[None]
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {"draft": self.name, "freeze": "residual"}

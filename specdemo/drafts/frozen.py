@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import weakref
 from functools import lru_cache
+from typing import Any
 
 import torch
 
 from ..config import STARTS
 from ..errors import SpecdemoError
-from .base import AffineLevels, Draft
+from ..kernels import Kernel
+from .base import AffineLevels, Draft, LevelMeans
 
 OUT, X0, X0_LINEAR, GAUSSIAN = 0, 1, 2, 3  # FrozenPerStep: what drafts a step (its table; True/False read as x0/out)
 FORMS = {"out": OUT, "x0": X0, "x0-linear": X0_LINEAR, "gaussian": GAUSSIAN}
@@ -60,7 +62,7 @@ class FrozenDraft(Draft):
     exact_at_known_root = True
     freeze = ""
 
-    def __init__(self, start: str = "warm"):
+    def __init__(self, start: str = "warm") -> None:
         if start not in STARTS:
             raise SpecdemoError(f"unknown start {start!r}; the frozen draft takes {', '.join(STARTS)}")
         self.start = start
@@ -69,13 +71,15 @@ class FrozenDraft(Draft):
     def cold_start(self) -> bool:  # type: ignore[override]  # Draft's class constant, a frozen draft's own per instance
         return self.start == "cold"
 
-    def cold_value(self, kernel, x, n, cond):
+    def cold_value(
+        self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor, cond: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, int]:
         """The value frozen from the output whose x0-hat is 0 at the root (no call): at the first step
         of a VP or flow schedule x_T holds almost nothing of x0, so E[x0 | x_T] is about the data's mean,
         which 0 stands for; a level below drafts from it with weight sqrt(abar) on x0-hat."""
         return self.frozen_value(kernel, kernel.output_from_denoised(torch.zeros_like(x), x, n), x, n), 0
 
-    def check(self, kernel) -> None:
+    def check(self, kernel: Kernel) -> None:
         """Invariants against the kernel (specdemo.resolve refuses the same settings with their names first)."""
         if self.cold_start and not kernel.has_denoised:
             raise SpecdemoError(
@@ -88,12 +92,12 @@ class FrozenDraft(Draft):
                 "has not; use --freeze out"
             )
 
-    def frozen_shape(self, shape):
+    def frozen_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """One state (out, x0); two for a form with a history (the line's intercept and slope, the
         Gaussian's mu and lambda)."""
         return (2, *shape) if self.frozen_history else tuple(shape)
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {"draft": "frozen", "freeze": self.freeze, "start": self.start}
 
 
@@ -104,10 +108,22 @@ class FrozenOutput(FrozenDraft):
     freeze = "out"
     frozen_is_output = True
 
-    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+    def frozen_value(
+        self,
+        kernel: Kernel,
+        out: torch.Tensor,
+        x: torch.Tensor,
+        n: torch.Tensor,
+        previous: torch.Tensor | None = None,
+        earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        cond: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         return out
 
-    def for_round(self, kernel, steps, frozen, cond):
+    def for_round(
+        self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None, cond: dict[str, torch.Tensor]
+    ) -> LevelMeans:
+        assert frozen is not None  # uses_frozen: the sampler passes each trajectory's frozen value
         return AffineLevels.of_output(kernel, steps, frozen)
 
 
@@ -117,10 +133,22 @@ class FrozenX0(FrozenDraft):
 
     freeze = "x0"
 
-    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+    def frozen_value(
+        self,
+        kernel: Kernel,
+        out: torch.Tensor,
+        x: torch.Tensor,
+        n: torch.Tensor,
+        previous: torch.Tensor | None = None,
+        earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        cond: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         return kernel.denoised(out, x, n)
 
-    def for_round(self, kernel, steps, frozen, cond):
+    def for_round(
+        self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None, cond: dict[str, torch.Tensor]
+    ) -> LevelMeans:
+        assert frozen is not None  # uses_frozen: the sampler passes each trajectory's frozen value
         return _x0_levels(kernel, steps, frozen, frozen[None], frozen.dim() - 1)
 
 
@@ -131,7 +159,16 @@ class FrozenX0Linear(FrozenDraft):
     freeze = "x0-linear"
     frozen_history = True
 
-    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+    def frozen_value(
+        self,
+        kernel: Kernel,
+        out: torch.Tensor,
+        x: torch.Tensor,
+        n: torch.Tensor,
+        previous: torch.Tensor | None = None,
+        earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        cond: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         return line(
             kernel,
             kernel.denoised(out, x, n),
@@ -140,7 +177,10 @@ class FrozenX0Linear(FrozenDraft):
             _earlier_x0(kernel, earlier),
         )
 
-    def for_round(self, kernel, steps, frozen, cond):
+    def for_round(
+        self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None, cond: dict[str, torch.Tensor]
+    ) -> LevelMeans:
+        assert frozen is not None  # uses_frozen: the sampler passes each trajectory's frozen value
         ones = [1] * (frozen.dim() - 2)
         tau = kernel.table_on("freeze-clock", clock(kernel), steps.device, frozen.dtype)[steps]
         x0_f = torch.addcmul(frozen[:, 0][None], tau.view(*steps.shape, *ones), frozen[:, 1][None])
@@ -155,7 +195,16 @@ class FrozenGaussian(FrozenDraft):
     freeze = "gaussian"
     frozen_history = True
 
-    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+    def frozen_value(
+        self,
+        kernel: Kernel,
+        out: torch.Tensor,
+        x: torch.Tensor,
+        n: torch.Tensor,
+        previous: torch.Tensor | None = None,
+        earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        cond: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         return gaussian(
             kernel,
             kernel.denoised(out, x, n),
@@ -165,7 +214,10 @@ class FrozenGaussian(FrozenDraft):
             _earlier_x0(kernel, earlier),
         )
 
-    def for_round(self, kernel, steps, frozen, cond):
+    def for_round(
+        self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None, cond: dict[str, torch.Tensor]
+    ) -> LevelMeans:
+        assert frozen is not None  # uses_frozen: the sampler passes each trajectory's frozen value
         n, ones = steps, [1] * (frozen.dim() - 2)
         lift = lambda c: c.view(*n.shape, *ones)  # (L, A) scalars against states (L, A, *shape)
         alpha_x0, b_x0, c_x0 = kernel.denoised_scalars(n, frozen.dtype)
@@ -188,7 +240,7 @@ class FrozenPerStep(FrozenDraft):
 
     freeze = "auto"
 
-    def __init__(self, forms: tuple[int | bool, ...], start: str = "warm"):
+    def __init__(self, forms: tuple[int | bool, ...], start: str = "warm") -> None:
         super().__init__(start)
         self.forms = torch.tensor([int(v) for v in forms], dtype=torch.long)
         if self.forms.numel() and not bool(((self.forms >= OUT) & (self.forms <= GAUSSIAN)).all()):
@@ -204,15 +256,24 @@ class FrozenPerStep(FrozenDraft):
         self._line_at = 2
         self._gauss_at = 2 + 2 * self.linear
 
-    def check(self, kernel) -> None:
+    def check(self, kernel: Kernel) -> None:
         super().check(kernel)
         if len(self.forms) != kernel.num_steps:
             raise SpecdemoError("--freeze auto needs its per-step table (one form per step, filled by planning)")
 
-    def frozen_shape(self, shape):
+    def frozen_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (2 + 2 * self.linear + 2 * self.gaussian, *shape)
 
-    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+    def frozen_value(
+        self,
+        kernel: Kernel,
+        out: torch.Tensor,
+        x: torch.Tensor,
+        n: torch.Tensor,
+        previous: torch.Tensor | None = None,
+        earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        cond: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         x0 = kernel.denoised(out, x, n)
         earlier = _earlier_x0(kernel, earlier)
         held = lambda at: None if previous is None else previous[:, at + 1]
@@ -223,7 +284,9 @@ class FrozenPerStep(FrozenDraft):
             kept.append(gaussian(kernel, x0, x, n, held(self._gauss_at), earlier))
         return torch.cat(kept, 1)
 
-    def for_round(self, kernel, steps, frozen, cond):
+    def for_round(
+        self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None, cond: dict[str, torch.Tensor]
+    ) -> LevelMeans:
         """Every level's coefficients from one gather of a per-step table (_auto_table) that holds each
         step's form's constants (zero for the terms of other forms), and the fitted Gaussian's lambda where
         the table uses it: with den = a^2 lambda + b^2, c = b^2 / den and w = lambda a / den,
@@ -231,6 +294,7 @@ class FrozenPerStep(FrozenDraft):
             a = a0 + (B / E) w [gaussian],  g = C [out, gaussian],  h = D [out] or w [gaussian],
             b = B out [out] + (B / E) x0 + C clip(x0) [x0; the line's value f_d for x0-linear] + (B / E) c mu [gaussian],
             o = E out [out] + c mu [gaussian]."""
+        assert frozen is not None  # uses_frozen: the sampler passes each trajectory's frozen value
         n = steps
         t = _auto_table(self, kernel, n.device, frozen.dtype)[n]  # (L, A, 17)
         r = kernel.clip_range
@@ -277,7 +341,9 @@ def frozen_draft(freeze: str, forms: tuple[int | bool, ...] = (), start: str = "
     return FROZEN_FORMS[freeze](start=start)
 
 
-def _x0_levels(kernel, steps: torch.Tensor, frozen: torch.Tensor, x0_f: torch.Tensor, state_dims: int) -> AffineLevels:
+def _x0_levels(
+    kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor, x0_f: torch.Tensor, state_dims: int
+) -> AffineLevels:
     """The x0 forms' levels: (A - B D / E) x + (B / E) f + C clip(f), f = x0_f (1 or L, A, *shape); the clip
     is a constant of the level, folded into b."""
     lift = lambda c: c.view(*steps.shape, *[1] * state_dims)
@@ -289,7 +355,9 @@ def _x0_levels(kernel, steps: torch.Tensor, frozen: torch.Tensor, x0_f: torch.Te
     return AffineLevels(alpha_x0, beta_x0, clip=r)
 
 
-def _earlier_x0(kernel, earlier):
+def _earlier_x0(
+    kernel: Kernel, earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """The node above's (x0-hat, state, step), read by the line and the Gaussian alike, from its (out, state, step)."""
     if earlier is None:
         return None
@@ -303,7 +371,7 @@ A0, A_W, G, H0, H_W, B_OUT, B_X0, B_CLIP, B_MU, B_LINE, B_CLIP_LINE, O_OUT, O_MU
 )
 
 
-def _auto_table(draft: FrozenPerStep, kernel, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def _auto_table(draft: FrozenPerStep, kernel: Kernel, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """(N, 17) per step n, made once per draft, kernel, device and dtype: the constants of the step's form
     (FrozenPerStep.for_round; each column zero where the form has no such term), then tau, a^2, b^2, a."""
     cache = draft.__dict__.setdefault("_tables", weakref.WeakKeyDictionary()).setdefault(kernel, {})
@@ -342,7 +410,7 @@ def _auto_table(draft: FrozenPerStep, kernel, device: torch.device, dtype: torch
 
 
 @lru_cache(maxsize=16)
-def clock(kernel) -> torch.Tensor:
+def clock(kernel: Kernel) -> torch.Tensor:
     """tau_n, the time in which freeze x0-linear extrapolates x0-hat (float64, per step): a flow
     kernel's t, else the negative log signal-to-noise ratio -log(abar / (1 - abar)). (Measured on
     gm512: t and log-SNR alike, sigma = t / (1 - t) worse; on digits no clock makes the line pay.)"""
@@ -354,7 +422,7 @@ def clock(kernel) -> torch.Tensor:
 
 
 def line(
-    kernel,
+    kernel: Kernel,
     x0: torch.Tensor,
     n: torch.Tensor,
     slope: torch.Tensor | None,
@@ -375,7 +443,7 @@ def line(
 
 
 def gaussian(
-    kernel,
+    kernel: Kernel,
     x0: torch.Tensor,
     x: torch.Tensor,
     n: torch.Tensor,
@@ -403,7 +471,7 @@ def gaussian(
 
 
 def fit_lambda(
-    kernel, f1: torch.Tensor, x1: torch.Tensor, n1: torch.Tensor, f0: torch.Tensor, x0: torch.Tensor
+    kernel: Kernel, f1: torch.Tensor, x1: torch.Tensor, n1: torch.Tensor, f0: torch.Tensor, x0: torch.Tensor
 ) -> torch.Tensor:
     """(A,) float64: the lambda on LAMBDA_GRID whose Gaussian, made exact at (x1, n1) where x0-hat is f1,
     predicts x0-hat f0 at (x0, n1 - 1), the step above, best in squared error. mu = (d1 f1 - lambda a1 x1) / b1^2
@@ -444,7 +512,7 @@ def _grid_powers(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torc
 
 
 @lru_cache(maxsize=16)
-def _fit_table(kernel) -> torch.Tensor:
+def _fit_table(kernel: Kernel) -> torch.Tensor:
     """fit_lambda's coefficients per fitted step n (a, b the signal and noise of n, a0, b0 of n - 1; step 0
     takes itself), float64: v0 = b0^2 (1, 0, 0, -1), v1 = (b0^2 a^2 / b^2, -b0^2 a / b^2, a0, -a0^2), then
     (p^2, 2 p q, q^2) with p = a0^2, q = b0^2."""
@@ -456,7 +524,7 @@ def _fit_table(kernel) -> torch.Tensor:
 
 
 @lru_cache(maxsize=16)
-def _mu_table(kernel) -> torch.Tensor:
+def _mu_table(kernel: Kernel) -> torch.Tensor:
     """(a^2 / b^2, a / b^2) per step (a, b the signal and noise), float64: gaussian's mu from x0 and x."""
     a, b = kernel.signal.to(torch.float64), kernel.noise.to(torch.float64)
     return torch.stack((a * a / (b * b), a / (b * b)), 1)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from .base import Draft, LevelFunction
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..kernels import Kernel
+from .base import Draft, LevelFunction, LevelMeans
 
 
 class NetworkDraft(Draft):
@@ -10,11 +16,13 @@ class NetworkDraft(Draft):
 
     calls_network = True
 
-    def __init__(self, network, name: str = "network"):
+    def __init__(self, network: Callable[..., torch.Tensor], name: str = "network") -> None:
         self.network, self.name = network, name
 
-    def for_round(self, kernel, steps, frozen, cond):
-        def level(d, x):
+    def for_round(
+        self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None, cond: dict[str, torch.Tensor]
+    ) -> LevelMeans:
+        def level(d: int, x: torch.Tensor) -> torch.Tensor:
             p = x.shape[0]
             rows = x.flatten(0, 1)  # (P A, *shape): node-major
             n_rows = steps[d].repeat(p)
@@ -24,9 +32,9 @@ class NetworkDraft(Draft):
 
         return LevelFunction(level, network_levels=steps.shape[0])
 
-    def level_output(self, output, frozen):
+    def level_output(self, output: torch.Tensor, frozen: torch.Tensor | None) -> torch.Tensor:
         """The output the draft's mean is formed from, given the network's at the level's nodes (P, A, *shape)."""
         return output
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {"draft": self.name}

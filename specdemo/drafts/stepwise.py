@@ -18,10 +18,13 @@ computed before the round.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..errors import SpecdemoError
-from .base import Draft, LevelFunction
+from ..kernels import Kernel
+from .base import Draft, LevelFunction, LevelMeans
 from .corrected import CorrectedNetworkDraft
 from .frozen import OUT, X0, FrozenPerStep
 
@@ -34,7 +37,7 @@ class StepwiseDraft(Draft):
     calls_network = True
     exact_at_known_root = True
 
-    def __init__(self, network: CorrectedNetworkDraft, forms: tuple[int, ...]):
+    def __init__(self, network: CorrectedNetworkDraft, forms: tuple[int, ...]) -> None:
         self.network, self.forms = network, torch.tensor([int(v) for v in forms], dtype=torch.long)
         if not bool(((self.forms >= OUT) & (self.forms <= RESIDUAL)).all()):
             raise SpecdemoError(
@@ -45,29 +48,43 @@ class StepwiseDraft(Draft):
         self.frozen = FrozenPerStep(tuple(torch.where(self.forms == RESIDUAL, X0, self.forms).tolist()))
         self.frozen_history = self.frozen.frozen_history
 
-    def check(self, kernel) -> None:
+    def check(self, kernel: Kernel) -> None:
         self.frozen.check(kernel)
 
     def parts(self) -> tuple[Draft, ...]:
         """Itself, its draft network, then its frozen draft."""
         return (self, *self.network.parts(), *self.frozen.parts())
 
-    def frozen_shape(self, shape):
+    def frozen_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The frozen draft's channels, then r_f."""
         channels, *rest = self.frozen.frozen_shape(shape)
         return (channels + 1, *rest)
 
-    def frozen_value(self, kernel, out, x, n, previous=None, earlier=None, cond=None):
+    def frozen_value(
+        self,
+        kernel: Kernel,
+        out: torch.Tensor,
+        x: torch.Tensor,
+        n: torch.Tensor,
+        previous: torch.Tensor | None = None,
+        earlier: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        cond: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         kept = self.frozen.frozen_value(kernel, out, x, n, None if previous is None else previous[:, :-1], earlier)
         return torch.cat((kept, self.network.frozen_value(kernel, out, x, n, cond=cond)[:, None]), 1)
 
-    def cold_value(self, kernel, x, n, cond):
+    def cold_value(
+        self, kernel: Kernel, x: torch.Tensor, n: torch.Tensor, cond: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, int]:
         """A trajectory's first round, before any target output of it exists: the frozen forms freeze the
         draft network's own output at the root, and r_f = 0 (one draft call instead of a warm-up call)."""
         kept = self.frozen.frozen_value(kernel, self.network.network(x, n, **cond), x, n)
         return torch.cat((kept, torch.zeros_like(x)[:, None]), 1), 1
 
-    def for_round(self, kernel, steps, frozen, cond):
+    def for_round(
+        self, kernel: Kernel, steps: torch.Tensor, frozen: torch.Tensor | None, cond: dict[str, torch.Tensor]
+    ) -> LevelMeans:
+        assert frozen is not None  # uses_frozen: the sampler passes each trajectory's frozen value
         frozen_means = self.frozen.for_round(kernel, steps, frozen[:, :-1], cond)
         on_network = self.forms.to(steps.device)[steps] == RESIDUAL  # (L, A)
         trajectories = on_network.sum(1).tolist()  # one host read a round: how many a level drafts by the network
@@ -76,7 +93,7 @@ class StepwiseDraft(Draft):
         network_means = self.network.for_round(kernel, steps, frozen[:, -1], cond)
         everyone = on_network.shape[1]
 
-        def level(d, x):
+        def level(d: int, x: torch.Tensor) -> torch.Tensor:
             if trajectories[d] == everyone:  # a batch of one always: a level is one draft or the other
                 return network_means(d, x)
             m = frozen_means(d, x)
@@ -90,5 +107,5 @@ class StepwiseDraft(Draft):
 
         return LevelFunction(level, network_levels=sum(map(bool, trajectories)))
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {"draft": self.network.name, "freeze": "auto"}

@@ -14,7 +14,7 @@ Steps with s_n = 0 are deterministic: the sampler takes them with the target.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -43,6 +43,9 @@ class Kernel:
 
     prediction_type: str
     name: str
+    # x_t = signal x0 + noise eps, per step (float64): set by the kernels with a denoised estimate (VP, flow)
+    signal: torch.Tensor
+    noise: torch.Tensor
 
     def __init__(
         self,
@@ -51,7 +54,7 @@ class Kernel:
         coefficients: torch.Tensor,
         clip_range: float | None = None,
         has_denoised: bool = True,
-    ):
+    ) -> None:
         self.scales = scales.to(torch.float64)
         self.timesteps = timesteps
         self.coefficient_table = coefficients.to(torch.float64)  # (N, 5): A..E per step
@@ -155,7 +158,9 @@ class Kernel:
         if not self.has_denoised:
             raise NotImplementedError(f"the {self.name} kernel has no denoised estimate x0-hat")
 
-    def prior(self, shape: tuple[int, ...], generator: torch.Generator, device, dtype) -> torch.Tensor:
+    def prior(
+        self, shape: tuple[int, ...], generator: torch.Generator, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor:
         """One draw of the initial state Y_0."""
         return torch.randn(shape, generator=generator, device=device, dtype=dtype)
 
@@ -164,7 +169,7 @@ class Kernel:
         raise NotImplementedError
 
 
-def scheduler_settings(scheduler) -> dict:
+def scheduler_settings(scheduler: Any) -> dict[str, Any]:
     """A diffusers scheduler's config without its bookkeeping entries (names starting with "_", such
     as the set of defaulted names, whose order varies): what rebuilds it, in a stable form."""
     return {k: v for k, v in scheduler.config.items() if not k.startswith("_")}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from diffusers import DDIMScheduler
 
@@ -19,7 +21,7 @@ class DDIMKernel(VPKernel):
 
     name = "ddim"
 
-    def __init__(self, scheduler: DDIMScheduler, num_inference_steps: int, eta: float):
+    def __init__(self, scheduler: DDIMScheduler, num_inference_steps: int, eta: float) -> None:
         if not 0.0 <= eta <= 1.0:
             raise SpecdemoError(f"DDIM eta must be in [0, 1], got {eta}")
         scheduler = DDIMScheduler.from_config(scheduler.config)
@@ -52,7 +54,7 @@ class DDIMKernel(VPKernel):
             clip_sample_range=clip,
         )
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {
             "kernel": "ddim",
             "steps": self.num_steps,

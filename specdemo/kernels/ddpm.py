@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from diffusers import DDPMScheduler
 
@@ -12,7 +14,7 @@ from .vp import VPKernel
 VARIANCE_TYPES = ("fixed_small", "fixed_small_log", "fixed_large")  # fixed_large_log: diffusers' own step gives NaN
 
 
-def default_ddpm_scheduler(**overrides) -> DDPMScheduler:
+def default_ddpm_scheduler(**overrides: Any) -> DDPMScheduler:
     """The scheduler the analytic targets use: 1,000 linear betas, no x0 clipping."""
     return DDPMScheduler(**{"num_train_timesteps": 1000, "beta_schedule": "linear", "clip_sample": False, **overrides})
 
@@ -26,7 +28,7 @@ class DDPMKernel(VPKernel):
 
     name = "ddpm"
 
-    def __init__(self, scheduler: DDPMScheduler, num_inference_steps: int):
+    def __init__(self, scheduler: DDPMScheduler, num_inference_steps: int) -> None:
         scheduler = DDPMScheduler.from_config(scheduler.config)
         variance_type = scheduler.config.variance_type
         if variance_type not in VARIANCE_TYPES:
@@ -67,5 +69,5 @@ class DDPMKernel(VPKernel):
             clip_sample_range=clip,
         )
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {"kernel": "ddpm", "steps": self.num_steps, "scheduler": scheduler_settings(self.scheduler)}

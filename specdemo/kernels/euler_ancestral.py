@@ -32,6 +32,8 @@ times xi under "linspace" and "trailing" (init_noise_sigma = sigma_max there).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from diffusers import EulerAncestralDiscreteScheduler
 
@@ -52,7 +54,7 @@ class EulerAncestralKernel(VPKernel):
 
     name = "euler-ancestral"
 
-    def __init__(self, scheduler: EulerAncestralDiscreteScheduler, num_inference_steps: int):
+    def __init__(self, scheduler: EulerAncestralDiscreteScheduler, num_inference_steps: int) -> None:
         scheduler = EulerAncestralDiscreteScheduler.from_config(scheduler.config)
         cfg = scheduler.config
         if cfg.prediction_type not in PREDICTION_TYPES:
@@ -84,10 +86,12 @@ class EulerAncestralKernel(VPKernel):
             prediction_type=cfg.prediction_type,
         )
 
-    def prior(self, shape, generator, device, dtype):
+    def prior(
+        self, shape: tuple[int, ...], generator: torch.Generator, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor:
         """Y_0 = x_sigma / k_0 with diffusers' x_sigma = init_noise_sigma xi."""
         y = torch.randn(shape, generator=generator, device=device, dtype=dtype)
         return y if self.prior_std == 1.0 else y.mul_(self.prior_std)
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {"kernel": "euler-ancestral", "steps": self.num_steps, "scheduler": scheduler_settings(self.scheduler)}

@@ -10,6 +10,8 @@ The first step (t = 1, where g diverges) and the last (t_next = 0) are determini
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
@@ -28,7 +30,7 @@ class FlowChurnKernel(Kernel):
 
     def __init__(
         self, num_inference_steps: int, churn: float, scheduler: FlowMatchEulerDiscreteScheduler | None = None
-    ):
+    ) -> None:
         if churn < 0:
             raise SpecdemoError(f"churn must be >= 0, got {churn}")
         scheduler = FlowMatchEulerDiscreteScheduler.from_config((scheduler or FlowMatchEulerDiscreteScheduler()).config)
@@ -47,7 +49,7 @@ class FlowChurnKernel(Kernel):
         coefficients = torch.stack([mean_x, mean_o, torch.zeros_like(t), torch.ones_like(t), -t], 1)
         super().__init__(churn * g2.sqrt() * (-dt).sqrt(), scheduler.timesteps.clone(), coefficients)
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {
             "kernel": "flow-churn",
             "steps": self.num_steps,

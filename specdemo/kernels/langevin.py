@@ -6,6 +6,7 @@ m_n(x) = x + gamma grad log pi(x), s_n = sqrt(2 gamma); the network output is th
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -19,7 +20,7 @@ class LangevinKernel(Kernel):
     name = "langevin"
     prediction_type = "score"
 
-    def __init__(self, num_steps: int, gamma: float, init_std: float = 1.0):
+    def __init__(self, num_steps: int, gamma: float, init_std: float = 1.0) -> None:
         if not gamma > 0:
             raise SpecdemoError(f"Langevin step size gamma must be > 0, got {gamma}")
         self.gamma, self.init_std = gamma, init_std
@@ -31,8 +32,10 @@ class LangevinKernel(Kernel):
             has_denoised=False,
         )
 
-    def prior(self, shape, generator, device, dtype):
+    def prior(
+        self, shape: tuple[int, ...], generator: torch.Generator, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor:
         return self.init_std * torch.randn(shape, generator=generator, device=device, dtype=dtype)
 
-    def config(self):
+    def config(self) -> dict[str, Any]:
         return {"kernel": "langevin", "steps": self.num_steps, "gamma": self.gamma, "init_std": self.init_std}

@@ -22,7 +22,18 @@ PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
 class VPKernel(Kernel):
     """A VP kernel from per-step tables: a_n, b_n, c_n, s_n and sqrt(abar_t), sqrt(1 - abar_t)."""
 
-    def __init__(self, *, timesteps, a, b, c, scales, alphas_cumprod_t, prediction_type, clip_sample_range=None):
+    def __init__(
+        self,
+        *,
+        timesteps: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        c: torch.Tensor,
+        scales: torch.Tensor,
+        alphas_cumprod_t: torch.Tensor,
+        prediction_type: str,
+        clip_sample_range: float | None = None,
+    ) -> None:
         if prediction_type not in PREDICTION_TYPES:
             raise SpecdemoError(f"prediction type {prediction_type!r} is not one of {', '.join(PREDICTION_TYPES)}")
         self.prediction_type = prediction_type

@@ -152,22 +152,23 @@ class PhaseClock:
     """Seconds spent per phase of the driver. On CUDA the marks are events, read once at the end:
     timing a phase adds no host synchronisation."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.spans: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self.seconds: dict[str, float] = {}
 
-    def mark(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
+    def mark(self) -> torch.cuda.Event | float:
+        return self._event() if self.cuda else time.perf_counter()
 
-    def add(self, phase: str, start) -> None:
+    def _event(self) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def add(self, phase: str, start: torch.cuda.Event | float) -> None:
         """Count the time from `start` (a mark) to now against `phase`."""
-        if self.cuda:
-            self.spans.append((phase, start, self.mark()))
+        if isinstance(start, torch.cuda.Event):  # a CUDA clock's mark
+            self.spans.append((phase, start, self._event()))
         else:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 

@@ -48,12 +48,13 @@ import numpy as np
 import torch
 
 from ..drafts import Draft
+from ..drafts.base import FrozenHistory
 from ..errors import SpecdemoError
 from ..kernels import Kernel
 from ..limits import Cancel
 from ..trees import Topology, TopologyPlan
 from ..trees.tables import tables
-from ..verifiers import Verifier
+from ..verifiers import Verifier, Walk
 from . import round as device
 from .cost import Cost, PhaseClock
 from .layout import Mailbox, Workspace, layout_for
@@ -123,7 +124,7 @@ class WorkspacePool:
     none: a run takes workspaces out and puts them back when it ends (runs in other threads never
     share one), the least recently returned dropped past `limit_bytes`."""
 
-    def __init__(self, limit_bytes: int):
+    def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
         self._free: dict[tuple, list[Workspace | CallBox]] = {}
         self._bytes = 0
@@ -163,7 +164,7 @@ class Schedule:
     rule at c + 1 target rows) with whether its leaves are evaluated, its depth, and whether its call has
     a row at a stochastic step. A plan without a rule has one cut, c = 0, that cuts nothing."""
 
-    def __init__(self, tree: Topology | TopologyPlan, kernel: Kernel, leaf_table: np.ndarray):
+    def __init__(self, tree: Topology | TopologyPlan, kernel: Kernel, leaf_table: np.ndarray) -> None:
         n_steps = kernel.num_steps
         steps = np.arange(n_steps)
         self.rule = tree.rule if isinstance(tree, TopologyPlan) else None
@@ -233,28 +234,28 @@ class _Batch:
 
     def __init__(
         self,
-        network,
+        network: Callable[..., torch.Tensor],
         kernel: Kernel,
-        shape,
-        num_samples,
-        tree,
-        draft,
-        verifier,
+        shape: Sequence[int],
+        num_samples: int,
+        tree: Topology | TopologyPlan,
+        draft: Draft | None,
+        verifier: Verifier | None,
         prefetch: Prefetch,
-        seed,
-        indices,
-        cond,
-        device,
-        dtype,
-        keep_steps,
-        trace,
-        trace_states,
-        trace_outputs,
-        trace_only,
-        max_batch,
-    ):
+        seed: int,
+        indices: Sequence[int] | None,
+        cond: dict[str, torch.Tensor] | None,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        keep_steps: Sequence[int],
+        trace: bool,
+        trace_states: bool,
+        trace_outputs: bool,
+        trace_only: Sequence[int] | None,
+        max_batch: int | None,
+    ) -> None:
         self.network, self.kernel, self.shape = network, kernel, tuple(shape)
-        self.draft, self.verifier = draft, verifier
+        self.draft, self.verifier = draft, verifier  # None in a plain run alone (check_run), which reads neither
         self.device, self.dtype = torch.device(device), dtype
         self.indices = list(range(num_samples)) if indices is None else list(indices)
         if len(self.indices) != num_samples:
@@ -266,13 +267,13 @@ class _Batch:
         self.num_steps = kernel.num_steps
         self.scales_host = kernel.scales.numpy()
         self.values = int(np.prod(self.shape))
-        self.uses_frozen = tree.max_depth > 0 and draft.uses_frozen
+        self.uses_frozen = tree.max_depth > 0 and draft is not None and draft.uses_frozen
         self.prefetch = prefetch if self.uses_frozen else None
         leaf_table = (
             prefetch.leaf_table(tree, self.num_steps) if self.uses_frozen else np.zeros((self.num_steps, 2), bool)
         )
         self.schedule = Schedule(tree, kernel, leaf_table)
-        self.exact_known = tree.max_depth > 0 and draft.exact_at_known_root
+        self.exact_known = tree.max_depth > 0 and draft is not None and draft.exact_at_known_root
         self._spaces: dict[Topology, Workspace] = {}
         self._calls: dict[int, CallBox] = {}
 
@@ -285,12 +286,14 @@ class _Batch:
         self.y_flat = self.y.view(slots, self.values)
         self.frozen = (
             torch.zeros((slots, *draft.frozen_shape(self.shape)), device=self.device, dtype=dtype)
-            if self.uses_frozen
+            if self.uses_frozen and draft is not None
             else None
         )
         # an output form's frozen output against the levels' (B, E): (1, A, 1, D); and as rows (A, D)
         self.frozen_levels = (
-            self.frozen.view(1, slots, 1, -1) if self.frozen is not None and draft.frozen_is_output else None
+            self.frozen.view(1, slots, 1, -1)
+            if self.frozen is not None and draft is not None and draft.frozen_is_output
+            else None
         )
         self.frozen_rows = (
             self.frozen.view(slots, -1) if self.frozen is not None and self.frozen_levels is not None else None
@@ -359,7 +362,7 @@ class _Batch:
             POOL.put(self.call_key(size), box)
         self._spaces, self._calls = {}, {}
 
-    def slot_tensor(self, values) -> torch.Tensor:
+    def slot_tensor(self, values: Sequence[int] | np.ndarray) -> torch.Tensor:
         """Host integers as a long tensor on the run's device (a copy: the host arrays change)."""
         t = torch.from_numpy(np.array(values, dtype=np.int64))
         return t if self.device.type == "cpu" else t.to(self.device, non_blocking=True)
@@ -403,6 +406,7 @@ class _Batch:
     def start_cold(self, slots: np.ndarray) -> None:
         """Trajectories in their first speculative round take the draft's cold value (Draft.cold_value)
         instead of a warm-up call."""
+        assert self.draft is not None  # cold starts are of drafts that use frozen values
         rows = self.slot_tensor(slots)
         value, calls = self.draft.cold_value(
             self.kernel, self.y[rows], self.slot_tensor(self.n[slots]), self.cond_of(rows)
@@ -430,6 +434,7 @@ class _Batch:
         warm = np.zeros_like(speculate)
         if self.uses_frozen:
             warm = speculate & ~(self.has_frozen[live] | known)
+            assert self.draft is not None  # a run that uses frozen values has a draft
             if self.draft.cold_start:
                 cold = warm & self.fresh[live]
                 if cold.any():
@@ -452,6 +457,7 @@ class _Batch:
         if check is not None:
             check()
         if not finite:
+            assert out is not None  # a round without a call is finite
             raise SpecdemoError(
                 f"the network returned NaN or inf at step(s) {self.bad_steps(out)}; check the model and its inputs"
             )
@@ -486,6 +492,7 @@ class _Batch:
     def draft_round(self, part: Part) -> None:
         """Phase 1: the draft's means set up for the round, then every node drafted."""
         ws = part.ws
+        assert self.draft is not None  # a part that drafts is a speculative run's, which has a draft (check_run)
         cond = self.cond_of() if self.draft.calls_network else {}
         means = self.draft.for_round(self.kernel, ws.before.device["steps"], self.frozen, cond)
         self.cost.draft_calls += means.network_levels
@@ -620,7 +627,7 @@ class _Batch:
         counted[direct & (self.scales_host[n] == 0)] = 0
         self.counted[traj] += counted
 
-    def synchronise(self, plan: RoundPlan, out) -> bool:
+    def synchronise(self, plan: RoundPlan, out: torch.Tensor | None) -> bool:
         """The round's one device-to-host copy and synchronisation: each part's inner products, and the
         call's sum (not finite: the call returned NaN or inf)."""
         for part in plan.parts:
@@ -632,7 +639,7 @@ class _Batch:
             torch.cuda.current_stream(self.device).synchronize()
         return out is None or math.isfinite(float(self.call_box(out.shape[0]).finite_host[0]))
 
-    def bad_steps(self, out) -> list[int]:
+    def bad_steps(self, out: torch.Tensor) -> list[int]:
         """The steps of the call's rows whose outputs are not finite (the error path only)."""
         bad = ~torch.isfinite(out).flatten(1).all(1)
         steps = self.call_box(out.shape[0]).mailbox.host["steps"]
@@ -645,6 +652,7 @@ class _Batch:
         part's first nodes, in order)."""
         if not part.tree.depth:
             return
+        assert self.verifier is not None  # a part that drafts is a speculative run's, which has a verifier (check_run)
         ws, gram = part.ws, part.ws.host_view().gram
         k_u, a = ws.layout.max_width, self.slots
         scales = self.scales_host
@@ -716,7 +724,7 @@ class _Batch:
         direct = plan.direct
         # plain or deterministic steps under a cold start keep their output for the next round; warm-ups too
         refresh_roots = plan.warm
-        if self.uses_frozen and self.draft.cold_start and not self.draft.calls_network:
+        if self.uses_frozen and self.draft is not None and self.draft.cold_start and not self.draft.calls_network:
             refresh_roots = np.concatenate([refresh_roots, direct])
         if refresh_roots.size:
             n_r = self.n[refresh_roots]
@@ -795,7 +803,14 @@ class _Batch:
                     self.trace.append(record)
             self.cost.trace_s += time.perf_counter() - start
 
-    def gathered(self, plan: RoundPlan, decided: Decided, field: str, buffer, out: torch.Tensor) -> torch.Tensor:
+    def gathered(
+        self,
+        plan: RoundPlan,
+        decided: Decided,
+        field: str,
+        buffer: Callable[[Workspace], torch.Tensor],
+        out: torch.Tensor,
+    ) -> torch.Tensor:
         """Rows (A, D) gathered from each slot's part, at the mailboxes' `field` rows of buffer(ws)."""
         for i, part in enumerate(plan.parts):
             dev = part.ws.after.device
@@ -810,13 +825,13 @@ class _Batch:
         ws = plan.parts[0].ws
         dev = ws.after.device
         whole = refresh.all()
-        assert self.frozen is not None  # only drafts that use frozen values freeze
+        assert self.frozen is not None and self.draft is not None  # only drafts that use frozen values freeze
         if self.draft.frozen_is_output and whole and len(plan.parts) == 1:  # gathered straight into the frozen values
             torch.index_select(ws.out_flat, 0, dev["source"], out=self.frozen_rows)
             return
         self.gathered(plan, decided, "source", lambda w: w.out_flat, ws.frozen_out_flat)
         self.gathered(plan, decided, "source", lambda w: w.x_flat, ws.frozen_x_flat)
-        history = {}
+        history: FrozenHistory = {}
         if self.draft.frozen_history:  # the output one node above (the root's own at the root), the value held
             held = dev["held"].view(-1, *[1] * (self.frozen.dim() - 1))
             above_out, above_x = ws.frozen_above_flat
@@ -837,7 +852,7 @@ class _Batch:
         else:
             torch.where(dev["refresh"].view(-1, *[1] * (self.frozen.dim() - 1)), value, self.frozen, out=self.frozen)
 
-    def _keep_path(self, ws: Workspace, slots: np.ndarray, n0: np.ndarray, walk, tree: Topology) -> None:
+    def _keep_path(self, ws: Workspace, slots: np.ndarray, n0: np.ndarray, walk: Walk, tree: Topology) -> None:
         """The kept steps a round committed: inner steps are accepted nodes (ancestors of the walk's node),
         the last is the new state. Every committed step n0 + j (j = 1..end depth) of every row at once: the
         round's work grows with the steps it commits, not with the number of kept steps."""
@@ -879,10 +894,10 @@ class _Batch:
 class _SlotRandom:
     """The uniform streams of a walk's rows (0..R-1: slots[rows]), for draws beyond a round's uniforms."""
 
-    def __init__(self, rng: TrajectoryRandom, slots: np.ndarray):
+    def __init__(self, rng: TrajectoryRandom, slots: np.ndarray) -> None:
         self.rng, self.slots = rng, slots
 
-    def uniform(self, rows, count: int) -> np.ndarray:
+    def uniform(self, rows: np.ndarray, count: int) -> np.ndarray:
         return self.rng.uniform(self.slots[np.asarray(rows)], count)
 
 
@@ -893,7 +908,7 @@ class Part:
 
     def __init__(
         self, index: int, tree: Topology, groups: dict[int, np.ndarray], drafted: dict[int, int], any_known: bool
-    ):
+    ) -> None:
         self.index, self.tree, self.groups = index, tree, groups
         self.slots = np.concatenate(list(groups.values())) if groups else np.zeros(0, np.int64)
         self.drafted = (
@@ -907,7 +922,16 @@ class RoundPlan:
     """Who does what in a round: the live slots, those that speculate (in parts: union.py), warm up or
     take a plain step."""
 
-    def __init__(self, live, speculate, warm, direct, tree_id, known, batch: _Batch):
+    def __init__(
+        self,
+        live: np.ndarray,
+        speculate: np.ndarray,
+        warm: np.ndarray,
+        direct: np.ndarray,
+        tree_id: np.ndarray,
+        known: np.ndarray,
+        batch: _Batch,
+    ) -> None:
         self.live = live
         self.spec, self.warm, self.direct = live[speculate], live[warm], live[direct]
         ids = tree_id[speculate]
@@ -932,7 +956,7 @@ class CallBox:
     parts' workspaces, and where the outputs go), their steps and trajectories, and its sum (the host's
     finiteness check)."""
 
-    def __init__(self, size: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype):
+    def __init__(self, size: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> None:
         d = int(np.prod(shape))
         buf = torch.zeros((size, d), device=device, dtype=dtype)
         self.nbytes = buf.nbytes + 4 * 8 * size
@@ -1009,7 +1033,16 @@ class Decided:
             root(),
         )
 
-    def set_source(self, slots, a, source, above, source_step, above_step, part: int) -> None:
+    def set_source(
+        self,
+        slots: np.ndarray,
+        a: int,
+        source: np.ndarray,
+        above: np.ndarray,
+        source_step: np.ndarray,
+        above_step: np.ndarray,
+        part: int,
+    ) -> None:
         """Node rows (node-major: node j of slot s is row j A + s) of the source and the node above it."""
         self.source[slots], self.above[slots] = source * a + slots, above * a + slots
         self.source_step[slots], self.above_step[slots] = source_step, above_step
@@ -1106,7 +1139,7 @@ def sample(
     return SampleResult(samples=batch.samples, cost=batch.cost, states=batch.states, trace=batch.trace)
 
 
-def _run(batch: _Batch, num_samples: int, callback, cancel) -> None:
+def _run(batch: _Batch, num_samples: int, callback: Callable[[dict], None] | None, cancel: Cancel | None) -> None:
     """The rounds, until every trajectory is done."""
     check = None if cancel is None else cancel.check
     while True:

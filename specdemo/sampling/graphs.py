@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -51,12 +52,12 @@ def launched(network: Callable[..., torch.Tensor], launch: str, device: torch.de
 class GraphedNetwork:
     """network(x, n, **cond) replayed from a CUDA graph per shape of its inputs (module docstring)."""
 
-    def __init__(self, network: Callable[..., torch.Tensor], max_graphs: int = 64):
+    def __init__(self, network: Callable[..., torch.Tensor], max_graphs: int = 64) -> None:
         self.network, self.max_graphs = network, max_graphs
         self._graphs: dict[tuple, tuple | None] = {}
         self._pool: torch.cuda._POOL_HANDLE | None = None
 
-    def __getattr__(self, name):  # the wrapped network's attributes (its model, its kernel)
+    def __getattr__(self, name: str) -> Any:  # the wrapped network's attributes (its model, its kernel)
         return getattr(self.network, name)
 
     def __call__(self, x: torch.Tensor, n: torch.Tensor, **cond: torch.Tensor) -> torch.Tensor:
@@ -74,7 +75,7 @@ class GraphedNetwork:
         graph.replay()
         return static_out
 
-    def _capture(self, x, n, cond) -> tuple | None:
+    def _capture(self, x: torch.Tensor, n: torch.Tensor, cond: dict[str, torch.Tensor]) -> tuple | None:
         static_x, static_n = x.clone(), n.clone()
         static_cond = {k: v.clone() for k, v in cond.items()}
         try:
@@ -89,7 +90,9 @@ class GraphedNetwork:
             )
             return None
 
-    def _captured(self, x, static_x, static_n, static_cond) -> tuple:
+    def _captured(
+        self, x: torch.Tensor, static_x: torch.Tensor, static_n: torch.Tensor, static_cond: dict[str, torch.Tensor]
+    ) -> tuple:
         """Warm the network up on a side stream, then capture one call into the graphs' shared pool."""
         side = torch.cuda.Stream(x.device)
         side.wait_stream(torch.cuda.current_stream(x.device))

@@ -77,7 +77,7 @@ class Layout:
     """A topology's indices on one device. Parents are nodes 0..Np-1 (breadth first); level d's parents
     are nodes starts[d]..starts[d + 1] - 1 and its children the next level's nodes."""
 
-    def __init__(self, tree: Topology, device: torch.device):
+    def __init__(self, tree: Topology, device: torch.device) -> None:
         self.tree, self.device = tree, device
         self.host: TreeTables = tables(tree)
         t = self.host
@@ -105,7 +105,7 @@ class Mailbox:
     `device[name]` (torch) are views of the same values. On a CPU they share memory, so sending costs
     nothing; on CUDA the host writes a pinned buffer, copied over by `send` (one copy per dtype)."""
 
-    def __init__(self, fields: dict[str, tuple[tuple[int, ...], torch.dtype]], device: torch.device):
+    def __init__(self, fields: dict[str, tuple[tuple[int, ...], torch.dtype]], device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.host, self.device, self._pairs = {}, {}, []
         for dtype in sorted({d for _, d in fields.values()}, key=str):
@@ -132,7 +132,9 @@ class Workspace:
     """The buffers of a layout's rounds for `capacity` trajectories (module docstring), reused from round
     to round, with every view the round reads."""
 
-    def __init__(self, layout: Layout, capacity: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self, layout: Layout, capacity: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype
+    ) -> None:
         self.layout, self.capacity, self.shape = layout, capacity, tuple(shape)
         self.device, self.dtype = device, dtype
         a, m, depth, np_, k = capacity, layout.num_nodes, layout.depth, layout.num_parents, layout.max_width

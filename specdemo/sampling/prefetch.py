@@ -51,21 +51,27 @@ def parent_of_commit(tree: TreeTables, walk: Walk, leaves: bool) -> np.ndarray:
 class ParentOutput(Prefetch):
     name = "parent"
 
-    def source(self, tree, walk, leaves, sibling_gram, factor, k):
+    def source(
+        self, tree: TreeTables, walk: Walk, leaves: bool, sibling_gram: np.ndarray, factor: np.ndarray, k: int
+    ) -> np.ndarray | None:
         return parent_of_commit(tree, walk, leaves)
 
 
 class Reevaluate(Prefetch):
     name = "none"
 
-    def source(self, tree, walk, leaves, sibling_gram, factor, k):
+    def source(
+        self, tree: TreeTables, walk: Walk, leaves: bool, sibling_gram: np.ndarray, factor: np.ndarray, k: int
+    ) -> np.ndarray | None:
         return None
 
 
 class NearestSibling(Prefetch):
     name = "nearest"
 
-    def source(self, tree, walk, leaves, sibling_gram, factor, k):
+    def source(
+        self, tree: TreeTables, walk: Walk, leaves: bool, sibling_gram: np.ndarray, factor: np.ndarray, k: int
+    ) -> np.ndarray | None:
         """Where a corrected draw ended the round, the evaluated child of its parent (a rejected
         sibling, at the same step) nearest to it, if the level was evaluated: with z = x - mp,
         ||x_j - y||^2 = ||z_j - z_c||^2 - 2 f <z_j - z_c, mq - mp> + f^2 ||mq - mp||^2 for the draw
@@ -96,14 +102,14 @@ class NearestSibling(Prefetch):
 class EvaluatedLeaves(NearestSibling):
     name = "leaves"
 
-    def leaf_table(self, tree, num_steps):
+    def leaf_table(self, tree: Topology | TopologyPlan, num_steps: int) -> np.ndarray:
         return np.ones((num_steps, 2), dtype=bool)
 
 
 class PlannedLeaves(NearestSibling):
     name = "auto"
 
-    def leaf_table(self, tree, num_steps):
+    def leaf_table(self, tree: Topology | TopologyPlan, num_steps: int) -> np.ndarray:
         if not isinstance(tree, TopologyPlan):
             return super().leaf_table(tree, num_steps)
         return np.array([[tree.leaves_at(n, False), tree.leaves_at(n, True)] for n in range(num_steps)], dtype=bool)

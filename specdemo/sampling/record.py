@@ -7,11 +7,18 @@ The driver builds them from a round's walks after its commit (`round_trace`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from ..trees import Topology
 from ..trees.tables import tables
+from ..verifiers import Walk
+from .layout import Workspace
+
+if TYPE_CHECKING:  # the driver imports this module
+    from .driver import _Batch
 
 # node status in a round's tree
 UNVISITED, ACCEPTED, REJECTED, CORRECTED, ROOT = range(5)
@@ -79,7 +86,7 @@ class RoundTrace:
         return out
 
 
-def round_trace(run, ws, slots: np.ndarray, tree, leaves: bool, walk) -> RoundTrace:
+def round_trace(run: _Batch, ws: Workspace, slots: np.ndarray, tree: Topology, leaves: bool, walk: Walk) -> RoundTrace:
     """The RoundTrace of the trajectories in `slots` that shared `tree` in a committed round: the
     walk's record (verifiers/base.py WalkTrace), with the nodes' states and target outputs read from the
     workspace where the run keeps them (trace_states, trace_outputs); of the trajectories in trace_only alone
@@ -89,6 +96,7 @@ def round_trace(run, ws, slots: np.ndarray, tree, leaves: bool, walk) -> RoundTr
     corrected, ends = walk.corrected, walk.end_depth
     extend = lambda v, fill: np.concatenate([v, np.full((a, 1), fill, dtype=v.dtype)], 1)
     w = walk.trace
+    assert w is not None  # a run that keeps a trace walks with trace=True
     status = np.full((a, full), UNVISITED, dtype=np.int8)
     status[w.rejected] = REJECTED
     status[w.accepted] = ACCEPTED

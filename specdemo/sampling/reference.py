@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..drafts import Draft
+from ..drafts.base import FrozenHistory
 from ..kernels import Kernel
 from ..trees import Topology, TopologyPlan
 from ..trees.tables import tables
@@ -56,9 +57,12 @@ def sample_one(
     frozen, root_out, fresh = None, None, True  # root_out: the target's output at y, where known
     accepted = examined = 0  # levels of this trajectory's rounds, which a plan's reach rule cuts its chains by
 
-    def keep(out, x, n, above=None):
+    def keep(
+        out: torch.Tensor, x: torch.Tensor, n: int, above: tuple[torch.Tensor, torch.Tensor, int] | None = None
+    ) -> torch.Tensor:
         """The frozen value from the output `out` at (x, n); above: (out, x, n) one node up, else the node itself."""
-        history = {}
+        assert draft is not None  # keep runs only where keeps_outputs, which needs a draft
+        history: FrozenHistory = {}
         if draft.frozen_history:
             held = frozen if frozen is not None else torch.zeros((1, *draft.frozen_shape(shape)), dtype=dtype)
             out_0, x_0, n_0 = above or (out, x, n)
@@ -162,8 +166,8 @@ def sample_one(
 class _Stream:
     """The trajectory's uniform stream, for a verifier's draws beyond a round's uniforms."""
 
-    def __init__(self, streams: TrajectoryRandom):
+    def __init__(self, streams: TrajectoryRandom) -> None:
         self.streams = streams
 
-    def uniform(self, rows, count: int) -> np.ndarray:
+    def uniform(self, rows: np.ndarray, count: int) -> np.ndarray:
         return self.streams.uniform([0] * len(rows), count)

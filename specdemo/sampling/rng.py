@@ -28,7 +28,7 @@ def trajectory_seed(seed: int, index: int) -> int:
     return (int(words[0]) << 31) ^ int(words[1])
 
 
-def _slots(rows) -> list[int]:
+def _slots(rows: Sequence[int] | np.ndarray | torch.Tensor) -> list[int]:
     """Host slot numbers from a list, an array or a tensor (a tensor on a device costs a copy)."""
     return rows.tolist() if isinstance(rows, (np.ndarray, torch.Tensor)) else list(rows)
 
@@ -37,7 +37,7 @@ class TrajectoryRandom:
     """One pair of streams per batch slot, holding the streams of the trajectory in that slot; `rows`
     in the draws are slots. A slot gets a new trajectory (and its streams) with `assign`."""
 
-    def __init__(self, seed: int, slots: int, device: torch.device | str):
+    def __init__(self, seed: int, slots: int, device: torch.device | str) -> None:
         self.seed, self.device = seed, torch.device(device)
         self.generators = [torch.Generator(device=self.device) for _ in range(slots)]
         self.host: list[np.random.Generator | None] = [None] * slots

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -39,17 +40,24 @@ LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 TINY = np.finfo(np.float64).tiny
 
 
-def std_normal_log_pdf(u):
+def std_normal_log_pdf(u: np.ndarray) -> np.ndarray:
     return -0.5 * u * u - LOG_SQRT_2PI
 
 
-def std_normal_pdf(u):
+def std_normal_pdf(u: np.ndarray) -> np.ndarray:
     return np.exp(std_normal_log_pdf(u))
 
 
-def normal_sf(x):
+def normal_sf(x: np.ndarray) -> np.ndarray:
     """Phibar(x) = P(N(0, 1) > x), accurate in the upper tail."""
     return special.ndtr(-x)
+
+
+class Uniforms(Protocol):
+    """A source of uniforms for draws beyond a round's own: uniform(rows, count) (len(rows), count) on [0, 1),
+    float64, row j from the stream of rows[j]."""
+
+    def uniform(self, rows: np.ndarray, count: int) -> np.ndarray: ...
 
 
 @dataclass
@@ -110,7 +118,13 @@ class Verifier:
         raise NotImplementedError
 
     def walk(
-        self, tree: TreeTables, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray, rng, trace: bool = False
+        self,
+        tree: TreeTables,
+        delta: np.ndarray,
+        u: np.ndarray,
+        uniforms: np.ndarray,
+        rng: Uniforms,
+        trace: bool = False,
     ) -> Walk:
         """Decide R rounds of one tree (module docstring): delta (R, num_parents), u (R, num_nodes)
         (column 0 unused), uniforms (R, uniforms_per_round) on [0, 1), float64."""
@@ -123,7 +137,15 @@ class Verifier:
     def config(self) -> dict:
         return {"verifier": self.name}
 
-    def verify(self, mq: torch.Tensor, mp: torch.Tensor, s: torch.Tensor, children: torch.Tensor, rng, rows) -> Verdict:
+    def verify(
+        self,
+        mq: torch.Tensor,
+        mp: torch.Tensor,
+        s: torch.Tensor,
+        children: torch.Tensor,
+        rng: Uniforms,
+        rows: np.ndarray,
+    ) -> Verdict:
         """One node per row, decided and corrected (a one-level tree of K children): mq, mp (A, *shape),
         s (A,) float64 scales, children (A, K, *shape) in drafting order; rng.uniform(rows, count)
         serves the uniforms, rows each row's stream."""
@@ -164,7 +186,7 @@ class Verifier:
 class _RowsOf:
     """A source of uniforms for a walk's rows (0..R-1) that draws from `rows` of another source."""
 
-    def __init__(self, rng, rows):
+    def __init__(self, rng: Uniforms, rows: np.ndarray) -> None:
         self.rng, self.rows = rng, rows
 
     def uniform(self, rows: np.ndarray, count: int) -> np.ndarray:
@@ -187,7 +209,7 @@ class RankOne:
     """The reduction on torch tensors, for `verify`: delta (A,), u (A, K) float64 for one node per row;
     diff = mq - mp (A, d) float64 and its norm, whose direction e a corrected draw moves along."""
 
-    def __init__(self, delta: torch.Tensor, u: torch.Tensor, diff: torch.Tensor, norm: torch.Tensor):
+    def __init__(self, delta: torch.Tensor, u: torch.Tensor, diff: torch.Tensor, norm: torch.Tensor) -> None:
         self.delta, self.u, self._diff, self._norm = delta, u, diff, norm
 
     @classmethod
@@ -239,15 +261,25 @@ class NodeVerifier(Verifier):
             accept_prob=None if d.accept_prob is None else np.where(same, 1.0, d.accept_prob),
         )
 
-    def _decide(self, delta, u, uniforms) -> Decision:
+    def _decide(self, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray) -> Decision:
         raise NotImplementedError
 
-    def correct(self, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray, rng, rows: np.ndarray):
+    def correct(
+        self, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray, rng: Uniforms, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(child (R,), u_new (R,)) for rows where `decide` kept no child (elsewhere the residual may have
         no mass to draw from); rng.uniform(rows, count) serves draws beyond `uniforms`."""
         raise NotImplementedError
 
-    def walk(self, tree, delta, u, uniforms, rng, trace=False):
+    def walk(
+        self,
+        tree: TreeTables,
+        delta: np.ndarray,
+        u: np.ndarray,
+        uniforms: np.ndarray,
+        rng: Uniforms,
+        trace: bool = False,
+    ) -> Walk:
         r = delta.shape[0]
         rows = np.arange(r)
         node = np.zeros(r, dtype=np.int64)
@@ -273,7 +305,7 @@ class NodeVerifier(Verifier):
             lead = np.cumprod(kept >= 0, 1).sum(1)  # levels kept before the first rejection (S: none)
             stops = alive & (lead < levels)
             at = np.minimum(lead, levels - 1)
-            if trace:
+            if record is not None:  # walked with trace
                 _record_segment(self, record, decision, d, kids, lead, alive, r, levels, width, nodes)
             if stops.any():
                 s_rows = rows[stops]
@@ -304,7 +336,19 @@ def _segments(widths: tuple[int, ...]) -> list[tuple[int, int, int]]:
     return out
 
 
-def _record_segment(verifier, record: WalkTrace, decision: Decision, d, kids, lead, alive, r, levels, width, nodes):
+def _record_segment(
+    verifier: Verifier,
+    record: WalkTrace,
+    decision: Decision,
+    d: np.ndarray,
+    kids: np.ndarray,
+    lead: np.ndarray,
+    alive: np.ndarray,
+    r: int,
+    levels: int,
+    width: int,
+    nodes: np.ndarray,
+) -> None:
     """A segment's nodes in the walk's trace: the levels each live row verified (up to its first
     rejection), delta and acceptance there, its examined children and which one it kept."""
     accept = decision.accept_prob if decision.accept_prob is not None else verifier.acceptance(d.reshape(-1), width)

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import DELTA_FLOOR, Verifier, Walk, WalkTrace, normal_sf, std_normal_log_pdf
+from ..trees.tables import TreeTables
+from .base import DELTA_FLOOR, Uniforms, Verifier, Walk, WalkTrace, normal_sf, std_normal_log_pdf
 from .dgrs import sample_residual
 from .rank import PROPOSALS_PER_DRAW, log_order_stat_mixture, rank_residual, select_rank
 from .rmc import ReflectionMaximalCoupling
@@ -156,7 +157,7 @@ class TreeWalk:
 
 
 def weigh_tree(
-    log_rho: np.ndarray, delta: np.ndarray, coins: np.ndarray, tree, selected: RootSelection | None = None
+    log_rho: np.ndarray, delta: np.ndarray, coins: np.ndarray, tree: TreeTables, selected: RootSelection | None = None
 ) -> TreeWalk:
     """Block verification of a whole tree (algorithms.md section 3, "whole trees"). log_rho (R, M):
     log rho_n of each node n against its parent's kernels (column 0 unused); delta (R, M) at the
@@ -223,17 +224,27 @@ class BlockVerification(Verifier):
     name = "block"
     weighs_whole_tree = True
 
-    def uniforms_per_round(self, tree) -> int:
+    def uniforms_per_round(self, tree: TreeTables) -> int:
         # a coin per node (a chain's U_0..U_L; the root's draws the rank of a branching root), the
         # residual's, and the proposals of a branching root's residual
         return tree.num_nodes + 1 + (2 * PROPOSALS_PER_DRAW if tree.widths[0] > 1 else 0)
 
-    def walk(self, tree, delta, u, uniforms, rng, trace=False):
+    def walk(
+        self,
+        tree: TreeTables,
+        delta: np.ndarray,
+        u: np.ndarray,
+        uniforms: np.ndarray,
+        rng: Uniforms,
+        trace: bool = False,
+    ) -> Walk:
         if tree.is_chain:
             return self._walk_chain(tree, delta, u, uniforms, trace)
         return self._walk_tree(tree, delta, u, uniforms, rng, trace)
 
-    def _walk_chain(self, tree, delta, u, uniforms, trace) -> Walk:
+    def _walk_chain(
+        self, tree: TreeTables, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray, trace: bool
+    ) -> Walk:
         """Weigh each row's chain at once: delta_i, u_i of nodes i = 1..L, coins U_0..U_L, the residual's
         uniform last."""
         top = tree.depth
@@ -261,7 +272,9 @@ class BlockVerification(Verifier):
             record.rejected[rows, j + 1] = j >= eta[rows]
         return Walk(end, corrected, node, np.where(corrected, eta + 1, top), u_new, record)
 
-    def _walk_tree(self, tree, delta, u, uniforms, rng, trace) -> Walk:
+    def _walk_tree(
+        self, tree: TreeTables, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray, rng: Uniforms, trace: bool
+    ) -> Walk:
         """A tree that is not a chain (weigh_tree): every node's log rho against its parent, node n's coin
         in column n, the residual's in column M, a branching root's proposals after it."""
         m = tree.num_nodes
@@ -299,11 +312,11 @@ class BlockVerification(Verifier):
         row's residual uniform."""
         return sample_residual(delta, np.exp(np.minimum(log_lam, LOG_WEIGHT_FLOOR)), uniform)
 
-    def acceptance(self, delta, k=1):
+    def acceptance(self, delta: np.ndarray, k: int = 1) -> np.ndarray:
         return ReflectionMaximalCoupling().acceptance(delta, k)
 
 
-def _trace_tree_walk(walk: TreeWalk, delta: np.ndarray, tree, r: int) -> WalkTrace:
+def _trace_tree_walk(walk: TreeWalk, delta: np.ndarray, tree: TreeTables, r: int) -> WalkTrace:
     """A whole tree weighed path by path: on each path, its committed nodes accepted and the first
     one not committed rejected, each with P(eta >= i | the path) (at the node and at its parent),
     and delta at their parents."""

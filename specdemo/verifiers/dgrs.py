@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from .base import DELTA_FLOOR, Decision, NodeVerifier, normal_sf, std_normal_pdf
+from .base import DELTA_FLOOR, Decision, NodeVerifier, Uniforms, normal_sf, std_normal_pdf
 
 MAX_ITERATIONS = 100  # safeguarded Newton needs under 20; the bracket alone halves every step
 
@@ -35,7 +35,7 @@ def grs_levels(delta: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(lam, -1), np.stack(reach, -1)
 
 
-def residual_survival(x, delta, lam):
+def residual_survival(x: np.ndarray, delta: np.ndarray, lam: np.ndarray) -> np.ndarray:
     """Unnormalised P(u > x) under the residual, for x >= tau_K + delta/2."""
     return normal_sf(x - delta) - lam * normal_sf(x)
 
@@ -77,7 +77,7 @@ class GreedyRejectionSampling(NodeVerifier):
     def uniforms_per_node(self, k: int) -> int:
         return k + 1  # one per child, and the residual's
 
-    def _decide(self, delta, u, uniforms) -> Decision:
+    def _decide(self, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray) -> Decision:
         k = u.shape[1]
         lam, reach = grs_levels(delta, k)
         excess = np.exp(np.minimum(delta[:, None] * u - 0.5 * delta[:, None] ** 2, 700.0)) - lam[:, :k]
@@ -89,10 +89,12 @@ class GreedyRejectionSampling(NodeVerifier):
         examined = np.arange(k)[None] <= np.where(any_accepted, kept, k - 1)[:, None]
         return Decision(kept=kept, child_accept_prob=np.where(examined, p, np.nan), accept_prob=1 - reach[:, k])
 
-    def correct(self, delta, u, uniforms, rng, rows):
+    def correct(
+        self, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray, rng: Uniforms, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         k = u.shape[1]
         lam = grs_levels(delta, k)[0][:, k]
         return np.zeros(len(delta), dtype=np.int64), sample_residual(delta, lam, uniforms[:, k])
 
-    def acceptance(self, delta, k=1):
+    def acceptance(self, delta: np.ndarray, k: int = 1) -> np.ndarray:
         return 1 - grs_levels(np.maximum(np.asarray(delta, dtype=np.float64), DELTA_FLOOR), k)[1][..., k]

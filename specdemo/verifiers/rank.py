@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize, sparse, special
 
-from .base import DELTA_FLOOR, Decision, NodeVerifier, std_normal_log_pdf
+from .base import DELTA_FLOOR, Decision, NodeVerifier, Uniforms, std_normal_log_pdf
 
 DELTA_BUCKET_RATIO = 1.04  # weights are solved at the geometric centre of [ratio^b, ratio^(b+1))
 DELTA_MIN, DELTA_MAX = 1e-3, 64.0
@@ -119,7 +119,7 @@ def bucket_acceptance(bucket: int, k: int) -> tuple[float, float]:
 
 
 @cache
-def _bucket(bucket: int, k: int):
+def _bucket(bucket: int, k: int) -> tuple[tuple[float, ...], tuple[float, float]]:
     return _shipped_table().get((bucket, k)) or _solve(bucket, k)
 
 
@@ -177,7 +177,9 @@ def integrated_acceptance(delta: np.ndarray, w: np.ndarray, points: int = 4001) 
     return np.trapezoid(dens, u, axis=1)
 
 
-def select_rank(delta: np.ndarray, u: np.ndarray, uniform: np.ndarray):
+def select_rank(
+    delta: np.ndarray, u: np.ndarray, uniform: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The selected child (R,), its u, the log-weights (R, K) of g and their acceptance: a rank drawn
     with w(delta, K) before the children are looked at (uniform (R,)), applied to the children sorted
     by u (R, K)."""
@@ -190,7 +192,9 @@ def select_rank(delta: np.ndarray, u: np.ndarray, uniform: np.ndarray):
     return chosen, u[ar, chosen], np.log(np.maximum(w, 1e-300)), acceptance
 
 
-def rank_residual(delta: np.ndarray, log_w: np.ndarray, draws: np.ndarray, rng, rows: np.ndarray) -> np.ndarray:
+def rank_residual(
+    delta: np.ndarray, log_w: np.ndarray, draws: np.ndarray, rng: Uniforms, rows: np.ndarray
+) -> np.ndarray:
     """Draw u from (phi(. - delta) - g)_+ normalised, by rejection from N(delta, 1): the first
     PROPOSALS_PER_DRAW proposals from `draws`, more from the rows' streams (rng.uniform(rows, count)) in
     the rare case that none of them is accepted."""
@@ -215,7 +219,7 @@ class RankAwareSelection(NodeVerifier):
     def uniforms_per_node(self, k: int) -> int:
         return 2 + 2 * PROPOSALS_PER_DRAW  # the rank, the coin, then the residual's first proposals
 
-    def _decide(self, delta, u, uniforms) -> Decision:
+    def _decide(self, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray) -> Decision:
         r, k = u.shape
         chosen, u_sel, log_w, acceptance = select_rank(delta, u, uniforms[:, 0])
         log_ratio = std_normal_log_pdf(u_sel - delta) - log_order_stat_mixture(u_sel[:, None], log_w)[:, 0]
@@ -225,11 +229,13 @@ class RankAwareSelection(NodeVerifier):
         child_p[np.arange(r), chosen] = p
         return Decision(kept=np.where(accept, chosen, -1), child_accept_prob=child_p, accept_prob=acceptance)
 
-    def correct(self, delta, u, uniforms, rng, rows):
+    def correct(
+        self, delta: np.ndarray, u: np.ndarray, uniforms: np.ndarray, rng: Uniforms, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         chosen, _, log_w, _ = select_rank(delta, u, uniforms[:, 0])
         return chosen, rank_residual(delta, log_w, uniforms[:, 2:], rng, rows)
 
-    def acceptance(self, delta, k=1):
+    def acceptance(self, delta: np.ndarray, k: int = 1) -> np.ndarray:
         delta = np.maximum(np.asarray(delta, dtype=np.float64), DELTA_FLOOR)
         shape = delta.shape
         delta = delta.reshape(-1)
