@@ -201,8 +201,8 @@ MUTATIONS = [
         "a table learnt from runs samples from the learning runs' own streams",
         "specdemo/planning/__init__.py",
         "_planned",
-        'problem = replace(problem, plan_source="runs", learnt=True)',
-        'problem = replace(problem, plan_source="runs")',
+        "problem = settled(problem, plan_source=source, learnt=True)",
+        "problem = settled(problem, plan_source=source)",
         ("tests/planning/test_forms.py", "-k", "fixed_tree_learns"),
     ),
     Mutation(
@@ -251,8 +251,8 @@ MUTATIONS = [
         "a run goes on after it is cancelled",
         "specdemo/sampling/driver.py",
         "_run",
-        "cancel.check()",
-        "pass",
+        "check = None if cancel is None else cancel.check",
+        "check = None",
         ("tests/test_limits.py",),
     ),
     Mutation(
@@ -273,10 +273,10 @@ MUTATIONS = [
     ),
     Mutation(
         "a traced run's seconds weighed against plain sampling with its trace's records",
-        "specdemo/pipeline.py",
-        "Problem.run",
-        "observe(self, result.cost.wall_s - result.cost.trace_s, num)",
-        "observe(self, result.cost.wall_s, num)",
+        "specdemo/planning/record.py",
+        "record",
+        "observe(problem, result.cost.wall_s - result.cost.trace_s, len(trajectories))",
+        "observe(problem, result.cost.wall_s, len(trajectories))",
         ("tests/planning/test_calibration.py", "-k", "less_their_traces"),
     ),
 ]
