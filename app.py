@@ -25,7 +25,7 @@ QUEUE_SIZE = 64
 SESSIONS = 64
 
 
-def build_demo() -> gr.Blocks:
+def build_demo() -> gr.Blocks:  # noqa: PLR0915 (issue 56 splits it)
     """The page: controls on the left, the run's views in tabs on the right, and their events."""
     values = settings.page_values(settings.DEFAULT_MODEL)
     with gr.Blocks(

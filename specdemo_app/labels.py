@@ -48,7 +48,7 @@ def rows_text(rows: float) -> str:
     return f"{rows:.0f}" if float(rows).is_integer() else f"{rows:.1f}"
 
 
-def headline(comp: Comparison) -> str:
+def headline(comp: Comparison) -> str:  # noqa: C901, PLR0912 (issue 56 splits it)
     """The result in words, in wall-clock first where the chosen run saved time, else in target
     calls: against plain sampling and, for a tree or plan, against the chain at the same target rows
     per round (for a block-verified chain, against the same chains verified node by node), saying

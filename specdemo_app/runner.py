@@ -448,7 +448,7 @@ def planning_progress(progress: Progress | None) -> Report:
     return lambda done, what: progress(done, f"planning the topology: {what}")
 
 
-def run_comparison(
+def run_comparison(  # noqa: C901, PLR0912, PLR0915 (issue 56 splits it)
     config: SamplerConfig,
     *,
     progress: Progress | None = None,

@@ -205,7 +205,7 @@ def read_field(f: Field, value):
     return str(value).strip()
 
 
-def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, Limits]:
+def make_config(settings: dict) -> tuple[SamplerConfig, Target, Target | None, Limits]:  # noqa: C901, PLR0912 (issue 56 splits it)
     """The controls' values (by name) as a SamplerConfig, the resolved target and draft network (None
     for the frozen draft), both loaded under the Space's policy (loading.py), and the click's limits
     (work.click_limits; the library checks the rest of them before any work). What can be refused

@@ -125,7 +125,7 @@ def plan(problem: Setup, cancel: Cancel | None = None, share: Broadcast | None =
     return Plan.of(_planned(problem, cancel, share, report))
 
 
-def _planned(problem: S, cancel: Cancel | None, share: Broadcast | None, report: Report) -> S:
+def _planned(problem: S, cancel: Cancel | None, share: Broadcast | None, report: Report) -> S:  # noqa: PLR0912 (issue 56 splits it)
     """The problem as its plan settles it (the module docstring's table): from the plan cache when the setting
     was planned before; else from pilots (--pilot: chains with streams of their own, stats.pilot_seed, their
     cost kept in problem.pilot apart from the run's); else planned from the deltas its earlier runs left

@@ -232,7 +232,7 @@ class _Batch:
     samples and kept states by trajectory position (0..B-1).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0915 (issue 56 splits it)
         self,
         network: Callable[..., torch.Tensor],
         kernel: Kernel,
@@ -417,7 +417,7 @@ class _Batch:
         self.has_frozen[slots], self.fresh[slots] = True, False
 
     # ---------------------------------------------------------------- one round
-    def round(self, check: Callable[[], None] | None = None) -> bool:
+    def round(self, check: Callable[[], None] | None = None) -> bool:  # noqa: C901 (issue 56 splits it)
         """One round of every live trajectory; False when none is left. `check` (a cancel's) is called between
         its phases too: a round of a large batch can take a second."""
         live = np.flatnonzero((self.slot_traj >= 0) & (self.n < self.num_steps))
@@ -498,7 +498,7 @@ class _Batch:
         self.cost.draft_calls += means.network_levels
         device.draft(ws, means, self.y_flat, self.frozen_levels)
 
-    def call_target(self, plan: RoundPlan) -> torch.Tensor | None:
+    def call_target(self, plan: RoundPlan) -> torch.Tensor | None:  # noqa: PLR0912 (issue 56 splits it)
         """Phase 2: one batched target call over the round's rows: each speculating trajectory's evaluated
         nodes (its root unless its output is known), and the roots of plain steps whose output is not known
         and of warm-ups (part 0's), padded to the call's size; its outputs put at their nodes' rows of each
@@ -717,7 +717,7 @@ class _Batch:
                 decided.traces.append((slots, tree, leaves, walk, part))
 
     # ---------------------------------------------------------------- commit
-    def commit(self, plan: RoundPlan, decided: Decided) -> None:
+    def commit(self, plan: RoundPlan, decided: Decided) -> None:  # noqa: C901, PLR0912, PLR0915 (issue 56 splits it)
         """Phase 5: the new states, frozen values and known root outputs, with the host's choices, part by
         part."""
         a = self.slots

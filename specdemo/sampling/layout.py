@@ -219,7 +219,7 @@ class Workspace:
             0 if self.parent_rows is self.rows else self.parent_rows.nbytes
         )
 
-    def _views(self) -> None:
+    def _views(self) -> None:  # noqa: PLR0915 (issue 56 splits it)
         lay, a, d = self.layout, self.capacity, self.values
         m, depth, np_, k = lay.num_nodes, lay.depth, lay.num_parents, lay.max_width
         levels_ = self.levels_count

@@ -28,7 +28,7 @@ from .prefetch import PREFETCH, Prefetch
 from .rng import TrajectoryRandom
 
 
-def sample_one(
+def sample_one(  # noqa: C901, PLR0912, PLR0915 (issue 56 splits it)
     network: Callable[..., torch.Tensor],
     kernel: Kernel,
     shape: Sequence[int],

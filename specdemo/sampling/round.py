@@ -45,7 +45,7 @@ def draft(ws: Workspace, means: AffineLevels | LevelFunction, y: torch.Tensor, f
         _draft_levels(ws, means)
 
 
-def _draft_affine(ws: Workspace, lv: AffineLevels, y: torch.Tensor, frozen: torch.Tensor | None) -> None:
+def _draft_affine(ws: Workspace, lv: AffineLevels, y: torch.Tensor, frozen: torch.Tensor | None) -> None:  # noqa: C901, PLR0912, PLR0915 (issue 56 splits it)
     lay = ws.layout
     # a clip term only where the draft has one: an output form's where the kernel clips, else a gain g
     depth, chain, clipped = lay.depth, lay.is_chain, lv.g is not None or (lv.output is not None and lv.clip is not None)
