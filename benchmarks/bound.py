@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 
 import torch
 
 from specdemo import SamplerConfig, build
+from specdemo.planning import call_seconds
 
 TITLE = "Latency: the bound of this machine, and tree auto against it"
 
@@ -29,23 +29,10 @@ DIGITS = dict(model="digits", num_samples=1, device="cpu")
 
 
 def call_ms(rows: tuple[int, ...] = ROWS, repeats: int = CALL_REPEATS) -> dict[int, float]:
-    """c(L) in ms for each L in `rows`: the median of `repeats` calls after three untimed ones."""
+    """c(L) in ms for each L in `rows`: the median of `repeats` calls after an untimed one, timed as planning
+    times them (planning.costs.call_seconds)."""
     problem = build(SamplerConfig(**DIGITS, method="target", steps=100))
-    generator = torch.Generator().manual_seed(0)
-    out = {}
-    with torch.inference_mode():
-        for r in rows:
-            x = torch.randn((r, *problem.target.shape), generator=generator)
-            n = torch.randint(0, 100, (r,), generator=generator)
-            cond = {k: v[:1].expand(r, *v.shape[1:]) for k, v in problem.cond.items()}
-            times = []
-            for i in range(repeats + 3):
-                t0 = time.perf_counter()
-                problem.network(x, n, **cond)
-                if i >= 3:
-                    times.append(time.perf_counter() - t0)
-            out[r] = 1e3 * statistics.median(times)
-    return out
+    return {r: 1e3 * statistics.median(call_seconds(problem, r, repeats)) for r in rows}
 
 
 def bound_of(calls: dict[int, float]) -> tuple[float, int]:
